@@ -1,0 +1,328 @@
+"""Safe execution of decoded call strings on a conversation's own simulators.
+
+This is bfcl-eval's ``execute_multi_turn_func_call`` without ``eval``. BFCL
+prepends an instance name to every ``identifier(`` in the call string and then
+evaluates it; we apply the same rewrite (so result strings and even its quirks,
+such as rewriting ``ls(`` inside a string literal, come out identical), parse the
+rewritten string with :mod:`ast`, and interpret a small, closed language:
+
+* literals: str, bytes, numbers, booleans, None, lists, tuples, dicts, sets;
+* ``-``/``+`` on a number, and ``+ - * / // %`` between numbers (bounded);
+* calls of public methods of this conversation's simulator instances, with
+  literal (or nested known-method) arguments.
+
+Anything else (an unknown name, attribute access, a comprehension, ``**`` of a
+non-literal, ...) never runs: the call fails with an ``Error during execution:``
+result that says why. Instances live in a :class:`Simulators` object owned by
+one replay, never in module globals.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import json
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from . import _bfcl
+
+#: bfcl-eval's own deny-list, checked on the rewritten string as BFCL does.
+BLOCKED_NAMES = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")
+#: bfcl-eval's rewrite: every identifier directly followed by ``(``.
+_CALL_NAME = re.compile(r"\b([a-zA-Z_]\w*)\s*(?=\()")
+_INSTANCE_NAME_SANITIZE = re.compile(r"[-./:]")
+
+MAX_CALL_CHARS = 200_000
+MAX_NUMBER_MAGNITUDE = 10**100
+ERROR_PREFIX = "Error during execution: "
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+
+
+class Refused(Exception):
+    """A construct the safe interpreter does not run."""
+
+
+def instance_name(model_name: str, test_entry_id: str, class_name: str) -> str:
+    """The global name bfcl-eval gives an instance (it shows in rewritten strings)."""
+    return _INSTANCE_NAME_SANITIZE.sub("_", f"{model_name}_{test_entry_id}_{class_name}_instance")
+
+
+def format_result(value: Any) -> str:
+    """bfcl-eval's conversion of a return value to the result string."""
+    if type(value) is str:
+        return value
+    if type(value) is dict:
+        try:
+            return json.dumps(value)
+        except Exception:
+            return str(value)
+    return str(value)
+
+
+@dataclass
+class Invocation:
+    """One simulator method actually called (nested calls included)."""
+
+    class_name: str
+    method: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    returned: Any = None
+    raised: str | None = None
+
+
+@dataclass
+class Execution:
+    """The outcome of executing one decoded call string."""
+
+    call: str
+    result: str
+    name: str
+    arguments: dict[str, Any]
+    invocations: list[Invocation]
+    refused: bool = False
+    raised: bool = False
+
+    @property
+    def touched_classes(self) -> set[str]:
+        return {inv.class_name for inv in self.invocations}
+
+
+class Simulators:
+    """The simulator instances of one conversation, created as bfcl-eval does.
+
+    Args:
+        involved_classes: class names in dataset order.
+        initial_config: the conversation's ``initial_config`` (deep-copied here).
+        long_context: bfcl-eval's long-context flag.
+        model_name: the name bfcl-eval builds instance names from; it only
+            matters for BFCL's rewrite quirk inside string literals.
+        test_entry_id: the conversation id (same reason).
+    """
+
+    def __init__(
+        self,
+        involved_classes: Iterable[str],
+        initial_config: Mapping[str, Any],
+        long_context: bool,
+        model_name: str = "careful",
+        test_entry_id: str = "",
+    ) -> None:
+        self.instances: dict[str, Any] = {}
+        self._names: dict[str, str] = {}  # instance name -> class name
+        self._mapping: dict[str, str] = {}  # method name -> instance name
+        stateless = _bfcl.stateless_classes()
+        for class_name in involved_classes:
+            instance = _bfcl.simulator_class(class_name)()
+            if class_name not in stateless:
+                instance._load_scenario(
+                    copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context
+                )
+            name = instance_name(model_name, test_entry_id, class_name)
+            self.instances[class_name] = instance
+            self._names[name] = class_name
+            for method_name, _ in inspect.getmembers(instance, predicate=inspect.ismethod):
+                if not method_name.startswith("_"):
+                    self._mapping[method_name] = name
+
+    def owner(self, method: str) -> str | None:
+        """Class that serves ``method`` in this conversation, if any."""
+        name = self._mapping.get(method)
+        return None if name is None else self._names[name]
+
+    def rewrite(self, call: str) -> str:
+        """bfcl-eval's ``_process_method_calls``."""
+        mapping = self._mapping
+        return _CALL_NAME.sub(
+            lambda m: f"{mapping[m.group(1)]}.{m.group(1)}" if m.group(1) in mapping else m.group(1),
+            call,
+        )
+
+    def execute(self, call: str) -> Execution:
+        """Execute one decoded call string; never raises for bad input."""
+        interpreter = _Interpreter(self)
+        name, arguments = _describe(call)
+        try:
+            if not isinstance(call, str):
+                raise Refused(f"a call must be a string, got {type(call).__name__}")
+            if len(call) > MAX_CALL_CHARS:
+                raise Refused(f"call string of {len(call)} characters exceeds {MAX_CALL_CHARS}")
+            rewritten = self.rewrite(call)
+            _check_deny_list(rewritten)
+            tree = ast.parse(rewritten, filename="<string>", mode="eval")
+            _check_compile_time_errors(tree)
+            value = interpreter.evaluate(tree.body)
+            result = format_result(value)
+            return Execution(call, result, name, arguments, interpreter.invocations)
+        except _Blocked as exc:
+            return Execution(call, ERROR_PREFIX + str(exc), name, arguments,
+                             interpreter.invocations, refused=True)
+        except Refused as exc:
+            return Execution(
+                call, ERROR_PREFIX + f"careful: {exc} (not executed)", name, arguments,
+                interpreter.invocations, refused=True,
+            )
+        except (RecursionError, MemoryError) as exc:
+            return Execution(
+                call, ERROR_PREFIX + f"careful: input too complex ({type(exc).__name__}; not executed)",
+                name, arguments, interpreter.invocations, refused=True,
+            )
+        except Exception as exc:  # same catch-all as bfcl-eval
+            return Execution(call, ERROR_PREFIX + str(exc), name, arguments,
+                             interpreter.invocations, raised=True)
+
+
+def _check_deny_list(rewritten: str) -> None:
+    head = rewritten.split("(")[0] if "(" in rewritten else rewritten
+    if "." in head:
+        head = head.split(".")[1]
+    if head in BLOCKED_NAMES:
+        raise _Blocked(f"Function call {head} is not allowed.")
+
+
+def _check_compile_time_errors(tree: ast.Expression) -> None:
+    """Raise the SyntaxError that compiling (as eval does) would raise before running."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            seen: set[str] = set()
+            for keyword in node.keywords:
+                if keyword.arg is not None and keyword.arg in seen:
+                    raise SyntaxError(
+                        f"keyword argument repeated: {keyword.arg}",
+                        ("<string>", keyword.lineno, keyword.col_offset + 1, None),
+                    )
+                if keyword.arg is not None:
+                    seen.add(keyword.arg)
+
+
+class _Blocked(Exception):
+    """bfcl-eval's own deny-list message (reported like an exception)."""
+
+
+class _Interpreter:
+    def __init__(self, simulators: Simulators) -> None:
+        self.sim = simulators
+        self.invocations: list[Invocation] = []
+
+    def evaluate(self, node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Call):
+            return self._call(node)
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            items = [self._element(e) for e in node.elts]
+            return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
+        if isinstance(node, ast.Dict):
+            if any(k is None for k in node.keys):
+                raise Refused("dict unpacking (**) is not allowed")
+            return {self.evaluate(k): self.evaluate(v) for k, v in zip(node.keys, node.values)}
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            operand = self.evaluate(node.operand)
+            _require_number(operand)
+            return -operand if isinstance(node.op, ast.USub) else +operand
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _arithmetic(node.op, self.evaluate(node.left), self.evaluate(node.right))
+        if isinstance(node, ast.Name):
+            # What eval would say for a name it cannot resolve; never resolved here.
+            raise NameError(f"name '{node.id}' is not defined")
+        raise Refused(f"{type(node).__name__} expressions are not allowed")
+
+    def _element(self, node: ast.AST) -> Any:
+        if isinstance(node, ast.Starred):
+            raise Refused("starred arguments are not allowed")
+        return self.evaluate(node)
+
+    def _call(self, node: ast.Call) -> Any:
+        func = node.func
+        if isinstance(func, ast.Name):
+            raise NameError(f"name '{func.id}' is not defined")
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+            raise Refused(f"calling a {type(func).__name__} is not allowed")
+        class_name = self.sim._names.get(func.value.id)
+        if class_name is None:
+            raise NameError(f"name '{func.value.id}' is not defined")
+        if self.sim.owner(func.attr) != class_name:
+            raise Refused(f"{func.attr!r} is not a public method of {class_name}")
+        args = tuple(self._element(a) for a in node.args)
+        kwargs: dict[str, Any] = {}
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                raise Refused("keyword unpacking (**) is not allowed")
+            kwargs[keyword.arg] = self.evaluate(keyword.value)
+        invocation = Invocation(class_name, func.attr, args, kwargs)
+        self.invocations.append(invocation)
+        method = getattr(self.sim.instances[class_name], func.attr)
+        try:
+            invocation.returned = method(*args, **kwargs)
+        except Exception as exc:
+            invocation.raised = str(exc)
+            raise
+        return invocation.returned
+
+
+def _arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
+    """Numbers with + - * / // %; strings with + and * (bounded length)."""
+    if isinstance(left, str) or isinstance(right, str):
+        if isinstance(op, ast.Add) and type(left) is str and type(right) is str:
+            result: Any = left + right
+        elif isinstance(op, ast.Mult) and {type(left), type(right)} == {str, int}:
+            count = right if type(right) is int else left
+            text = left if type(left) is str else right
+            if count * len(text) > MAX_CALL_CHARS:
+                raise Refused("string repetition result is too long")
+            result = text * count
+        else:
+            raise Refused("this string arithmetic is not allowed")
+        if len(result) > MAX_CALL_CHARS:
+            raise Refused("string result is too long")
+        return result
+    _require_number(left)
+    _require_number(right)
+    result = _BINOPS[type(op)](left, right)
+    _require_number(result)
+    return result
+
+
+def _require_number(value: Any) -> None:
+    if type(value) not in (int, float, bool) or (
+        type(value) is int and abs(value) > MAX_NUMBER_MAGNITUDE
+    ):
+        raise Refused("arithmetic is allowed only on (bounded) numbers")
+
+
+def _describe(call: Any) -> tuple[str, dict[str, Any]]:
+    """Best-effort name and literal arguments of a call string, for records only."""
+    if not isinstance(call, str) or len(call) > MAX_CALL_CHARS:
+        return "<invalid>", {}
+    try:
+        node = ast.parse(call, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return "<unparsable>", {}
+    if not isinstance(node, ast.Call):
+        return "<not a call>", {}
+    name = ast.unparse(node.func) if not isinstance(node.func, ast.Name) else node.func.id
+    arguments: dict[str, Any] = {}
+    for i, arg in enumerate(node.args):
+        arguments[f"*{i}"] = _literal_or_source(arg)
+    for keyword in node.keywords:
+        arguments[keyword.arg or "**"] = _literal_or_source(keyword.value)
+    return name, arguments
+
+
+def _literal_or_source(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return ast.unparse(node)

@@ -1,0 +1,189 @@
+"""Reading BFCL result files (``bfcl generate``'s JSONL) and scoring their entries.
+
+A result file has one JSON object per line: ``id``, ``result`` (per turn, per
+step: a string for prompting models, a list of ``{name: arguments}`` for
+function-calling models; or a string in place of the whole list after an
+inference error), optional token counts, latency and ``inference_log``.
+
+Bad input never stops the run: every problem becomes a :class:`InputProblem`
+that names the file, the line and the conversation, and every other entry is
+still scored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from . import dataset
+from ._bfcl import CATEGORIES
+from .dataset import Conversation
+from .decoding import Decoder
+from .replay import Replay, reference, replay
+from .verdict import Verdict, check, force_terminated, inference_error
+
+RESULT_FILE = re.compile(r"^BFCL_v4_(?P<category>multi_turn_[a-z_]+)_result\.json$")
+
+
+@dataclass(frozen=True)
+class InputProblem:
+    """Something wrong with the user's input, located precisely."""
+
+    file: str
+    line: int | None
+    conversation: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file + (f":{self.line}" if self.line is not None else "")
+        who = f" [{self.conversation}]" if self.conversation else ""
+        return f"{where}{who}: {self.message}"
+
+
+@dataclass
+class LoggedEntry:
+    """One conversation of a logged run, as read from its file."""
+
+    id: str
+    result: Any
+    file: str
+    line: int
+    input_token_count: Any = None
+    output_token_count: Any = None
+    latency: Any = None
+    inference_log: Any = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+def find_result_files(directory: Path) -> dict[str, Path]:
+    """Multi-turn result files under ``directory`` (BFCL's tree or flat), by category."""
+    found: dict[str, Path] = {}
+    for path in sorted(Path(directory).rglob("BFCL_v4_multi_turn_*_result.json")):
+        match = RESULT_FILE.match(path.name)
+        if match and match["category"] in CATEGORIES:
+            found.setdefault(match["category"], path)
+    return found
+
+
+def read_result_file(path: Path, category: str | None = None) -> tuple[list[LoggedEntry], list[InputProblem]]:
+    """Entries of one result file, and the problems found in it."""
+    entries: list[LoggedEntry] = []
+    problems: list[InputProblem] = []
+    seen: dict[str, int] = {}
+    name = str(path)
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [InputProblem(name, None, None, f"cannot read file: {exc}")]
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        entry, problem = _parse_line(name, number, text, category)
+        if problem:
+            problems.append(problem)
+            continue
+        assert entry is not None
+        if entry.id in seen:
+            problems.append(InputProblem(name, number, entry.id,
+                                         f"duplicate entry (first at line {seen[entry.id]}); this one is ignored"))
+            continue
+        seen[entry.id] = number
+        entries.append(entry)
+    return entries, problems
+
+
+def _parse_line(file: str, number: int, text: str, category: str | None) -> tuple[LoggedEntry | None, InputProblem | None]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        guess = re.search(r'"id":\s*"([^"]+)"', text)
+        return None, InputProblem(file, number, guess.group(1) if guess else None,
+                                  f"not valid JSON ({exc.msg} at column {exc.colno}); truncated line?")
+    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+        return None, InputProblem(file, number, None, "expected a JSON object with a string 'id'")
+    entry_id = data["id"]
+    try:
+        conversation = dataset.get(entry_id)
+    except dataset.UnknownConversation as exc:
+        return None, InputProblem(file, number, entry_id, str(exc))
+    if category and conversation.category != category:
+        return None, InputProblem(file, number, entry_id,
+                                  f"belongs to {conversation.category}, not to this file's {category}")
+    if "result" not in data:
+        return None, InputProblem(file, number, entry_id, "entry has no 'result'")
+    return LoggedEntry(
+        id=entry_id, result=data["result"], file=file, line=number,
+        input_token_count=data.get("input_token_count"),
+        output_token_count=data.get("output_token_count"),
+        latency=data.get("latency"), inference_log=data.get("inference_log"), raw=data,
+    ), None
+
+
+@dataclass
+class Evaluation:
+    """A conversation scored by replay: decoded calls, the replay, BFCL's verdict."""
+
+    conversation: Conversation
+    decoded: list[list[list[str]]]
+    replay: Replay
+    reference: Replay
+    verdict: Verdict
+    entry: LoggedEntry | None = None
+
+
+def decode_turns(decoder: Decoder, result: Sequence[Sequence[Any]]) -> list[list[list[str]]]:
+    """Decode every step; like BFCL, steps that fail to decode or decode to nothing are dropped."""
+    turns: list[list[list[str]]] = []
+    for turn in result:
+        steps: list[list[str]] = []
+        for item in turn if isinstance(turn, list) else []:
+            try:
+                decoded = decoder.decode_step(item)
+            except Exception:  # BFCL ignores any failed decoding, and so do we
+                continue
+            if _is_empty(decoded):
+                continue
+            steps.append(list(decoded))
+        turns.append(steps)
+    return turns
+
+
+def _is_empty(decoded: Any) -> bool:
+    return len(decoded) == 0 or (len(decoded) == 1 and len(decoded[0]) == 0)
+
+
+def evaluate(
+    conversation: Conversation,
+    result: Any,
+    decoder: Decoder,
+    model_name: str = "careful",
+    snapshots: bool = True,
+    entry: LoggedEntry | None = None,
+) -> Evaluation:
+    """Decode, replay and check one logged conversation."""
+    ref = reference(conversation)
+    if not isinstance(result, list):
+        empty = replay(conversation, [], model_name, snapshots)
+        return Evaluation(conversation, [], empty, ref, inference_error(), entry)
+    decoded = decode_turns(decoder, result)
+    model = replay(conversation, decoded, model_name, snapshots)
+    if len(result) != conversation.n_turns:
+        verdict = force_terminated(len(result), conversation.n_turns)
+    else:
+        verdict = check(conversation, model, ref)
+    return Evaluation(conversation, decoded, model, ref, verdict, entry)
+
+
+def evaluate_file(
+    path: Path, decoder: Decoder, category: str | None = None, model_name: str = "careful",
+) -> tuple[list[Evaluation], list[InputProblem]]:
+    entries, problems = read_result_file(path, category)
+    return [evaluate(dataset.get(e.id), e.result, decoder, model_name, entry=e) for e in entries], problems
+
+
+def missing_conversations(entries: Iterable[LoggedEntry], category: str) -> list[str]:
+    present = {e.id for e in entries}
+    return [c.id for c in dataset.load_category(category) if c.id not in present]

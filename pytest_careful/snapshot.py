@@ -1,0 +1,194 @@
+"""Cheap state snapshots of simulator instances, and diffs between them.
+
+A snapshot holds, per class and per attribute, the attribute's value pickled
+(C speed; immutable bytes). Only the classes a call touched are re-pickled, the
+others are shared with the previous snapshot. Equal bytes mean equal state, so a
+read is recognised without decoding anything; only attributes whose bytes
+differ are unpickled and compared, to produce a diff or a BFCL state verdict.
+
+Left out, because they are artefacts rather than state (found in
+``bfcl_eval/eval_checker/multi_turn_eval/func_source_code``):
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping
+
+#: Attributes that are not state, with the reason. Everything else is kept,
+#: public and private (``GorillaFileSystem._current_dir`` is hidden state).
+ARTEFACT_ATTRIBUTES: Mapping[str, str] = {
+    "_random": "random.Random of MessageAPI, TradingBot, TravelAPI, VehicleControlAPI",
+    "_api_description": "the constant description string every class sets",
+    "_flight_cost_lookup": "TravelAPI price-quote memo: get_flight_cost fills it, book_flight consumes it",
+}
+#: ``gorilla_file_system.File._last_modified`` is a wall-clock stamp
+#: (``datetime.now()``); it is dropped when a file tree is normalised.
+WALL_CLOCK_ATTRIBUTE = "_last_modified"
+
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+ClassState = Mapping[str, bytes]  # attribute -> pickled value
+
+
+def _is_directory(value: Any) -> bool:
+    return type(value).__name__ == "Directory" and hasattr(value, "contents")
+
+
+def _directory_path(directory: Any) -> str:
+    parts = []
+    while directory is not None:
+        parts.append(directory.name)
+        directory = directory.parent
+    return "/".join(reversed(parts))
+
+
+def capture_class(instance: Any) -> dict[str, bytes]:
+    """Pickle every state attribute of one instance.
+
+    A directory held outside ``root`` (the current directory) is stored as its
+    path, so a snapshot never duplicates the tree.
+    """
+    state: dict[str, bytes] = {}
+    for attr, value in vars(instance).items():
+        if attr in ARTEFACT_ATTRIBUTES:
+            continue
+        if attr != "root" and _is_directory(value):
+            value = _directory_path(value)
+        state[attr] = pickle.dumps(value, _PROTOCOL)
+    return state
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """State of all instances of a conversation at one point."""
+
+    classes: Mapping[str, ClassState]
+
+    @classmethod
+    def capture(cls, instances: Mapping[str, Any]) -> "Snapshot":
+        return cls({name: capture_class(inst) for name, inst in instances.items()})
+
+    def updated(self, instances: Mapping[str, Any], touched: Iterable[str]) -> "Snapshot":
+        """A new snapshot re-capturing only the ``touched`` classes."""
+        touched = set(touched)
+        if not touched:
+            return self
+        return Snapshot(
+            {
+                name: capture_class(instances[name]) if name in touched else state
+                for name, state in self.classes.items()
+            }
+        )
+
+    def value(self, class_name: str, attr: str) -> Any:
+        return pickle.loads(self.classes[class_name][attr])
+
+    def public(self, class_name: str) -> dict[str, bytes]:
+        return {k: v for k, v in self.classes[class_name].items() if not k.startswith("_")}
+
+    def normalised(self) -> dict[str, dict[str, Any]]:
+        """Plain JSON-like state: files and directories become dicts."""
+        return {
+            name: {attr: normalise(pickle.loads(blob)) for attr, blob in state.items()}
+            for name, state in self.classes.items()
+        }
+
+
+@dataclass(frozen=True)
+class Change:
+    """One changed leaf of the state: ``path`` from class and attribute down."""
+
+    path: tuple[str, ...]
+    before: Any
+    after: Any
+    MISSING = "<absent>"
+
+    @property
+    def class_name(self) -> str:
+        return self.path[0]
+
+    @property
+    def attribute(self) -> str:
+        return self.path[1]
+
+    @property
+    def hidden(self) -> bool:
+        return self.attribute.startswith("_")
+
+    @property
+    def kind(self) -> str:
+        if self.before == Change.MISSING:
+            return "added"
+        if self.after == Change.MISSING:
+            return "removed"
+        return "changed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": list(self.path), "before": self.before, "after": self.after}
+
+
+def normalise(value: Any) -> Any:
+    """Files and directories as plain dicts (no parent links, no wall clock)."""
+    if _is_directory(value):
+        return {k: normalise(v) for k, v in value.contents.items()}
+    if type(value).__name__ == "File" and hasattr(value, "content"):
+        return {"<file>": value.content}
+    if isinstance(value, dict):
+        return {k: normalise(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [normalise(v) for v in value]
+    return value
+
+
+def diff(before: Snapshot, after: Snapshot) -> list[Change]:
+    """Leaf-level changes from ``before`` to ``after``; empty when equal."""
+    changes: list[Change] = []
+    for class_name, state in after.classes.items():
+        old = before.classes.get(class_name, {})
+        if old is state:
+            continue
+        for attr in sorted(set(old) | set(state), key=str):
+            a, b = old.get(attr), state.get(attr)
+            if a == b:
+                continue
+            va = Change.MISSING if a is None else normalise(pickle.loads(a))
+            vb = Change.MISSING if b is None else normalise(pickle.loads(b))
+            changes.extend(_diff_values((class_name, attr), va, vb))
+    return changes
+
+
+def _diff_values(path: tuple[str, ...], a: Any, b: Any) -> Iterator[Change]:
+    if a == b:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            yield from _diff_values(
+                path + (str(key),), a.get(key, Change.MISSING), b.get(key, Change.MISSING)
+            )
+        return
+    yield Change(path, a, b)
+
+
+def states_equal_public(
+    model: Snapshot, reference: Snapshot, class_name: str
+) -> tuple[bool, dict[str, dict[str, Any]]]:
+    """BFCL's ``_compare_instances`` on snapshots: public attributes with ``!=``.
+
+    Equal bytes are equal values; differing bytes (e.g. only file wall-clock
+    stamps differ) are unpickled and compared with the simulators' own ``__eq__``.
+    """
+    differences: dict[str, dict[str, Any]] = {}
+    model_state = model.classes[class_name]
+    for attr, ref_blob in reference.classes[class_name].items():
+        if attr.startswith("_"):
+            continue
+        model_blob = model_state.get(attr)
+        if model_blob == ref_blob:
+            continue
+        model_value = pickle.loads(model_blob) if model_blob is not None else None
+        ref_value = pickle.loads(ref_blob)
+        if model_value != ref_value:
+            differences[attr] = {"model": model_value, "ground_truth": ref_value}
+    return not differences, differences

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import pytest
+
+# bfcl-eval writes result/ score/ .file_locks/ under BFCL_PROJECT_ROOT on import.
+os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="careful-tests-bfcl-"))
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+REAL_RUN = SHARED / "real-runs" / "gpt-oss-20b-vllm-2025-11-12"
+REAL_RUN_DECODER = "gpt-4.1-2025-04-14-FC"
+
+
+def run_oracle(cases: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """bfcl-eval's own evaluation of each case, in a child process."""
+    payload = "".join(json.dumps(c) + "\n" for c in cases)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "oracle_worker.py")],
+        input=payload, capture_output=True, text=True, check=False,
+        env={**os.environ, "BFCL_PROJECT_ROOT": tempfile.mkdtemp(prefix="oracle-")},
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="session")
+def real_run() -> Path:
+    if not REAL_RUN.is_dir():
+        pytest.skip(f"shared real run not found at {REAL_RUN}")
+    return REAL_RUN
