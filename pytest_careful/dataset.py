@@ -32,7 +32,8 @@ class Conversation:
         involved_classes: simulator classes, in dataset order.
         functions: docs visible from the first turn.
         missed_function: miss_func holdout docs, by the turn they return at.
-        excluded_function: names listed by the dataset as excluded.
+        excluded_function: names the dataset lists as excluded (18 conversations
+            per category; bfcl-eval 2026.3.23 itself never reads the field).
         ground_truth: reference calls per turn, as BFCL call strings.
     """
 
@@ -43,7 +44,7 @@ class Conversation:
     involved_classes: tuple[str, ...]
     functions: list[dict[str, Any]]
     missed_function: dict[int, list[dict[str, Any]]]
-    excluded_function: tuple[str, ...]
+    excluded_function: tuple[str, ...] | None  # None where the dataset has no such key
     ground_truth: list[list[str]]
     path: tuple[str, ...] = field(default=())
 
@@ -81,7 +82,8 @@ class Conversation:
             entry["missed_function"] = {
                 str(k): copy.deepcopy(v) for k, v in self.missed_function.items()
             }
-        entry["excluded_function"] = list(self.excluded_function)
+        if self.excluded_function is not None:
+            entry["excluded_function"] = list(self.excluded_function)
         entry["function"] = copy.deepcopy(self.functions)
         return entry
 
@@ -123,7 +125,9 @@ def _build(entry: dict[str, Any], answer: dict[str, Any], category: str) -> Conv
         involved_classes=tuple(entry["involved_classes"]),
         functions=functions,
         missed_function=missed,
-        excluded_function=tuple(entry.get("excluded_function", ())),
+        excluded_function=(
+            tuple(entry["excluded_function"]) if "excluded_function" in entry else None
+        ),
         ground_truth=answer["ground_truth"],
         path=tuple(entry.get("path", ())),
     )

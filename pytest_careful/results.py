@@ -58,14 +58,22 @@ class LoggedEntry:
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-def find_result_files(directory: Path) -> dict[str, Path]:
+def find_result_files(directory: Path) -> tuple[dict[str, Path], list[InputProblem]]:
     """Multi-turn result files under ``directory`` (BFCL's tree or flat), by category."""
     found: dict[str, Path] = {}
+    problems: list[InputProblem] = []
     for path in sorted(Path(directory).rglob("BFCL_v4_multi_turn_*_result.json")):
         match = RESULT_FILE.match(path.name)
-        if match and match["category"] in CATEGORIES:
-            found.setdefault(match["category"], path)
-    return found
+        category = match["category"] if match else path.name
+        if category not in CATEGORIES:
+            problems.append(InputProblem(str(path), None, None, f"unknown category {category!r}; "
+                                         f"expected one of {', '.join(CATEGORIES)}"))
+        elif category in found:
+            problems.append(InputProblem(str(path), None, None,
+                                         f"second result file for {category}; using {found[category]}"))
+        else:
+            found[category] = path
+    return found, problems
 
 
 def read_result_file(path: Path, category: str | None = None) -> tuple[list[LoggedEntry], list[InputProblem]]:
@@ -114,12 +122,30 @@ def _parse_line(file: str, number: int, text: str, category: str | None) -> tupl
                                   f"belongs to {conversation.category}, not to this file's {category}")
     if "result" not in data:
         return None, InputProblem(file, number, entry_id, "entry has no 'result'")
+    shape = _shape_problem(data["result"], conversation)
+    if shape:
+        return None, InputProblem(file, number, entry_id, shape)
     return LoggedEntry(
         id=entry_id, result=data["result"], file=file, line=number,
         input_token_count=data.get("input_token_count"),
         output_token_count=data.get("output_token_count"),
         latency=data.get("latency"), inference_log=data.get("inference_log"), raw=data,
     ), None
+
+
+def _shape_problem(result: Any, conversation: Conversation) -> str | None:
+    """A result BFCL could not have written. Fewer turns than the conversation
+    has is not one: that is BFCL's own force termination, scored as such."""
+    if isinstance(result, str):
+        return None  # BFCL's inference-error form
+    if not isinstance(result, list):
+        return f"'result' must be a list of turns (or an error string), got {type(result).__name__}"
+    if len(result) > conversation.n_turns:
+        return f"'result' has {len(result)} turns but {conversation.id} has {conversation.n_turns}"
+    for index, turn in enumerate(result):
+        if not isinstance(turn, list):
+            return f"turn {index} must be a list of steps, got {type(turn).__name__}"
+    return None
 
 
 @dataclass
