@@ -123,6 +123,7 @@ class Simulators:
         self.instances: dict[str, Any] = {}
         self._names: dict[str, str] = {}  # instance name -> class name
         self._mapping: dict[str, str] = {}  # method name -> instance name
+        self._model_name, self._test_entry_id = model_name, test_entry_id
         stateless = _bfcl.stateless_classes()
         for class_name in involved_classes:
             instance = _bfcl.simulator_class(class_name)()
@@ -130,12 +131,25 @@ class Simulators:
                 instance._load_scenario(
                     copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context
                 )
-            name = instance_name(model_name, test_entry_id, class_name)
-            self.instances[class_name] = instance
-            self._names[name] = class_name
-            for method_name, _ in inspect.getmembers(instance, predicate=inspect.ismethod):
-                if not method_name.startswith("_"):
-                    self._mapping[method_name] = name
+            self._register(class_name, instance)
+
+    @classmethod
+    def around(cls, instances: Mapping[str, Any], model_name: str = "careful",
+               test_entry_id: str = "") -> "Simulators":
+        """Wrap existing instances (e.g. restored copies used for probing)."""
+        sim = cls((), {}, False, model_name, test_entry_id)
+        for class_name, instance in instances.items():
+            sim._register(class_name, instance)
+        return sim
+
+    def _register(self, class_name: str, instance: Any) -> None:
+        name = instance_name(self._model_name, self._test_entry_id, class_name)
+        self.instances[class_name] = instance
+        self._names[name] = class_name
+        # Same mapping as bfcl-eval: later classes win on a shared method name.
+        for method_name, _ in inspect.getmembers(instance, predicate=inspect.ismethod):
+            if not method_name.startswith("_"):
+                self._mapping[method_name] = name
 
     def owner(self, method: str) -> str | None:
         """Class that serves ``method`` in this conversation, if any."""

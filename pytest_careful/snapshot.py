@@ -129,16 +129,24 @@ class Change:
         return {"path": list(self.path), "before": self.before, "after": self.after}
 
 
-def normalise(value: Any) -> Any:
-    """Files and directories as plain dicts (no parent links, no wall clock)."""
+def normalise(value: Any, _ancestors: frozenset[int] = frozenset()) -> Any:
+    """Files and directories as plain dicts (no parent links, no wall clock).
+
+    The file system can be driven into a cycle (``cp`` of a directory into
+    itself shares the contents dict); a directory met again below itself
+    becomes ``"<cycle>"``.
+    """
     if _is_directory(value):
-        return {k: normalise(v) for k, v in value.contents.items()}
+        if id(value) in _ancestors:
+            return "<cycle>"
+        inner = _ancestors | {id(value)}
+        return {k: normalise(v, inner) for k, v in value.contents.items()}
     if type(value).__name__ == "File" and hasattr(value, "content"):
         return {"<file>": value.content}
     if isinstance(value, dict):
-        return {k: normalise(v) for k, v in value.items()}
+        return {k: normalise(v, _ancestors) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [normalise(v) for v in value]
+        return [normalise(v, _ancestors) for v in value]
     return value
 
 
@@ -189,6 +197,10 @@ def states_equal_public(
             continue
         model_value = pickle.loads(model_blob) if model_blob is not None else None
         ref_value = pickle.loads(ref_blob)
-        if model_value != ref_value:
+        try:
+            unequal = model_value != ref_value
+        except RecursionError:  # a cyclic file tree; bfcl-eval's own __eq__ overflows too
+            unequal = True
+        if unequal:
             differences[attr] = {"model": model_value, "ground_truth": ref_value}
     return not differences, differences
