@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .dataset import Conversation, load, load_category
 from .executor import Execution, Simulators
-from .replay import CallRecord, Replay, reference, replay
+from .replay import CallRecord, Replay, reference
 from .results import Evaluation, InputProblem, evaluate, read_result_file
 from .verdict import Verdict, check
 
@@ -23,5 +23,4 @@ __all__ = [
     "load_category",
     "read_result_file",
     "reference",
-    "replay",
 ]

@@ -158,23 +158,54 @@ class Evaluation:
     reference: Replay
     verdict: Verdict
     entry: LoggedEntry | None = None
+    run: DecodedRun | None = None
+
+
+@dataclass
+class DecodedRun:
+    """Decoded steps per turn, with where each came from and the model's text.
+
+    Attributes:
+        turns: per turn, the decoded steps (each a list of call strings); steps
+            that failed to decode or decoded to nothing are dropped, as BFCL does.
+        raw_index: per turn, the raw step index of each decoded step (token
+            counts are logged per raw step).
+        texts: per turn, the raw steps that are text rather than calls.
+        raw_steps: per turn, the number of raw steps.
+    """
+
+    turns: list[list[list[str]]]
+    raw_index: list[list[int]]
+    texts: list[list[str]]
+    raw_steps: list[int]
+
+
+def decode_run(decoder: Decoder, result: Sequence[Sequence[Any]]) -> DecodedRun:
+    run = DecodedRun([], [], [], [])
+    for turn in result:
+        steps, indices, texts = [], [], []
+        items = turn if isinstance(turn, list) else []
+        for index, item in enumerate(items):
+            try:
+                decoded = decoder.decode_step(item)
+            except Exception:  # BFCL ignores any failed decoding, and so do we
+                decoded = []
+            if _is_empty(decoded):
+                if isinstance(item, str):
+                    texts.append(item)
+                continue
+            steps.append(list(decoded))
+            indices.append(index)
+        run.turns.append(steps)
+        run.raw_index.append(indices)
+        run.texts.append(texts)
+        run.raw_steps.append(len(items))
+    return run
 
 
 def decode_turns(decoder: Decoder, result: Sequence[Sequence[Any]]) -> list[list[list[str]]]:
     """Decode every step; like BFCL, steps that fail to decode or decode to nothing are dropped."""
-    turns: list[list[list[str]]] = []
-    for turn in result:
-        steps: list[list[str]] = []
-        for item in turn if isinstance(turn, list) else []:
-            try:
-                decoded = decoder.decode_step(item)
-            except Exception:  # BFCL ignores any failed decoding, and so do we
-                continue
-            if _is_empty(decoded):
-                continue
-            steps.append(list(decoded))
-        turns.append(steps)
-    return turns
+    return decode_run(decoder, result).turns
 
 
 def _is_empty(decoded: Any) -> bool:
@@ -193,14 +224,14 @@ def evaluate(
     ref = reference(conversation)
     if not isinstance(result, list):
         empty = replay(conversation, [], model_name, snapshots)
-        return Evaluation(conversation, [], empty, ref, inference_error(), entry)
-    decoded = decode_turns(decoder, result)
-    model = replay(conversation, decoded, model_name, snapshots)
+        return Evaluation(conversation, [], empty, ref, inference_error(), entry, DecodedRun([], [], [], []))
+    run = decode_run(decoder, result)
+    model = replay(conversation, run.turns, model_name, snapshots)
     if len(result) != conversation.n_turns:
         verdict = force_terminated(len(result), conversation.n_turns)
     else:
         verdict = check(conversation, model, ref)
-    return Evaluation(conversation, decoded, model, ref, verdict, entry)
+    return Evaluation(conversation, run.turns, model, ref, verdict, entry, run)
 
 
 def evaluate_file(
