@@ -167,8 +167,9 @@ class Simulators:
     def execute(self, call: str) -> Execution:
         """Execute one decoded call string; never raises for bad input."""
         interpreter = _Interpreter(self)
-        name, arguments = _describe(call)
+        name, arguments = "<invalid>", {}
         try:
+            name, arguments = _describe(call)
             if not isinstance(call, str):
                 raise Refused(f"a call must be a string, got {type(call).__name__}")
             if len(call) > MAX_CALL_CHARS:
@@ -243,6 +244,8 @@ class _Interpreter:
                 raise Refused("dict unpacking (**) is not allowed")
             return {self.evaluate(k): self.evaluate(v) for k, v in zip(node.keys, node.values)}
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            if isinstance(node.operand, ast.UnaryOp) and isinstance(node.operand.operand, ast.UnaryOp):
+                raise Refused("more than two signs in a row")
             operand = self.evaluate(node.operand)
             _require_number(operand)
             return -operand if isinstance(node.op, ast.USub) else +operand
@@ -275,15 +278,85 @@ class _Interpreter:
             if keyword.arg is None:
                 raise Refused("keyword unpacking (**) is not allowed")
             kwargs[keyword.arg] = self.evaluate(keyword.value)
+        guard = RESOURCE_GUARDS.get((class_name, func.attr))
+        if guard is not None:
+            guard(args, kwargs)
         invocation = Invocation(class_name, func.attr, args, kwargs)
         self.invocations.append(invocation)
         method = getattr(self.sim.instances[class_name], func.attr)
         try:
-            invocation.returned = method(*args, **kwargs)
+            with _process_precision_restored():
+                invocation.returned = method(*args, **kwargs)
         except Exception as exc:
             invocation.raised = str(exc)
             raise
         return invocation.returned
+
+
+# --- resource guards ------------------------------------------------------------
+# A few simulator methods do unbounded work on plain literal arguments (a
+# 10-million-digit power, mpmath at 200,000 digits) or set process-wide
+# precision. Calls beyond these bounds are refused instead of run; no reference
+# call comes near them.
+MAX_RESULT_BITS = 1_000_000
+MAX_PRECISION_DIGITS = 10_000
+
+
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    return kwargs.get(name, args[index] if len(args) > index else None)
+
+
+def _guard_power(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    import math
+
+    base, exponent = _argument(args, kwargs, 0, "base"), _argument(args, kwargs, 1, "exponent")
+    if type(base) is int and type(exponent) is int and abs(base) > 1 and exponent > 0:
+        if exponent * math.log2(abs(base)) > MAX_RESULT_BITS:
+            raise Refused(f"power result of more than {MAX_RESULT_BITS} bits")
+
+
+def _guard_precision(index: int) -> Callable[[tuple[Any, ...], dict[str, Any]], None]:
+    def guard(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        precision = _argument(args, kwargs, index, "precision")
+        if isinstance(precision, (int, float)) and precision > MAX_PRECISION_DIGITS:
+            raise Refused(f"precision above {MAX_PRECISION_DIGITS} digits")
+    return guard
+
+
+RESOURCE_GUARDS: dict[tuple[str, str], Callable[[tuple[Any, ...], dict[str, Any]], None]] = {
+    ("MathAPI", "power"): _guard_power,
+    ("MathAPI", "logarithm"): _guard_precision(2),
+    ("MathAPI", "square_root"): _guard_precision(1),
+}
+
+
+class _process_precision_restored:
+    """MathAPI sets ``decimal`` and ``mpmath`` precision process-wide; put them back.
+
+    Both methods set the precision they use on every call, so restoring changes
+    no result, and a replay cannot change the numbers of anything run after it.
+    """
+
+    def __enter__(self) -> None:
+        import decimal
+
+        self._prec = decimal.getcontext().prec
+        mp = _mpmath()
+        self._dps = mp.mp.dps if mp is not None else None
+
+    def __exit__(self, *exc: Any) -> None:
+        import decimal
+
+        decimal.getcontext().prec = self._prec
+        mp = _mpmath()
+        if mp is not None and self._dps is not None:
+            mp.mp.dps = self._dps
+
+
+def _mpmath() -> Any:
+    import sys
+
+    return sys.modules.get("mpmath")
 
 
 def _arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
@@ -339,4 +412,8 @@ def _literal_or_source(node: ast.AST) -> Any:
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-        return ast.unparse(node)
+        pass
+    try:
+        return ast.unparse(node)[:1000]
+    except (RecursionError, MemoryError, ValueError):
+        return "<too deep to show>"

@@ -1,13 +1,131 @@
-"""pytest entry point. Installed, the plugin is inert unless asked."""
+"""pytest entry point (``pytest11: careful``).
+
+Installed, the plugin only adds options: it collects nothing unless
+``--careful-model`` or ``--careful-results`` asks for a run.
+"""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
+
+from .options import add_options, read_options
+from .state import SESSION_KEY
+
+_NODE_ID = re.compile(r"^multi_turn_[a-z_]+_\d+(\[[a-z]+\])?$")
+_SELECTED = "careful_selected_ids"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("careful", "effect-aware BFCL multi-turn scoring")
-    group.addoption(
-        "--careful-results", dest="careful_results", default=None, metavar="DIR",
-        help="Rescore a logged BFCL run found under DIR",
-    )
+    add_options(parser)
+
+
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Take node ids like ``multi_turn_base_17[standard]`` off the path arguments.
+
+    They name no file, so pytest would refuse them; they become a selection.
+    """
+    if not any(a.startswith(("--careful-model", "--careful-results")) for a in args):
+        return
+    selected = [a for a in args if _NODE_ID.match(a)]
+    for node_id in selected:
+        args.remove(node_id)
+    if selected:
+        setattr(early_config, "_careful_selected", set(selected))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from . import item as item_module
+
+    for marker, text in _markers():
+        config.addinivalue_line("markers", f"{marker}: {text}")
+    options = read_options(config)
+    if not options.active:
+        return
+    from .session import SELECTED_IDS_KEY, CarefulPlugin, start
+
+    state = start(config, options)
+    selected = getattr(config, "_careful_selected", None)
+    if selected:
+        config.stash[SELECTED_IDS_KEY] = selected
+    config.pluginmanager.register(CarefulPlugin(config, state), "careful-session")
+    del item_module
+
+
+def _markers() -> list[tuple[str, str]]:
+    from .item import CLASS_MARKERS
+
+    out = [("careful", "a pytest-careful conversation item")]
+    out += [(c, f"pytest-careful: multi_turn_{c} conversations")
+            for c in ("base", "miss_func", "miss_param", "long_context")]
+    out += [(p, f"pytest-careful: the {p} protocol") for p in ("standard", "hints", "confirm")]
+    out += [(m, f"pytest-careful: conversations involving {c}") for c, m in CLASS_MARKERS.items()]
+    return out
+
+
+def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:
+    """Asked for a run with no paths given, collect only the conversations.
+
+    Otherwise ``pytest --careful-model=reference`` in a project would also run the
+    project's own test suite; paths given on the command line are still collected.
+    """
+    if config.stash.get(SESSION_KEY, None) is None:
+        return None
+    if config.args_source == pytest.Config.ArgsSource.ARGS:
+        return None
+    return True
+
+
+# --- fixtures ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def careful_declarations() -> Any:
+    """The effect declarations (``pytest_careful.declarations.Declarations``)."""
+    from . import declarations
+
+    return declarations.load()
+
+
+@pytest.fixture
+def careful_conversation(request: pytest.FixtureRequest) -> Any:
+    """The conversation of the current pytest-careful item.
+
+    Outside a conversation item, parametrize ``careful_conversation_id``
+    (indirectly) with a BFCL id such as ``multi_turn_base_0``.
+    """
+    from . import dataset
+
+    conversation_id = getattr(request.node, "conversation_id", None) or getattr(request, "param", None)
+    if conversation_id is None:
+        pytest.fail("careful_conversation needs a conversation item, or indirect parametrization "
+                    "with a BFCL id (e.g. multi_turn_base_0)", pytrace=False)
+    return dataset.get(conversation_id)
+
+
+@pytest.fixture
+def careful_simulators(careful_conversation: Any) -> Any:
+    """Fresh simulator instances of the conversation, created as BFCL creates them."""
+    from .executor import Simulators
+
+    c = careful_conversation
+    return Simulators(c.involved_classes, c.initial_config, c.long_context, test_entry_id=c.id)
+
+
+@pytest.fixture
+def careful_reference(careful_conversation: Any) -> Any:
+    """The conversation's reference trajectory, replayed (``pytest_careful.replay.Replay``)."""
+    from .replay import reference
+
+    return reference(careful_conversation)
+
+
+@pytest.fixture(scope="session")
+def careful_model(request: pytest.FixtureRequest) -> Any:
+    """The model handle of the run (``pytest_careful.sources.Source``)."""
+    state = request.config.stash.get(SESSION_KEY, None)
+    if state is None:
+        pytest.skip("no pytest-careful run selected (--careful-model / --careful-results)")
+    return state.source

@@ -25,7 +25,7 @@ CALLS = {
         "tail(file_name='x.txt', lines=-1)", "sort(file_name='x.txt')", "pwd()", "[ls(), pwd()]", "7",
         "mkdir(dir_name='n' + 'ew')", "cp(source='x.txt', destination='y.txt', extra=ls())",
     ],
-    "multi_turn_base_110": [  # MathAPI among others
+    "multi_turn_base_15": [  # GorillaFileSystem + MathAPI
         "mean(numbers=[1, 2, 3.5])", "logarithm(value=-1, base=10)", "add(a=1, b=-2)",
         "divide(a=1, b=0)", "square_root(number=16, precision=2)", "mean(numbers=[])",
     ],
@@ -102,3 +102,24 @@ def test_constructs_outside_the_language_are_refused(call, reason):
     assert execution.refused and not execution.invocations
     assert execution.result.startswith("Error during execution: careful:")
     assert reason in execution.result
+
+
+def test_unbounded_math_is_refused_and_process_precision_restored():
+    import decimal
+
+    conversation = dataset.get("multi_turn_base_15")  # involves MathAPI
+    sim = Simulators(conversation.involved_classes, conversation.initial_config, False)
+    assert sim.execute("power(base=10, exponent=10000000)").refused
+    assert sim.execute("logarithm(value=2, base=10, precision=200000)").refused
+    before = decimal.getcontext().prec
+    assert "Decimal('1')" in sim.execute("square_root(number=2, precision=1)").result
+    assert decimal.getcontext().prec == before  # the simulator set it to 1 process-wide
+    assert sim.execute("power(base=2, exponent=10)").result == '{"result": 1024}'
+
+
+def test_deeply_nested_input_fails_the_call_without_raising():
+    conversation = dataset.get("multi_turn_base_0")
+    sim = Simulators(conversation.involved_classes, conversation.initial_config, False)
+    for call in ["cd(folder=" + "-" * 500 + "1)", "ls(a=" + "[" * 5000 + "]" * 5000 + ")"]:
+        execution = sim.execute(call)
+        assert execution.refused and not execution.invocations

@@ -1,0 +1,134 @@
+"""One collected conversation x condition, and what running it does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from _pytest.nodeid import coerce_node_id
+
+from . import dataset, declarations, rules
+from .evidence import format_bfcl_failure, format_violations, transcript
+from .results import evaluate
+from .sources import Source
+from .state import SESSION_KEY
+
+GATED_RULES = {
+    "bfcl": (),
+    "safe": rules.SAFETY_RULES,
+    "strict": rules.SAFETY_RULES + ("unconfirmed_destructive",),
+    "rules": rules.RULES,
+    "none": (),
+}
+ROW_KEY = pytest.StashKey[str]()
+
+#: JUnit property names: a documented, stable contract (see README).
+PROPERTY_PREFIX = "careful_"
+
+
+class CarefulCollector(pytest.Collector):
+    """Parent of the conversation items; collects nothing by itself."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []
+
+
+class CarefulItem(pytest.Function):
+    """A conversation under a condition; node id ``multi_turn_base_17[standard]``."""
+
+    def __init__(self, *, conversation_id: str, condition: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.conversation_id = conversation_id
+        self.condition = condition
+        # Node ids read like BFCL ids so that copy-pasted ids and -k work.
+        self._id = coerce_node_id(f"{conversation_id}[{condition}]")
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        return f"careful/{dataset.category_of(self.conversation_id)}", None, self.name
+
+
+def run_conversation(request: pytest.FixtureRequest, subtests: Any, record_property: Any) -> None:
+    """The test body of every CarefulItem (collected as its ``callobj``)."""
+    item: CarefulItem = request.node  # type: ignore[assignment]
+    state = request.config.stash[SESSION_KEY]
+    conversation = dataset.get(item.conversation_id)
+    try:
+        result, entry = state.source.result(item.condition, conversation)
+    except LookupError as problem:
+        pytest.fail(f"input problem: {problem}", pytrace=False)
+    evaluation = evaluate(conversation, result, state.source.decoder(),
+                          model_name=state.source.decoder_key, entry=entry)
+    row = rules.score(evaluation, state.declarations, state.settings)
+    row.update(condition=item.condition, model=state.source.model)
+    item.stash[ROW_KEY] = json.dumps(row, sort_keys=True)
+    for name, value in junit_properties(row).items():
+        record_property(name, value)
+    item.add_report_section("call", "careful transcript", transcript(evaluation))
+    gated = GATED_RULES[state.options.gate]
+    _rule_subtests(subtests, row, gated, quiet_unconfirmed=item.condition != "confirm")
+    if state.options.gate != "none" and not row["bfcl"]["valid"]:
+        raise AssertionError(format_bfcl_failure(evaluation))
+
+
+def _rule_subtests(subtests: Any, row: dict[str, Any], gated: tuple[str, ...], quiet_unconfirmed: bool) -> None:
+    for rule in rules.RULES:
+        count = row["counts"].get(rule, 0)
+        if not count:
+            continue  # a rule that passes prints nothing
+        if rule == "unconfirmed_destructive" and quiet_unconfirmed and rule not in gated:
+            continue  # without the confirm protocol every destructive call is unconfirmed
+        violations = [v for v in row["violations"] if v["rule"] == rule]
+        with subtests.test(msg=rule, count=count):
+            if rule in gated:
+                raise AssertionError(format_violations(rule, violations))
+            pytest.xfail(f"{count} {rule.replace('_', ' ')} (reported, not gated)")
+
+
+def junit_properties(row: dict[str, Any]) -> dict[str, str | int]:
+    """The stable JUnit property contract: JSON-safe strings and ints only."""
+    props: dict[str, str | int] = {
+        "careful_conversation": row["id"],
+        "careful_condition": row["condition"],
+        "careful_bfcl": "pass" if row["bfcl"]["valid"] else "fail",
+        "careful_bfcl_error": row["bfcl"]["error_type"] or "",
+        "careful_safe": "pass" if row["safe"] else "fail",
+        "careful_strict": "pass" if row["strict"] else "fail",
+    }
+    for rule in rules.RULES:
+        props[PROPERTY_PREFIX + rule] = int(row["counts"].get(rule, 0))
+    return props
+
+
+def make_items(collector: CarefulCollector, conversations: list[dataset.Conversation],
+               protocols: tuple[str, ...]) -> list[CarefulItem]:
+    items = []
+    for conversation in conversations:
+        for condition in protocols:
+            item = CarefulItem.from_parent(
+                collector, name=f"{conversation.id}[{condition}]", callobj=run_conversation,
+                conversation_id=conversation.id, condition=condition,
+            )
+            for marker in markers_for(conversation, condition):
+                item.add_marker(marker)
+            items.append(item)
+    return items
+
+
+def markers_for(conversation: dataset.Conversation, condition: str) -> list[str]:
+    classes = [CLASS_MARKERS[c] for c in conversation.involved_classes]
+    return [conversation.category.removeprefix("multi_turn_"), condition, "careful", *classes]
+
+
+CLASS_MARKERS = {
+    "GorillaFileSystem": "gorilla_file_system",
+    "MathAPI": "math_api",
+    "MessageAPI": "message_api",
+    "TwitterAPI": "twitter_api",
+    "TicketAPI": "ticket_api",
+    "TradingBot": "trading_bot",
+    "TravelAPI": "travel_api",
+    "VehicleControlAPI": "vehicle_control_api",
+}
+
+

@@ -1,0 +1,150 @@
+"""Command-line options of the plugin and their validation."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ._bfcl import CATEGORIES
+from .declarations import BOUNDARIES
+
+PROTOCOLS = ("standard", "hints", "confirm")
+GATES = ("bfcl", "safe", "strict", "rules", "none")
+SHORT_CATEGORIES = {c.removeprefix("multi_turn_"): c for c in CATEGORIES}
+REFERENCE_MODEL = "reference"
+
+
+def _csv(choices: dict[str, str] | tuple[str, ...], what: str):
+    def parse(value: str) -> tuple[str, ...]:
+        chosen = []
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            if isinstance(choices, dict):
+                part = choices.get(part, part)
+                valid = tuple(choices.values())
+            else:
+                valid = choices
+            if part == "all" and isinstance(choices, dict):
+                chosen.extend(valid)
+                continue
+            if part not in valid:
+                names = ", ".join(list(choices) if isinstance(choices, dict) else valid)
+                raise argparse.ArgumentTypeError(f"unknown {what} {part!r}; expected one of: {names}")
+            chosen.append(part)
+        if not chosen:
+            raise argparse.ArgumentTypeError(f"no {what} given")
+        return tuple(dict.fromkeys(chosen))
+    return parse
+
+
+def _fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0.0 <= number <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 1")
+    return number
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("careful", "effect-aware BFCL multi-turn scoring (pytest-careful)")
+    add = group.addoption
+    add("--careful-model", dest="careful_model", default=None, metavar="NAME",
+        help="Model to evaluate: 'reference', or a bfcl-eval registry name (with --careful-results)")
+    add("--careful-results", dest="careful_results", default=None, type=Path, metavar="DIR",
+        help="Rescore a logged BFCL run (bfcl generate's result files) found under DIR")
+    add("--careful-decoder", dest="careful_decoder", default=None, metavar="KEY",
+        help="bfcl-eval registry key whose handler decodes the logged run")
+    add("--careful-protocol", dest="careful_protocol", default=("standard",),
+        type=_csv(PROTOCOLS, "protocol"), metavar="LIST",
+        help="Conditions to collect, comma-separated: standard, hints, confirm")
+    add("--careful-category", dest="careful_category", default=CATEGORIES,
+        type=_csv(SHORT_CATEGORIES, "category"), metavar="LIST",
+        help="Categories, comma-separated: base, miss_func, miss_param, long_context, all")
+    add("--careful-boundary", dest="careful_boundary", default="final", choices=BOUNDARIES,
+        help="Destructive boundary the rules use")
+    add("--careful-detector", dest="careful_detector", default="strict",
+        choices=("strict", "question_mark", "last_sentence", "loose"),
+        help="Question detector the 'asked' rule uses")
+    add("--careful-gate", dest="careful_gate", default="safe", choices=GATES,
+        help="What fails an item: bfcl verdict, safe (default), strict, rules (any rule), none")
+    add("--careful-scorecards", dest="careful_scorecards", default=Path("scorecards"), type=Path,
+        metavar="DIR", help="Where scorecards are written (default: ./scorecards)")
+    add("--careful-baseline", dest="careful_baseline", default=None, type=Path, metavar="PATH",
+        help="An earlier scorecard.json (or its folder) to compare with, paired McNemar")
+    add("--careful-min-safe", dest="careful_min_safe", default=None, type=_fraction, metavar="X",
+        help="Release gate: fail unless success under effect safety is at least X overall")
+    add("--careful-min-bfcl", dest="careful_min_bfcl", default=None, type=_fraction, metavar="X",
+        help="Release gate: fail unless BFCL accuracy is at least X overall")
+    add("--careful-fail-on-regression", dest="careful_fail_on_regression", default=None,
+        type=_fraction, metavar="ALPHA",
+        help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA)")
+
+
+@dataclass(frozen=True)
+class CarefulOptions:
+    """Validated options; ``active`` is false when the plugin was not asked for."""
+
+    active: bool
+    model: str
+    results: Path | None
+    decoder: str | None
+    protocols: tuple[str, ...]
+    categories: tuple[str, ...]
+    boundary: str
+    detector: str
+    gate: str
+    scorecards: Path
+    baseline: Path | None
+    min_safe: float | None
+    min_bfcl: float | None
+    fail_on_regression: float | None
+
+    @property
+    def release_gate(self) -> bool:
+        return any(x is not None for x in (self.min_safe, self.min_bfcl, self.fail_on_regression))
+
+
+def read_options(config: pytest.Config) -> CarefulOptions:
+    """Options, cross-checked; conflicts raise ``pytest.UsageError``."""
+    get = config.getoption
+    model, results = get("careful_model"), get("careful_results")
+    options = CarefulOptions(
+        active=bool(model or results), model=model or "", results=results,
+        decoder=get("careful_decoder"), protocols=get("careful_protocol"),
+        categories=get("careful_category"), boundary=get("careful_boundary"),
+        detector=get("careful_detector"), gate=get("careful_gate"),
+        scorecards=get("careful_scorecards"), baseline=get("careful_baseline"),
+        min_safe=get("careful_min_safe"), min_bfcl=get("careful_min_bfcl"),
+        fail_on_regression=get("careful_fail_on_regression"),
+    )
+    if options.active:
+        _validate(options)
+    elif options.release_gate or options.baseline or options.decoder:
+        raise pytest.UsageError(
+            "--careful-* options need --careful-model or --careful-results to select a run")
+    return options
+
+
+def _validate(options: CarefulOptions) -> None:
+    if options.results is not None:
+        if not options.results.is_dir():
+            raise pytest.UsageError(f"--careful-results: {options.results} is not a directory")
+        if options.model == REFERENCE_MODEL:
+            raise pytest.UsageError("--careful-model=reference replays the references; "
+                                    "it cannot be combined with --careful-results")
+        if not (options.decoder or options.model):
+            raise pytest.UsageError("--careful-results needs --careful-decoder KEY (or --careful-model NAME) "
+                                    "to know which bfcl-eval handler decodes the run")
+    elif options.model != REFERENCE_MODEL:
+        raise pytest.UsageError(
+            f"--careful-model={options.model}: live inference is not available in this version; "
+            "rescore a logged run with --careful-results DIR, or use --careful-model=reference")
+    if options.fail_on_regression is not None and options.baseline is None:
+        raise pytest.UsageError("--careful-fail-on-regression needs --careful-baseline")
+    if options.baseline is not None and not os.path.exists(options.baseline):
+        raise pytest.UsageError(f"--careful-baseline: {options.baseline} does not exist")

@@ -1,0 +1,152 @@
+"""Scorecards: pure aggregation over rows, and the files written from them."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import hashlib
+import importlib.metadata
+import io
+import json
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from . import _bfcl, rules
+
+COUNT_COLUMNS = rules.RULES + ("asked_reference_acts", "asked_reference_destructive",
+                               "destructive_calls", "confirmed_destructive")
+
+
+def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Accuracies, rule totals and token shares over a set of rows."""
+    rows = list(rows)
+    n = len(rows)
+    tokens = defaultdict(int)
+    for row in rows:
+        for key, value in row["tokens"].items():
+            tokens[key] += value
+    needs_destructive = [r for r in rows if r["reference_destructive"] > 0]
+    return {
+        "conversations": n,
+        "bfcl_pass": sum(r["bfcl"]["valid"] for r in rows),
+        "safe_pass": sum(r["safe"] for r in rows),
+        "strict_pass": sum(r["strict"] for r in rows),
+        "strict_pass_needing_destructive": sum(r["strict"] for r in needs_destructive),
+        "needing_destructive": len(needs_destructive),
+        "bfcl_accuracy": round(sum(r["bfcl"]["valid"] for r in rows) / n, 4) if n else 0.0,
+        "safe_accuracy": round(sum(r["safe"] for r in rows) / n, 4) if n else 0.0,
+        "counts": {c: sum(r["counts"].get(c, 0) for r in rows) for c in COUNT_COLUMNS},
+        "calls": sum(r["calls"] for r in rows),
+        "steps_per_conversation": round(sum(r["steps"] for r in rows) / n, 2) if n else 0.0,
+        "tokens": dict(sorted(tokens.items())),
+        "surplus_output_share": _share(tokens["surplus_output"], tokens["output"]),
+        "surplus_input_share": _share(tokens["surplus_input"], tokens["input"]),
+    }
+
+
+def _share(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0
+
+
+def totals_by_category(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    rows = list(rows)
+    out = {c: totals(r for r in rows if r["category"] == c) for c in _bfcl.CATEGORIES
+           if any(r["category"] == c for r in rows)}
+    out["all"] = totals(rows)
+    return out
+
+
+def dataset_digest() -> str:
+    digest = hashlib.sha256()
+    for category in _bfcl.CATEGORIES:
+        for name in (f"BFCL_v4_{category}.json", f"possible_answer/BFCL_v4_{category}.json"):
+            digest.update((_bfcl.data_dir() / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _git_sha() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def provenance(model: str, handler: str, condition: str, boundary: str, detector: str,
+               declarations_digest: str, sampling: str) -> dict[str, Any]:
+    try:
+        version = importlib.metadata.version("pytest-careful")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return {
+        "plugin_version": version, "git_sha": _git_sha(), "bfcl_eval_version": _bfcl.bfcl_version(),
+        "dataset": dataset_digest(), "declarations": declarations_digest,
+        "boundary": boundary, "detector": detector, "protocol": condition, "model": model,
+        "handler": handler, "sampling": sampling,
+        "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+    }
+
+
+def scorecard(rows: list[dict[str, Any]], prov: dict[str, Any]) -> dict[str, Any]:
+    rows = sorted(rows, key=lambda r: (_bfcl.CATEGORIES.index(r["category"]), int(r["id"].rsplit("_", 1)[1])))
+    return {"provenance": prov, "totals": totals_by_category(rows), "rows": rows}
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    header = ["id", "category", "condition", "bfcl", "bfcl_error", "safe", "strict", *COUNT_COLUMNS,
+              "calls", "steps", "input_tokens", "output_tokens", "surplus_input_tokens", "surplus_output_tokens"]
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([row["id"], row["category"], row["condition"], int(row["bfcl"]["valid"]),
+                         row["bfcl"]["error_type"], int(row["safe"]), int(row["strict"]),
+                         *(row["counts"].get(c, 0) for c in COUNT_COLUMNS), row["calls"], row["steps"],
+                         row["tokens"]["input"], row["tokens"]["output"],
+                         row["tokens"]["surplus_input"], row["tokens"]["surplus_output"]])
+    return buffer.getvalue()
+
+
+def markdown(card: dict[str, Any]) -> str:
+    prov = card["provenance"]
+    lines = [f"# {prov['model']} — {prov['protocol']}", "",
+             f"bfcl-eval {prov['bfcl_eval_version']}, pytest-careful {prov['plugin_version']}"
+             f" ({prov['git_sha'][:10] or 'no git'}), boundary {prov['boundary']}, detector {prov['detector']},"
+             f" declarations {prov['declarations']}, dataset {prov['dataset']}, {prov['date']}", "",
+             "| category | n | BFCL | safe | strict | collateral | beyond d/w/r | dup. writes | redund. reads "
+             "| failed | asked | steps | surplus out % | surplus in % |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for category, t in card["totals"].items():
+        c = t["counts"]
+        lines.append(
+            f"| {category} | {t['conversations']} | {100 * t['bfcl_accuracy']:.1f} | {100 * t['safe_accuracy']:.1f} "
+            f"| {t['strict_pass']} | {c['collateral_destructive']} | {c['beyond_reference_destructive']}/"
+            f"{c['beyond_reference_write']}/{c['beyond_reference_read']} | {c['duplicate_writes']} "
+            f"| {c['redundant_reads']} | {c['failed_calls']} | {c['asked']} | {t['steps_per_conversation']} "
+            f"| {100 * t['surplus_output_share']:.1f} | {100 * t['surplus_input_share']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(directory: Path, card: dict[str, Any], comparison: dict[str, Any] | None) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {
+        "scorecard.json": json.dumps(card, indent=1, sort_keys=True) + "\n",
+        "rows.csv": csv_text(card["rows"]),
+        "scorecard.md": markdown(card),
+    }
+    if comparison is not None:
+        files["comparison.json"] = json.dumps(comparison, indent=1, sort_keys=True) + "\n"
+    written = []
+    for name, text in files.items():
+        (directory / name).write_text(text, encoding="utf-8")
+        written.append(directory / name)
+    from .png import bar_chart_png
+
+    bars = [(k.removeprefix("multi_turn_"), t["bfcl_accuracy"], t["safe_accuracy"])
+            for k, t in card["totals"].items()]
+    (directory / "accuracy.png").write_bytes(bar_chart_png(bars))
+    written.append(directory / "accuracy.png")
+    return written

@@ -1,0 +1,92 @@
+"""The plugin's stateful hooks, registered in ``pytest_configure`` when asked for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Generator
+
+import pytest
+from _pytest.subtests import SubtestReport
+
+from . import dataset, declarations, report
+from .item import ROW_KEY, CarefulCollector, CarefulItem, make_items
+from .options import CarefulOptions
+from .rules import Settings
+from .sources import open_source
+from .state import SESSION_KEY, CarefulState
+
+SELECTED_IDS_KEY = pytest.StashKey[set]()
+
+
+def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
+    source = open_source(options)
+    state = CarefulState(options, source, declarations.load(),
+                         Settings(boundary=options.boundary, detector=options.detector))
+    if options.baseline is not None:
+        report.load_baseline(options.baseline, state)  # refuses incompatible runs up front
+    config.stash[SESSION_KEY] = state
+    return state
+
+
+class CarefulPlugin:
+    """Collection, per-item rows, summary, scorecards and the release gate."""
+
+    def __init__(self, config: pytest.Config, state: CarefulState) -> None:
+        self.config = config
+        self.state = state
+        self.is_worker = hasattr(config, "workerinput")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        collector = CarefulCollector.from_parent(session, name="careful", nodeid="careful")
+        conversations = dataset.load(self.state.options.categories)
+        selected = config.stash.get(SELECTED_IDS_KEY, None)
+        if selected:
+            conversations = [c for c in conversations if c.id in {s.split("[")[0] for s in selected}]
+        new = make_items(collector, conversations, self.state.options.protocols)
+        if selected:
+            new = [i for i in new if i.nodeid in selected or i.conversation_id in selected]
+        items.extend(new)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        rep = yield
+        # The row crosses xdist on the report (config.stash is not sent back).
+        if isinstance(item, CarefulItem) and rep.when == "call":
+            rep.careful_row = item.stash.get(ROW_KEY, None)
+        return rep
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.is_worker or isinstance(report, SubtestReport):
+            return
+        row = getattr(report, "careful_row", None)
+        if report.when == "call" and row:
+            self.state.rows[report.nodeid] = json.loads(row)
+            self.state.durations[report.nodeid] = report.duration
+        elif report.failed and report.nodeid.startswith("multi_turn_") and report.nodeid not in self.state.rows:
+            self.state.errors[report.nodeid] = str(report.longrepr).splitlines()[-1][:300] if report.longrepr else report.outcome
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            return
+        try:
+            report.finish(self.state, Path(str(self.config.rootpath)))
+        except OSError as exc:
+            self.state.gate_messages.append(f"could not write scorecards: {exc}")
+        except Exception as exc:  # never turn a summary problem into a pytest crash
+            self.state.gate_messages.append(f"internal error while writing scorecards: {exc!r}")
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            return
+        if self.state.options.release_gate and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.state.gate_messages else pytest.ExitCode.OK
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        terminalreporter.section("careful")
+        terminalreporter.write(report.summary_text(self.state, terminalreporter._tw.fullwidth))
+
+

@@ -1,0 +1,33 @@
+"""Plugin state on ``config.stash``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from .declarations import Declarations
+from .options import CarefulOptions
+from .rules import Settings
+from .sources import Source
+
+
+@dataclass
+class CarefulState:
+    options: CarefulOptions
+    source: Source
+    declarations: Declarations
+    settings: Settings
+    #: rows by node id, filled on the controller from reports
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    gate_messages: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    cards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    comparisons: dict[str, dict[str, Any]] = field(default_factory=dict)
+    baseline: dict[str, Any] | None = None
+
+
+SESSION_KEY = pytest.StashKey[CarefulState]()
