@@ -122,4 +122,4 @@ def test_deeply_nested_input_fails_the_call_without_raising():
     sim = Simulators(conversation.involved_classes, conversation.initial_config, False)
     for call in ["cd(folder=" + "-" * 500 + "1)", "ls(a=" + "[" * 5000 + "]" * 5000 + ")"]:
         execution = sim.execute(call)
-        assert execution.refused and not execution.invocations
+        assert not execution.invocations and execution.result.startswith("Error during execution: ")
