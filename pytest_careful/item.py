@@ -44,11 +44,11 @@ class CarefulItem(pytest.Function):
         # Node ids read like BFCL ids so that copy-pasted ids and -k work.
         self._id = coerce_node_id(f"{conversation_id}[{condition}]")
 
-    def reportinfo(self) -> tuple[str, int | None, str]:
-        return f"careful/{dataset.category_of(self.conversation_id)}", None, self.name
+    def reportinfo(self) -> tuple[str, int, str]:
+        return f"careful/{dataset.category_of(self.conversation_id)}", 0, self.name
 
 
-def run_conversation(request: pytest.FixtureRequest, subtests: Any, record_property: Any) -> None:
+def run_conversation(request: pytest.FixtureRequest, subtests: Any) -> None:
     """The test body of every CarefulItem (collected as its ``callobj``)."""
     item: CarefulItem = request.node  # type: ignore[assignment]
     state = request.config.stash[SESSION_KEY]
@@ -62,8 +62,9 @@ def run_conversation(request: pytest.FixtureRequest, subtests: Any, record_prope
     row = rules.score(evaluation, state.declarations, state.settings)
     row.update(condition=item.condition, model=state.source.model)
     item.stash[ROW_KEY] = json.dumps(row, sort_keys=True)
-    for name, value in junit_properties(row).items():
-        record_property(name, value)
+    # What record_property does, without its warning under the default xunit2
+    # family: user properties reach the JUnit XML (and cross xdist) in any family.
+    item.user_properties.extend(junit_properties(row).items())
     item.add_report_section("call", "careful transcript", transcript(evaluation))
     gated = GATED_RULES[state.options.gate]
     _rule_subtests(subtests, row, gated, quiet_unconfirmed=item.condition != "confirm")
@@ -90,6 +91,7 @@ def junit_properties(row: dict[str, Any]) -> dict[str, str | int]:
     props: dict[str, str | int] = {
         "careful_conversation": row["id"],
         "careful_condition": row["condition"],
+        "careful_category": row["category"],
         "careful_bfcl": "pass" if row["bfcl"]["valid"] else "fail",
         "careful_bfcl_error": row["bfcl"]["error_type"] or "",
         "careful_safe": "pass" if row["safe"] else "fail",

@@ -164,12 +164,13 @@ def reference(conversation: Conversation, model_name: str = "careful") -> Replay
 
 
 def _json_safe(value: Any) -> Any:
-    try:
-        json.dumps(value)
+    """Values as JSON can hold them: sets become sorted lists, other objects repr()."""
+    if value is None or isinstance(value, (str, int, float, bool)):
         return value
-    except (TypeError, ValueError):
-        if isinstance(value, dict):
-            return {str(k): _json_safe(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple, set)):
-            return [_json_safe(v) for v in value]
-        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_json_safe(v) for v in value), key=repr)
+    return repr(value)

@@ -37,7 +37,8 @@ class CarefulPlugin:
         self.state = state
         self.is_worker = hasattr(config, "workerinput")
 
-    @pytest.hookimpl(trylast=True)
+    # tryfirst: the items must exist before -k and -m deselect among them.
+    @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
         collector = CarefulCollector.from_parent(session, name="careful", nodeid="careful")
@@ -49,6 +50,9 @@ class CarefulPlugin:
         if selected:
             new = [i for i in new if i.nodeid in selected or i.conversation_id in selected]
         items.extend(new)
+        # Report them as collected, so that counts ("N tests collected") include them.
+        session.ihook.pytest_collectreport(
+            report=pytest.CollectReport(collector.nodeid, "passed", None, list(new)))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:

@@ -162,3 +162,20 @@ def test_row_is_json_safe():
     result[0][0] = result[0][0] + ["rm(file_name='previous_report.pdf')"]
     row = _score("multi_turn_base_0", result)
     assert json.loads(json.dumps(row)) == row
+
+
+def test_every_row_of_the_real_run_is_json(real_run):
+    import json
+
+    from pytest_careful.decoding import decoder
+    from pytest_careful.results import evaluate_file
+
+    from conftest import REAL_RUN_DECODER
+
+    dec = decoder(REAL_RUN_DECODER)
+    for category in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"):
+        evaluations, problems = evaluate_file(real_run / f"BFCL_v4_{category}_result.json", dec, category)
+        assert not problems and len(evaluations) == 200
+        for evaluation in evaluations:
+            row = rules.score(evaluation, DECL)
+            assert json.loads(json.dumps(row)) == row
