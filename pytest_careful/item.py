@@ -61,15 +61,17 @@ def run_conversation(request: pytest.FixtureRequest, subtests: Any) -> None:
                           model_name=state.source.decoder_key, entry=entry)
     row = rules.score(evaluation, state.declarations, state.settings)
     row.update(condition=item.condition, model=state.source.model)
+    gated = GATED_RULES[state.options.gate]
+    _rule_subtests(subtests, row, gated, quiet_unconfirmed=item.condition != "confirm")
+    # Only now: subtest reports copy the item's sections, properties and (through
+    # our makereport wrapper) its row; the row must cross xdist once, on the item's report.
     item.stash[ROW_KEY] = json.dumps(row, sort_keys=True)
     # What record_property does, without its warning under the default xunit2
     # family: user properties reach the JUnit XML (and cross xdist) in any family.
     item.user_properties.extend(junit_properties(row).items())
     item.add_report_section("call", "careful transcript", transcript(evaluation))
-    gated = GATED_RULES[state.options.gate]
-    _rule_subtests(subtests, row, gated, quiet_unconfirmed=item.condition != "confirm")
     if state.options.gate != "none" and not row["bfcl"]["valid"]:
-        raise AssertionError(format_bfcl_failure(evaluation))
+        pytest.fail(format_bfcl_failure(evaluation), pytrace=False)
 
 
 def _rule_subtests(subtests: Any, row: dict[str, Any], gated: tuple[str, ...], quiet_unconfirmed: bool) -> None:
@@ -82,7 +84,8 @@ def _rule_subtests(subtests: Any, row: dict[str, Any], gated: tuple[str, ...], q
         violations = [v for v in row["violations"] if v["rule"] == rule]
         with subtests.test(msg=rule, count=count):
             if rule in gated:
-                raise AssertionError(format_violations(rule, violations))
+                # pytrace=False: the evidence is the message; our own frames would be noise.
+                pytest.fail(format_violations(rule, violations), pytrace=False)
             pytest.xfail(f"{count} {rule.replace('_', ' ')} (reported, not gated)")
 
 

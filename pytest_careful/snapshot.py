@@ -126,7 +126,21 @@ class Change:
         return "changed"
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": list(self.path), "before": self.before, "after": self.after}
+        return {"path": list(self.path), "before": _clip(self.before), "after": _clip(self.after)}
+
+
+#: Evidence is for people: a value longer than this is cut in rows and reports.
+MAX_EVIDENCE_CHARS = 2_000
+
+
+def _clip(value: Any) -> Any:
+    """Long strings cut, long containers summarised (the full state stays in the snapshot)."""
+    if isinstance(value, str) and len(value) > MAX_EVIDENCE_CHARS:
+        return value[:MAX_EVIDENCE_CHARS] + f"... ({len(value)} chars)"
+    if isinstance(value, (dict, list)) and len(repr(value)) > MAX_EVIDENCE_CHARS:
+        text = repr(value)
+        return text[:MAX_EVIDENCE_CHARS] + f"... ({len(text)} chars)"
+    return value
 
 
 def normalise(value: Any, _ancestors: frozenset[int] = frozenset()) -> Any:

@@ -1,0 +1,151 @@
+"""Scoring and plugin speed: rules vs bare verdict, pytest -n 2 vs in-process, collection.
+
+    .venv/bin/python bench/score.py
+
+Builds an 800-conversation logged run in BFCL's FC result format: the 600 real
+gpt-oss-20b conversations of ../shared/real-runs (base, miss_func, miss_param)
+plus 200 long_context conversations written from the references with every
+third turn's calls repeated (there is no real long_context run here). Then, in
+one process, times (a) decode + replay + BFCL verdict, (b) the same plus all
+rules, and, as child processes, (c) the same rescoring through pytest -n 2 and
+(d) collecting 2,400 items (800 x 3 protocols).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_RUN = ROOT.parent / "shared" / "real-runs" / "gpt-oss-20b-vllm-2025-11-12"
+DECODER = "gpt-4.1-2025-04-14-FC"
+
+
+def _fc_step(call: str) -> list[dict[str, str]]:
+    node = ast.parse(call, mode="eval").body
+    args = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+    return [{node.func.id: json.dumps(args)}]
+
+
+def build_run(directory: Path) -> Path:
+    from pytest_careful import dataset
+
+    run = directory / "result" / "gpt-oss-20b-plus-lc"
+    run.mkdir(parents=True)
+    for name in ("base", "miss_func", "miss_param"):
+        shutil.copy(REAL_RUN / f"BFCL_v4_multi_turn_{name}_result.json", run)
+    lines = []
+    for conversation in dataset.load_category("multi_turn_long_context"):
+        turns = []
+        for index, calls in enumerate(conversation.ground_truth):
+            steps = [_fc_step(c) for c in calls]
+            if index % 3 == 2:
+                steps += [_fc_step(c) for c in calls]  # repeated: duplicate writes, redundant reads
+            turns.append(steps)
+        lines.append(json.dumps({"id": conversation.id, "result": turns}))
+    (run / "BFCL_v4_multi_turn_long_context_result.json").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def in_process(run: Path) -> dict[str, float]:
+    from pytest_careful import dataset, declarations, results, rules
+    from pytest_careful.decoding import decoder
+    from pytest_careful.replay import reference
+
+    dec, decl = decoder(DECODER), declarations.load()
+    files, _ = results.find_result_files(run)
+    entries = []
+    for category, path in files.items():
+        entries.extend(results.read_result_file(path, category)[0])
+    for conversation in dataset.load():
+        reference(conversation)  # reference replays are shared by every run: warm them
+    timings = {}
+    started = time.perf_counter()
+    evaluations = [results.evaluate(dataset.get(e.id), e.result, dec, entry=e) for e in entries]
+    timings["replay + verdict"] = time.perf_counter() - started
+    started = time.perf_counter()
+    evaluations = [results.evaluate(dataset.get(e.id), e.result, dec, entry=e) for e in entries]
+    rows = [rules.score(ev, decl) for ev in evaluations]
+    timings["replay + verdict + rules"] = time.perf_counter() - started
+    timings["conversations"] = len(rows)
+    return timings
+
+
+def cold(run: Path) -> float:
+    """Rescoring from a fresh process, imports and reference replays included."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, __file__, "--cold-run", str(run)], check=True)
+    return time.perf_counter() - started
+
+
+def _cold_child(run: Path) -> None:
+    from pytest_careful import dataset, declarations, results, rules
+    from pytest_careful.decoding import decoder
+
+    dec, decl = decoder(DECODER), declarations.load()
+    files, _ = results.find_result_files(run)
+    for category, path in files.items():
+        for entry in results.read_result_file(path, category)[0]:
+            rules.score(results.evaluate(dataset.get(entry.id), entry.result, dec, entry=entry), decl)
+
+
+def through_pytest(run: Path, workdir: Path) -> tuple[float, str]:
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
+         f"--careful-results={run}", f"--careful-decoder={DECODER}"],
+        cwd=workdir, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    tail = [l for l in out.stdout.splitlines() if re.search(r"\d+ (passed|failed)", l)]
+    return elapsed, (tail[-1] if tail else out.stdout[-300:])
+
+
+def collection(workdir: Path) -> tuple[float, str]:
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--collect-only", "-q",
+         "--careful-model=reference", "--careful-protocol=standard,hints,confirm"],
+        cwd=workdir, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    line = next((l for l in out.stdout.splitlines() if "collected" in l), out.stdout[-200:])
+    return elapsed, line
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cold-run", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bench-bfcl-"))
+    if args.cold_run:
+        _cold_child(args.cold_run)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        run = build_run(workdir)
+        timings = in_process(run)
+        n = timings["conversations"]
+        bare, full = timings["replay + verdict"], timings["replay + verdict + rules"]
+        cold_time = cold(run)
+        pytest_time, pytest_line = through_pytest(run, workdir)
+        collect_time, collect_line = collection(workdir)
+    print(f"logged run: {n} conversations (600 real gpt-oss-20b + 200 long_context from references)")
+    print(f"{'in process, decode + replay + BFCL verdict':48s} {bare:7.2f} s  {n / bare:7.1f} conv/s")
+    print(f"{'in process, the same + all rules':48s} {full:7.2f} s  {n / full:7.1f} conv/s")
+    print(f"{'rules overhead (target <= 1.5x)':48s} {full / bare:7.2f} x")
+    print(f"{'fresh process, imports + references + rules':48s} {cold_time:7.2f} s")
+    print(f"{'pytest -n 2 --careful-results (whole command)':48s} {pytest_time:7.2f} s   [{pytest_line.strip()}]")
+    print(f"{'pytest -n 2 / fresh-process rescoring (<= 1.5x)':48s} {pytest_time / cold_time:7.2f} x")
+    print(f"{'collect 2,400 items (whole command)':48s} {collect_time:7.2f} s   [{collect_line.strip()}]")
+
+
+if __name__ == "__main__":
+    main()
