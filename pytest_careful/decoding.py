@@ -80,7 +80,20 @@ def _shadow_eval(handler_class: type) -> None:
 
 @functools.cache
 def registry_keys() -> tuple[str, ...]:
-    return tuple(_bfcl.model_registry())
+    """The registry's keys, read from model_config.py's source without importing it.
+
+    Importing the registry imports every vendor SDK (about 5 s); option
+    validation on the pytest controller needs only the names.
+    ``tests/test_decoding.py`` checks this against the imported mapping.
+    """
+    source = (_bfcl.package_root() / "constants" / "model_config.py").read_text(encoding="utf-8")
+    keys: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id.endswith("_model_map") for t in node.targets
+        ) and isinstance(node.value, ast.Dict):
+            keys.extend(k.value for k in node.value.keys if isinstance(k, ast.Constant))
+    return tuple(dict.fromkeys(keys)) or tuple(_bfcl.model_registry())
 
 
 def resolve_model(name: str) -> str:
