@@ -178,8 +178,10 @@ class Simulators:
             _check_deny_list(rewritten)
             tree = ast.parse(rewritten, filename="<string>", mode="eval")
             _check_compile_time_errors(tree)
-            value = interpreter.evaluate(tree.body)
-            result = format_result(value)
+            # The result string of an mpmath/decimal value depends on the precision
+            # the call set: format it before that precision is put back.
+            with _process_precision_restored():
+                result = format_result(interpreter.evaluate(tree.body))
             return Execution(call, result, name, arguments, interpreter.invocations)
         except _Blocked as exc:
             return Execution(call, ERROR_PREFIX + str(exc), name, arguments,
@@ -285,8 +287,7 @@ class _Interpreter:
         self.invocations.append(invocation)
         method = getattr(self.sim.instances[class_name], func.attr)
         try:
-            with _process_precision_restored():
-                invocation.returned = method(*args, **kwargs)
+            invocation.returned = method(*args, **kwargs)
         except Exception as exc:
             invocation.raised = str(exc)
             raise
@@ -333,8 +334,9 @@ RESOURCE_GUARDS: dict[tuple[str, str], Callable[[tuple[Any, ...], dict[str, Any]
 class _process_precision_restored:
     """MathAPI sets ``decimal`` and ``mpmath`` precision process-wide; put them back.
 
-    Both methods set the precision they use on every call, so restoring changes
-    no result, and a replay cannot change the numbers of anything run after it.
+    Both methods set the precision they use on every call, and the result string
+    is made inside this block, so restoring changes no result; a replay cannot
+    change the numbers of anything run after it.
     """
 
     def __enter__(self) -> None:

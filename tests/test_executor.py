@@ -28,6 +28,8 @@ CALLS = {
     "multi_turn_base_15": [  # GorillaFileSystem + MathAPI
         "mean(numbers=[1, 2, 3.5])", "logarithm(value=-1, base=10)", "add(a=1, b=-2)",
         "divide(a=1, b=0)", "square_root(number=16, precision=2)", "mean(numbers=[])",
+        "logarithm(value=20, base=10, precision=2)", "square_root(number=2, precision=40)",
+        "logarithm(value=7, base=2, precision=30)",
     ],
 }
 
