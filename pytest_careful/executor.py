@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import inspect
 import json
 import operator
+import pickle
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -119,18 +121,15 @@ class Simulators:
         long_context: bool,
         model_name: str = "careful",
         test_entry_id: str = "",
+        template: bytes | None = None,
     ) -> None:
         self.instances: dict[str, Any] = {}
         self._names: dict[str, str] = {}  # instance name -> class name
         self._mapping: dict[str, str] = {}  # method name -> instance name
         self._model_name, self._test_entry_id = model_name, test_entry_id
-        stateless = _bfcl.stateless_classes()
-        for class_name in involved_classes:
-            instance = _bfcl.simulator_class(class_name)()
-            if class_name not in stateless:
-                instance._load_scenario(
-                    copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context
-                )
+        fresh = pickle.loads(template) if template is not None else \
+            fresh_instances(involved_classes, initial_config, long_context)
+        for class_name, instance in fresh.items():
             self._register(class_name, instance)
 
     @classmethod
@@ -147,9 +146,8 @@ class Simulators:
         self.instances[class_name] = instance
         self._names[name] = class_name
         # Same mapping as bfcl-eval: later classes win on a shared method name.
-        for method_name, _ in inspect.getmembers(instance, predicate=inspect.ismethod):
-            if not method_name.startswith("_"):
-                self._mapping[method_name] = name
+        for method_name in _public_methods(instance):
+            self._mapping[method_name] = name
 
     def owner(self, method: str) -> str | None:
         """Class that serves ``method`` in this conversation, if any."""
@@ -169,18 +167,19 @@ class Simulators:
         interpreter = _Interpreter(self)
         name, arguments = "<invalid>", {}
         try:
-            name, arguments = _describe(call)
             if not isinstance(call, str):
                 raise Refused(f"a call must be a string, got {type(call).__name__}")
             if len(call) > MAX_CALL_CHARS:
                 raise Refused(f"call string of {len(call)} characters exceeds {MAX_CALL_CHARS}")
-            rewritten = self.rewrite(call)
-            _check_deny_list(rewritten)
-            tree = ast.parse(rewritten, filename="<string>", mode="eval")
-            _check_compile_time_errors(tree)
+            parsed = _parse_raw(call)
+            name, arguments = parsed.name, dict(parsed.arguments)
+            tree = self._tree(call, parsed)
             # The result string of an mpmath/decimal value depends on the precision
             # the call set: format it before that precision is put back.
-            with _process_precision_restored():
+            if "MathAPI" in self.instances:
+                with _process_precision_restored():
+                    result = format_result(interpreter.evaluate(tree.body))
+            else:
                 result = format_result(interpreter.evaluate(tree.body))
             return Execution(call, result, name, arguments, interpreter.invocations)
         except _Blocked as exc:
@@ -199,6 +198,98 @@ class Simulators:
         except Exception as exc:  # same catch-all as bfcl-eval
             return Execution(call, ERROR_PREFIX + str(exc), name, arguments,
                              interpreter.invocations, raised=True)
+
+    def _tree(self, call: str, parsed: "_Parsed") -> ast.Expression:
+        """The expression to interpret, with bfcl-eval's checks done first.
+
+        Fast path: a plain ``name(...)`` call whose string literals hold no
+        ``method(`` that bfcl-eval's rewrite would change parses the same before
+        and after the rewrite, so the cached parse of the raw string serves.
+        Everything else takes the exact path: rewrite, then parse.
+        """
+        if parsed.simple and not (parsed.string_calls & self._mapping.keys()) \
+                and not (parsed.names & self._names.keys()):
+            if parsed.head in BLOCKED_NAMES:
+                raise _Blocked(f"Function call {parsed.head} is not allowed.")
+            if parsed.compile_error is not None:
+                raise parsed.compile_error
+            assert parsed.tree is not None
+            return parsed.tree
+        rewritten = self.rewrite(call)
+        _check_deny_list(rewritten)
+        tree = ast.parse(rewritten, filename="<string>", mode="eval")
+        _check_compile_time_errors(tree)
+        return tree
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """What the raw call string is, computed once per distinct string."""
+
+    tree: ast.Expression | None
+    name: str
+    arguments: Mapping[str, Any]
+    simple: bool  # ``ident(...)`` with only plain-name calls inside
+    head: str
+    string_calls: frozenset[str]  # identifiers followed by ``(`` inside string literals
+    names: frozenset[str]  # every Name in the expression
+    compile_error: SyntaxError | None
+
+
+_SIMPLE_HEAD = re.compile(r"([A-Za-z_]\w*)\(")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_raw(call: str) -> _Parsed:
+    name, arguments = _describe(call)
+    try:
+        tree = ast.parse(call, filename="<string>", mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return _Parsed(None, name, arguments, False, "", frozenset(), frozenset(), None)
+    head = _SIMPLE_HEAD.match(call)
+    nodes = list(ast.walk(tree))
+    simple = head is not None and all(
+        isinstance(n.func, ast.Name) for n in nodes if isinstance(n, ast.Call))
+    strings = frozenset(
+        m.group(1) for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes))
+        for m in _CALL_NAME.finditer(n.value if isinstance(n.value, str) else n.value.decode("latin-1")))
+    names = frozenset(n.id for n in nodes if isinstance(n, ast.Name))
+    try:
+        _check_compile_time_errors(tree)
+        error = None
+    except SyntaxError as exc:
+        error = exc
+    return _Parsed(tree, name, arguments, simple, head.group(1) if head else "", strings, names, error)
+
+
+def fresh_instances(involved_classes: Iterable[str], initial_config: Mapping[str, Any],
+                    long_context: bool) -> dict[str, Any]:
+    """Instances as bfcl-eval creates them: ``_load_scenario`` on a deep copy."""
+    instances = {}
+    stateless = _bfcl.stateless_classes()
+    for class_name in involved_classes:
+        instance = _bfcl.simulator_class(class_name)()
+        if class_name not in stateless:
+            instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context)
+        instances[class_name] = instance
+    return instances
+
+
+def template_of(involved_classes: Iterable[str], initial_config: Mapping[str, Any], long_context: bool) -> bytes:
+    """Fresh instances, pickled: loading them is much cheaper than building them again."""
+    return pickle.dumps(fresh_instances(involved_classes, initial_config, long_context), pickle.HIGHEST_PROTOCOL)
+
+
+_METHODS: dict[type, tuple[str, ...]] = {}
+
+
+def _public_methods(instance: Any) -> tuple[str, ...]:
+    """bfcl-eval's ``inspect.getmembers(instance, ismethod)`` public names, once per class."""
+    cls = type(instance)
+    if cls not in _METHODS:
+        _METHODS[cls] = tuple(n for n, _ in inspect.getmembers(instance, predicate=inspect.ismethod)
+                              if not n.startswith("_"))
+    return _METHODS[cls]
 
 
 def _check_deny_list(rewritten: str) -> None:
@@ -266,26 +357,32 @@ class _Interpreter:
     def _call(self, node: ast.Call) -> Any:
         func = node.func
         if isinstance(func, ast.Name):
-            raise NameError(f"name '{func.id}' is not defined")
-        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+            # Fast path only: a method name bfcl-eval's rewrite would have prefixed.
+            class_name = self.sim.owner(func.id)
+            if class_name is None:
+                raise NameError(f"name '{func.id}' is not defined")
+            method_name = func.id
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            class_name = self.sim._names.get(func.value.id)
+            if class_name is None:
+                raise NameError(f"name '{func.value.id}' is not defined")
+            if self.sim.owner(func.attr) != class_name:
+                raise Refused(f"{func.attr!r} is not a public method of {class_name}")
+            method_name = func.attr
+        else:
             raise Refused(f"calling a {type(func).__name__} is not allowed")
-        class_name = self.sim._names.get(func.value.id)
-        if class_name is None:
-            raise NameError(f"name '{func.value.id}' is not defined")
-        if self.sim.owner(func.attr) != class_name:
-            raise Refused(f"{func.attr!r} is not a public method of {class_name}")
         args = tuple(self._element(a) for a in node.args)
         kwargs: dict[str, Any] = {}
         for keyword in node.keywords:
             if keyword.arg is None:
                 raise Refused("keyword unpacking (**) is not allowed")
             kwargs[keyword.arg] = self.evaluate(keyword.value)
-        guard = RESOURCE_GUARDS.get((class_name, func.attr))
+        guard = RESOURCE_GUARDS.get((class_name, method_name))
         if guard is not None:
             guard(args, kwargs)
-        invocation = Invocation(class_name, func.attr, args, kwargs)
+        invocation = Invocation(class_name, method_name, args, kwargs)
         self.invocations.append(invocation)
-        method = getattr(self.sim.instances[class_name], func.attr)
+        method = getattr(self.sim.instances[class_name], method_name)
         try:
             invocation.returned = method(*args, **kwargs)
         except Exception as exc:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .dataset import Conversation
-from .executor import Execution, Simulators
+from .executor import Execution, Simulators, template_of
 from .snapshot import Change, Snapshot, diff
 
 #: Call outcomes. A call is successful only when ``ok``.
@@ -54,11 +54,21 @@ class CallRecord:
     result: str
     status: str
     classes: tuple[str, ...]
-    changes: list[Change] = field(default_factory=list)
+    before: Snapshot | None = field(default=None, repr=False)
+    after: Snapshot | None = field(default=None, repr=False)
+    _changes: list[Change] | None = field(default=None, repr=False)
 
     @property
     def success(self) -> bool:
         return self.status == OK
+
+    @property
+    def changes(self) -> list[Change]:
+        """The state diff this call caused (computed from its snapshots on first use)."""
+        if self._changes is None:
+            same = self.before is None or self.after is None or self.before is self.after
+            self._changes = [] if same else diff(self.before, self.after)  # type: ignore[arg-type]
+        return self._changes
 
     @property
     def changed_state(self) -> bool:
@@ -110,7 +120,14 @@ def new_simulators(conversation: Conversation, model_name: str, eval_run: bool =
         conversation.long_context,
         model_name=model_name + ("_eval" if eval_run else ""),
         test_entry_id=conversation.id,
+        template=_template(conversation),
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _template(conversation: Conversation) -> bytes:
+    # Every replay of a conversation starts from the same fresh instances.
+    return template_of(conversation.involved_classes, conversation.initial_config, conversation.long_context)
 
 
 def replay(
@@ -135,24 +152,25 @@ def replay(
             for position, call in enumerate(step):
                 execution = sim.execute(call)
                 touched = execution.touched_classes
-                changes: list[Change] = []
+                before = state
                 if snapshots and touched:
-                    new_state = state.updated(sim.instances, touched)
-                    changes = diff(state, new_state)
-                    state = new_state
+                    state = state.updated(sim.instances, touched)
                 touched_in_turn |= touched
-                records.append(_record(turn_index, step_index, position, execution, changes))
+                record = _record(turn_index, step_index, position, execution)
+                if snapshots:
+                    record.before, record.after = before, state
+                records.append(record)
         if not snapshots:
             state = state.updated(sim.instances, touched_in_turn)
         turns.append(TurnReplay(turn_index, [list(s) for s in steps], records, state))
     return Replay(conversation, turns, initial)
 
 
-def _record(turn: int, step: int, position: int, execution: Execution, changes: list[Change]) -> CallRecord:
+def _record(turn: int, step: int, position: int, execution: Execution) -> CallRecord:
     return CallRecord(
         turn=turn, step=step, position=position, call=execution.call, name=execution.name,
         arguments=execution.arguments, result=execution.result, status=call_status(execution),
-        classes=tuple(sorted(execution.touched_classes)), changes=changes,
+        classes=tuple(sorted(execution.touched_classes)),
     )
 
 

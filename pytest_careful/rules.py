@@ -116,7 +116,7 @@ def redundant_reads(calls: Sequence[CallRecord], decl: Declarations) -> list[Cal
     seen: set[tuple[str, str]] = set()
     repeats = []
     for call in calls:
-        if call.changes:  # any state change, hidden included, makes earlier reads stale
+        if call.changed_state:  # any state change, hidden included, makes earlier reads stale
             seen.clear()
             continue
         declaration = decl.functions.get(call.name)

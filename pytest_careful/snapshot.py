@@ -12,6 +12,8 @@ Left out, because they are artefacts rather than state (found in
 
 from __future__ import annotations
 
+import functools
+import io
 import pickle
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
@@ -29,11 +31,19 @@ WALL_CLOCK_ATTRIBUTE = "_last_modified"
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
-ClassState = Mapping[str, bytes]  # attribute -> pickled value
 
 
 def _is_directory(value: Any) -> bool:
-    return type(value).__name__ == "Directory" and hasattr(value, "contents")
+    return type(value) is _directory_class()
+
+
+@functools.cache
+def _directory_class() -> type:
+    import sys
+
+    from . import _bfcl
+
+    return sys.modules[_bfcl.simulator_class("GorillaFileSystem").__module__].Directory
 
 
 def _directory_path(directory: Any) -> str:
@@ -44,20 +54,84 @@ def _directory_path(directory: Any) -> str:
     return "/".join(reversed(parts))
 
 
-def capture_class(instance: Any) -> dict[str, bytes]:
-    """Pickle every state attribute of one instance.
+@functools.cache
+def _file_class() -> type:
+    import sys
+
+    from . import _bfcl
+
+    return sys.modules[_bfcl.simulator_class("GorillaFileSystem").__module__].File
+
+
+def _rebuild_file(name: str, content: str) -> Any:
+    return _file_class()(name, content)
+
+
+def _dumps_tree(value: Any) -> bytes:
+    """Pickle a value holding a file tree; files without their wall-clock stamp."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, _PROTOCOL)
+    pickler.dispatch_table = {_file_class(): lambda f: (_rebuild_file, (f.name, f.content))}
+    pickler.dump(value)
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True, eq=False)
+class ClassState:
+    """One instance's state: public and private attributes, each pickled in one go.
+
+    Equal bytes are equal state (files are pickled without their wall-clock
+    stamp); only when bytes differ are the attributes unpickled and compared.
+    """
+
+    public: bytes
+    private: bytes
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ClassState) and self.public == other.public and self.private == other.private
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @functools.cached_property
+    def public_values(self) -> dict[str, Any]:
+        return pickle.loads(self.public)
+
+    @functools.cached_property
+    def values(self) -> dict[str, Any]:
+        """All attributes, unpickled once (do not mutate)."""
+        return {**self.public_values, **pickle.loads(self.private)}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __getitem__(self, attr: str) -> Any:
+        return self.values[attr]
+
+
+def capture_class(instance: Any) -> ClassState:
+    """Pickle every state attribute of one instance (artefacts left out).
 
     A directory held outside ``root`` (the current directory) is stored as its
     path, so a snapshot never duplicates the tree.
     """
-    state: dict[str, bytes] = {}
+    public: dict[str, Any] = {}
+    private: dict[str, Any] = {}
+    tree = False
     for attr, value in vars(instance).items():
         if attr in ARTEFACT_ATTRIBUTES:
             continue
-        if attr != "root" and _is_directory(value):
-            value = _directory_path(value)
-        state[attr] = pickle.dumps(value, _PROTOCOL)
-    return state
+        if _is_directory(value):
+            if attr != "root":
+                value = _directory_path(value)
+            else:
+                tree = True
+        (private if attr.startswith("_") else public)[attr] = value
+    dumps = _dumps_tree if tree else _dumps_plain
+    return ClassState(dumps(public), dumps(private))
+
+
+def _dumps_plain(value: Any) -> bytes:
+    return pickle.dumps(value, _PROTOCOL)
 
 
 @dataclass(frozen=True)
@@ -72,7 +146,6 @@ class Snapshot:
 
     def updated(self, instances: Mapping[str, Any], touched: Iterable[str]) -> "Snapshot":
         """A new snapshot re-capturing only the ``touched`` classes."""
-        touched = set(touched)
         if not touched:
             return self
         return Snapshot(
@@ -83,15 +156,12 @@ class Snapshot:
         )
 
     def value(self, class_name: str, attr: str) -> Any:
-        return pickle.loads(self.classes[class_name][attr])
-
-    def public(self, class_name: str) -> dict[str, bytes]:
-        return {k: v for k, v in self.classes[class_name].items() if not k.startswith("_")}
+        return self.classes[class_name].values[attr]
 
     def normalised(self) -> dict[str, dict[str, Any]]:
         """Plain JSON-like state: files and directories become dicts."""
         return {
-            name: {attr: normalise(pickle.loads(blob)) for attr, blob in state.items()}
+            name: {attr: normalise(value) for attr, value in state.values.items()}
             for name, state in self.classes.items()
         }
 
@@ -155,7 +225,7 @@ def normalise(value: Any, _ancestors: frozenset[int] = frozenset()) -> Any:
             return "<cycle>"
         inner = _ancestors | {id(value)}
         return {k: normalise(v, inner) for k, v in value.contents.items()}
-    if type(value).__name__ == "File" and hasattr(value, "content"):
+    if type(value) is _file_class():
         return {"<file>": value.content}
     if isinstance(value, dict):
         return {k: normalise(v, _ancestors) for k, v in value.items()}
@@ -168,15 +238,14 @@ def diff(before: Snapshot, after: Snapshot) -> list[Change]:
     """Leaf-level changes from ``before`` to ``after``; empty when equal."""
     changes: list[Change] = []
     for class_name, state in after.classes.items():
-        old = before.classes.get(class_name, {})
-        if old is state:
+        old = before.classes.get(class_name)
+        if old is state or old == state:
             continue
-        for attr in sorted(set(old) | set(state), key=str):
-            a, b = old.get(attr), state.get(attr)
-            if a == b:
-                continue
-            va = Change.MISSING if a is None else normalise(pickle.loads(a))
-            vb = Change.MISSING if b is None else normalise(pickle.loads(b))
+        a = old.values if old is not None else {}
+        b = state.values
+        for attr in sorted(set(a) | set(b)):
+            va = normalise(a[attr]) if attr in a else Change.MISSING
+            vb = normalise(b[attr]) if attr in b else Change.MISSING
             changes.extend(_diff_values((class_name, attr), va, vb))
     return changes
 
@@ -198,19 +267,17 @@ def states_equal_public(
 ) -> tuple[bool, dict[str, dict[str, Any]]]:
     """BFCL's ``_compare_instances`` on snapshots: public attributes with ``!=``.
 
-    Equal bytes are equal values; differing bytes (e.g. only file wall-clock
-    stamps differ) are unpickled and compared with the simulators' own ``__eq__``.
+    Equal bytes are equal values; otherwise the public attributes are unpickled
+    and compared with the simulators' own ``__eq__``, attribute by attribute,
+    in the reference's order.
     """
+    model_state, ref_state = model.classes[class_name], reference.classes[class_name]
+    if model_state.public == ref_state.public:
+        return True, {}
     differences: dict[str, dict[str, Any]] = {}
-    model_state = model.classes[class_name]
-    for attr, ref_blob in reference.classes[class_name].items():
-        if attr.startswith("_"):
-            continue
-        model_blob = model_state.get(attr)
-        if model_blob == ref_blob:
-            continue
-        model_value = pickle.loads(model_blob) if model_blob is not None else None
-        ref_value = pickle.loads(ref_blob)
+    model_values = model_state.public_values
+    for attr, ref_value in ref_state.public_values.items():
+        model_value = model_values.get(attr)
         try:
             unequal = model_value != ref_value
         except RecursionError:  # a cyclic file tree; bfcl-eval's own __eq__ overflows too
