@@ -78,22 +78,56 @@ def _shadow_eval(handler_class: type) -> None:
                 module.eval = literal_only_eval  # type: ignore[attr-defined]
 
 
-@functools.cache
-def registry_keys() -> tuple[str, ...]:
-    """The registry's keys, read from model_config.py's source without importing it.
+@dataclass(frozen=True)
+class RegistryEntry:
+    """What decoding needs of a ``ModelConfig``, read from model_config.py's source."""
 
-    Importing the registry imports every vendor SDK (about 5 s); option
-    validation on the pytest controller needs only the names.
-    ``tests/test_decoding.py`` checks this against the imported mapping.
+    key: str
+    model_name: str
+    is_fc_model: bool
+    handler_module: str
+    handler_class: str
+
+
+@functools.cache
+def _registry_source() -> dict[str, RegistryEntry | None]:
+    """Registry entries parsed from bfcl-eval's model_config.py, without importing it.
+
+    Importing the registry imports every vendor SDK (about 5 s in each pytest
+    process); decoding needs one handler module. An entry whose fields are not
+    plain literals maps to None and is resolved through the imported registry.
+    ``tests/test_decoding.py`` checks every entry against the imported mapping.
     """
     source = (_bfcl.package_root() / "constants" / "model_config.py").read_text(encoding="utf-8")
-    keys: list[str] = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    modules = {alias.asname or alias.name: node.module for node in tree.body
+               if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+    entries: dict[str, RegistryEntry | None] = {}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id.endswith("_model_map") for t in node.targets
         ) and isinstance(node.value, ast.Dict):
-            keys.extend(k.value for k in node.value.keys if isinstance(k, ast.Constant))
-    return tuple(dict.fromkeys(keys)) or tuple(_bfcl.model_registry())
+            for key, value in zip(node.value.keys, node.value.values):
+                if isinstance(key, ast.Constant):
+                    entries.setdefault(key.value, _entry(key.value, value, modules))
+    return entries
+
+
+def _entry(key: str, call: ast.AST, modules: dict[str, str]) -> RegistryEntry | None:
+    if not isinstance(call, ast.Call):
+        return None
+    fields = {k.arg: k.value for k in call.keywords}
+    handler, name, fc = fields.get("model_handler"), fields.get("model_name"), fields.get("is_fc_model")
+    if not (isinstance(handler, ast.Name) and handler.id in modules and isinstance(name, ast.Constant)
+            and isinstance(fc, ast.Constant)):
+        return None
+    return RegistryEntry(key, name.value, bool(fc.value), modules[handler.id], handler.id)
+
+
+@functools.cache
+def registry_keys() -> tuple[str, ...]:
+    """The registry's keys, in its order (read from source; see ``_registry_source``)."""
+    return tuple(_registry_source()) or tuple(_bfcl.model_registry())
 
 
 def resolve_model(name: str) -> str:
@@ -131,15 +165,22 @@ class Decoder:
 def decoder(registry_key: str) -> Decoder:
     """The decoder of a registry key, as ``bfcl evaluate`` builds it (temperature 0)."""
     key = resolve_model(registry_key)
-    config = _bfcl.model_registry()[key]
-    handler_class = config.model_handler
+    entry = _registry_source().get(key)
+    if entry is not None:
+        import importlib
+
+        _bfcl.contain_project_root()  # handler modules import bfcl's eval_config
+        handler_class = getattr(importlib.import_module(entry.handler_module), entry.handler_class)
+        model_name, is_fc_model = entry.model_name, entry.is_fc_model
+    else:
+        config = _bfcl.model_registry()[key]
+        handler_class, model_name, is_fc_model = config.model_handler, config.model_name, config.is_fc_model
     _shadow_eval(handler_class)
-    return Decoder(key, _build_handler(handler_class, config, key))
+    return Decoder(key, _build_handler(handler_class, model_name, is_fc_model, key))
 
 
-def _build_handler(handler_class: type, config: Any, key: str) -> Any:
-    kwargs = dict(model_name=config.model_name, temperature=0, registry_name=key,
-                  is_fc_model=config.is_fc_model)
+def _build_handler(handler_class: type, model_name: str, is_fc_model: bool, key: str) -> Any:
+    kwargs = dict(model_name=model_name, temperature=0, registry_name=key, is_fc_model=is_fc_model)
     try:
         return handler_class(**kwargs)
     except Exception:

@@ -72,11 +72,16 @@ class CallRecord:
 
     @property
     def changed_state(self) -> bool:
-        return bool(self.changes)
+        """Whether the call changed any state, hidden included.
 
-    @property
-    def changed_public_state(self) -> bool:
-        return any(not c.hidden for c in self.changes)
+        Decided on the snapshot bytes (file trees are pickled without their
+        wall-clock stamps), which differ when the state does; equal state
+        pickled differently (a dict's keys re-inserted in another order) would
+        count as a change, which no simulator method does in one call.
+        """
+        if self._changes is not None or self.before is None or self.after is None:
+            return bool(self.changes)
+        return any(self.before.classes[n] != self.after.classes[n] for n in self.classes)
 
     def to_json(self) -> dict[str, Any]:
         return {

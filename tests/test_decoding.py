@@ -7,10 +7,20 @@ import pytest
 from pytest_careful import decoding
 
 
-def test_registry_keys_read_from_source_equal_the_imported_mapping():
+def test_registry_read_from_source_equals_the_imported_mapping():
     from pytest_careful import _bfcl
 
-    assert decoding.registry_keys() == tuple(_bfcl.model_registry())
+    registry = _bfcl.model_registry()
+    assert decoding.registry_keys() == tuple(registry)
+    parsed = decoding._registry_source()
+    for key, config in registry.items():
+        entry = parsed[key]
+        if entry is None:
+            continue  # resolved through the imported registry
+        assert (entry.model_name, entry.is_fc_model) == (config.model_name, config.is_fc_model), key
+        assert (entry.handler_module, entry.handler_class) == (
+            config.model_handler.__module__, config.model_handler.__name__), key
+    assert sum(e is not None for e in parsed.values()) >= 0.9 * len(registry)
 
 
 @pytest.mark.parametrize("typed, key", [

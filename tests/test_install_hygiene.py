@@ -16,7 +16,7 @@ def test_no_writes_under_site_packages(tmp_path):
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     code = (
         "from pytest_careful import decoding, dataset;"
-        "d = decoding.decoder('gpt-4.1-2025-04-14-FC');"  # imports the whole handler registry
+        "d = decoding.decoder('gpt-4.1-2025-04-14-FC');"  # imports the handler (and bfcl eval_config)
         "print(d.decode_step([{'ls': '{\"a\": true}'}]));"
         "import os; print(os.environ['BFCL_PROJECT_ROOT'])"
     )
