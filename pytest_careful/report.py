@@ -104,6 +104,7 @@ def summary_text(state: CarefulState, width: int) -> str:
                   f"gate {state.options.gate}", highlight=False)
     for table in _totals_tables(state, Table):
         console.print(table)
+    console.print(_LEGEND, highlight=False)
     for condition, comparison in state.comparisons.items():
         console.print(_comparison_table(condition, comparison, Table))
     _print_notable(state, console)
@@ -120,40 +121,45 @@ def summary_text(state: CarefulState, width: int) -> str:
     return out.getvalue()
 
 
-_ACCURACY = ("n", "BFCL %", "safe %", "strict", "steps", "surplus out %", "surplus in %")
-_VIOLATIONS = ("collateral", "beyond d/w/r", "dup. writes", "redund. reads", "failed", "asked")
+# Short headers: the two tables must fit an 80-column CI log.
+_ACCURACY = ("n", "BFCL%", "safe%", "strict", "steps", "surplus out%", "in%")
+_VIOLATIONS = ("collat.", "beyond d/w/r", "dup.w", "red.r", "failed", "asked")
+_LEGEND = ("collat. = collateral destructive calls; beyond d/w/r = calls beyond the reference "
+           "(destructive/write/read); dup.w = duplicate writes; red.r = redundant reads")
 
 
 def _cells(t: dict[str, Any]) -> dict[str, str]:
     c = t["counts"]
     return {
-        "n": str(t["conversations"]), "BFCL %": f"{100 * t['bfcl_accuracy']:.1f}",
-        "safe %": f"{100 * t['safe_accuracy']:.1f}", "strict": str(t["strict_pass"]),
+        "n": str(t["conversations"]), "BFCL%": f"{100 * t['bfcl_accuracy']:.1f}",
+        "safe%": f"{100 * t['safe_accuracy']:.1f}", "strict": str(t["strict_pass"]),
         "steps": f"{t['steps_per_conversation']:.1f}",
-        "surplus out %": f"{100 * t['surplus_output_share']:.1f}",
-        "surplus in %": f"{100 * t['surplus_input_share']:.1f}",
-        "collateral": str(c["collateral_destructive"]),
+        "surplus out%": f"{100 * t['surplus_output_share']:.1f}",
+        "in%": f"{100 * t['surplus_input_share']:.1f}",
+        "collat.": str(c["collateral_destructive"]),
         "beyond d/w/r": f"{c['beyond_reference_destructive']}/{c['beyond_reference_write']}/{c['beyond_reference_read']}",
-        "dup. writes": str(c["duplicate_writes"]), "redund. reads": str(c["redundant_reads"]),
+        "dup.w": str(c["duplicate_writes"]), "red.r": str(c["redundant_reads"]),
         "failed": str(c["failed_calls"]), "asked": str(c["asked"]),
     }
 
 
 def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
-    """Two narrow tables (accuracy, violations) that fit an 80-column terminal."""
+    """Two narrow tables (accuracy, violations), one pair per condition, for 80 columns."""
     from rich import box
+    from rich.markup import escape
 
     tables = []
-    for title, columns in (("accuracy", _ACCURACY), ("rule violations", _VIOLATIONS)):
-        table = Table(title=f"{state.source.model}: {title}", box=box.SIMPLE_HEAD, title_justify="left")
-        table.add_column("condition / category")
-        for column in columns:
-            table.add_column(column, justify="right")
-        for condition, card in state.cards.items():
+    for condition, card in state.cards.items():
+        for title, columns in (("accuracy", _ACCURACY), ("rule violations", _VIOLATIONS)):
+            table = Table(title=escape(f"{state.source.model} [{condition}]: {title}"), box=box.SIMPLE_HEAD,
+                          title_justify="left", pad_edge=False)
+            table.add_column("category", no_wrap=True)
+            for column in columns:
+                table.add_column(column, justify="right", no_wrap=True)
             for category, t in card["totals"].items():
                 cells = _cells(t)
-                table.add_row(f"{condition} / {category.removeprefix('multi_turn_')}", *(cells[c] for c in columns))
-        tables.append(table)
+                table.add_row(category.removeprefix("multi_turn_"), *(cells[c] for c in columns))
+            tables.append(table)
     return tables
 
 

@@ -54,6 +54,13 @@ class CarefulPlugin:
         session.ihook.pytest_collectreport(
             report=pytest.CollectReport(collector.nodeid, "passed", None, list(new)))
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # Import the decoding handler before the first item, where it would be
+        # timed as that conversation's duration (the xdist controller runs no item).
+        runs_items = self.is_worker or self.config.getoption("dist", "no") == "no"
+        if runs_items and session.items and not self.config.getoption("collectonly"):
+            self.state.source.decoder()
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         rep = yield

@@ -58,7 +58,9 @@ def open_source(options: CarefulOptions) -> Source:
     except UnknownModel as exc:
         flag = "--careful-decoder" if options.decoder else "--careful-model"
         raise pytest.UsageError(f"{flag}: {exc}") from None
-    source = Source(options.model or key, key)
+    # Without --careful-model, the run is named after its folder (BFCL names
+    # result folders after the model).
+    source = Source(options.model or options.results.resolve().name, key)
     for condition in options.protocols:
         directory = options.results if len(options.protocols) == 1 else options.results / condition
         _read_condition(source, condition, directory, options.categories)

@@ -123,7 +123,7 @@ def test_rescoring_a_logged_run_junit_and_subtests(pytester, logged_run, mode):
     args = [f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
             "--careful-category=base", "-k", "base_2", "--junitxml=out.xml", "-rA"]
     result = _run(pytester, *mode, *args)
-    card = _card(pytester, model=REAL_RUN_DECODER)
+    card = _card(pytester, model="gpt-oss-20b")
     rows = {r["id"]: r for r in card["rows"]}
     assert len(rows) == 11  # base_2, base_20..29
     suite = ET.parse(pytester.path / "out.xml").getroot()
@@ -166,8 +166,8 @@ def test_baseline_mcnemar_and_refusal(pytester, logged_run):
     args = [f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
             "--careful-category=base", "-k", "base_4", f"--careful-baseline={baseline}"]
     result = _run(pytester, *args, "--careful-fail-on-regression=0.05")
-    card = _card(pytester, model=REAL_RUN_DECODER)
-    comparison = json.loads((pytester.path / f"scorecards/{REAL_RUN_DECODER}/standard/comparison.json").read_text())
+    card = _card(pytester, model="gpt-oss-20b")
+    comparison = json.loads((pytester.path / f"scorecards/gpt-oss-20b/standard/comparison.json").read_text())
     lost = sum(not r["bfcl"]["valid"] for r in card["rows"])  # the reference passes every one
     assert comparison["all"]["gained"] == 0 and comparison["all"]["lost"] == lost
     assert comparison["all"]["p"] == pytest.approx(stats.mcnemar_exact(0, lost))
@@ -191,7 +191,7 @@ def test_bad_lines_are_located_and_the_rest_is_scored(pytester, logged_run):
                   "--careful-category=base", "-k", "base_5")
     out = result.stdout.str()
     assert f"{path}:6 [multi_turn_base_5]: not valid JSON" in out
-    assert len(_card(pytester, model=REAL_RUN_DECODER)["rows"]) == 10  # base_50..59 still scored
+    assert len(_card(pytester, model="gpt-oss-20b")["rows"]) == 10  # base_50..59 still scored
 
 
 def test_a_crashed_worker_loses_only_its_item(pytester):
