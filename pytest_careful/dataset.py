@@ -104,9 +104,11 @@ def _func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
 
 
 def _build(entry: dict[str, Any], answer: dict[str, Any], category: str) -> Conversation:
+    # The docs are shared between conversations and must not be mutated;
+    # prompt_entry() hands out deep copies.
     functions: list[dict[str, Any]] = []
     for class_name in entry["involved_classes"]:
-        functions.extend(copy.deepcopy(list(_func_docs(class_name))))
+        functions.extend(_func_docs(class_name))
     missed: dict[int, list[dict[str, Any]]] = {}
     # Same order and first-match removal as populate_test_cases_with_predefined_functions.
     for turn, names in entry.get("missed_function", {}).items():
