@@ -43,6 +43,7 @@ def test_reference_trajectories_match_bfcl(category):
     assert sum(tally.values()) == 200
 
 
+@pytest.mark.slow
 def test_perturbed_references_match_bfcl():
     conversations = dataset.load()
     items = list(cases(conversations, per_conversation=3, seed=20261202))

@@ -207,6 +207,7 @@ def test_a_crashed_worker_loses_only_its_item(pytester):
     assert len(ids) == 10 and "multi_turn_base_33" not in ids
 
 
+@pytest.mark.slow
 def test_all_800_references_under_xdist(pytester):
     result = _run(pytester, "-n", "2", "--careful-model=reference", "-q")
     result.assert_outcomes(passed=800)
