@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 import tempfile
 from pathlib import Path

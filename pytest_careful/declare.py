@@ -240,11 +240,11 @@ def _regenerate(args: argparse.Namespace, directory: Path) -> int:
             raise SystemExit("careful-declare: --logged needs --decoder (a bfcl-eval registry key)")
         from .results import find_result_files
 
-        files, _ = find_result_files(run)
+        run_files, _ = find_result_files(run)
         relative = Path(_relative(run.resolve(), directory.resolve()))
         sources = [s for s in sources if s["path"] != str(relative)]
         sources.append({"path": str(relative), "decoder": args.decoder,
-                        "sha256": _fingerprint(list(files.values()))})
+                        "sha256": _fingerprint(list(run_files.values()))})
     started = time.perf_counter()
     with _progress_bars() as progress:
         files = regenerate(directory, sources, progress)
