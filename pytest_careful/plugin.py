@@ -15,7 +15,8 @@ from .options import add_options, read_options
 from .state import SESSION_KEY
 
 _NODE_ID = re.compile(r"^multi_turn_[a-z_]+_\d+(\[[a-z]+\])?$")
-_SELECTED = "careful_selected_ids"
+#: Node ids given as arguments, taken off the path arguments before parsing.
+SELECTED_NODE_IDS = pytest.StashKey[set]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,7 +34,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     for node_id in selected:
         args.remove(node_id)
     if selected:
-        setattr(early_config, "_careful_selected", set(selected))
+        early_config.stash[SELECTED_NODE_IDS] = set(selected)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .session import SELECTED_IDS_KEY, CarefulPlugin, start
 
     state = start(config, options)
-    selected = getattr(config, "_careful_selected", None)
+    selected = config.stash.get(SELECTED_NODE_IDS, None)
     if selected:
         config.stash[SELECTED_IDS_KEY] = selected
     config.pluginmanager.register(CarefulPlugin(config, state), "careful-session")
