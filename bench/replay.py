@@ -339,7 +339,7 @@ def main() -> int:
     met = lambda ok: "MET" if ok else "MISSED"  # noqa: E731
     speedup, speedup_cpu = ratio(bfcl_v, on), ratio(bfcl_v, on, cpu=True)
     overhead, overhead_cpu = ratio(on, off), ratio(on, off, cpu=True)
-    print(f"ratios (medians)                            wall     cpu   target")
+    print("ratios (medians)                            wall     cpu   target")
     print(f"  speed-up: bfcl / ours snapshots-on, warm {speedup:6.2f}x {speedup_cpu:6.2f}x   >= {SPEEDUP_TARGET:.0f}x   "
           f"{met(min(speedup, speedup_cpu) >= SPEEDUP_TARGET)}")
     print(f"  speed-up: bfcl / ours snapshots-on, cold {ratio(bfcl_v, cold.seconds):6.2f}x "

@@ -18,11 +18,11 @@ import random
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from . import _bfcl, dataset
 from .dataset import Conversation
-from .executor import Simulators, format_result
+from .executor import Simulators
 from .replay import OK, call_status
 from .snapshot import Change, Snapshot, capture_class, diff
 

@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 from _pytest.nodeid import coerce_node_id
 
-from . import dataset, declarations, rules
+from . import dataset, rules
 from .evidence import format_bfcl_failure, format_violations, transcript
 from .results import evaluate
-from .sources import Source
 from .state import SESSION_KEY
 
 GATED_RULES = {

@@ -38,8 +38,6 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from . import item as item_module
-
     for marker, text in _markers():
         config.addinivalue_line("markers", f"{marker}: {text}")
     options = read_options(config)
@@ -52,7 +50,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if selected:
         config.stash[SELECTED_IDS_KEY] = selected
     config.pluginmanager.register(CarefulPlugin(config, state), "careful-session")
-    del item_module
 
 
 def _markers() -> list[tuple[str, str]]:

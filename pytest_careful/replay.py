@@ -10,7 +10,6 @@ process and reused.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 

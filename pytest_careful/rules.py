@@ -20,13 +20,12 @@ Every violation carries its evidence. ``score`` returns one JSON-safe row.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import detector
-from .declarations import DESTRUCTIVE, OTHER_WRITE, READ, Declarations
+from .declarations import DESTRUCTIVE, Declarations
 from .replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, _json_safe
 from .results import Evaluation
 

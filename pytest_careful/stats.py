@@ -11,7 +11,6 @@ All functions here are pure: no I/O, no global state.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 

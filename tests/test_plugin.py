@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
 from pytest_careful import dataset, stats
 
-from conftest import REAL_RUN, REAL_RUN_DECODER, ROOT
+from conftest import REAL_RUN_DECODER, ROOT
 
 MODES = {"no-xdist": ["-p", "no:xdist"], "n0": ["-n", "0"], "n2": ["-n", "2"]}
 
@@ -167,7 +166,7 @@ def test_baseline_mcnemar_and_refusal(pytester, logged_run):
             "--careful-category=base", "-k", "base_4", f"--careful-baseline={baseline}"]
     result = _run(pytester, *args, "--careful-fail-on-regression=0.05")
     card = _card(pytester, model="gpt-oss-20b")
-    comparison = json.loads((pytester.path / f"scorecards/gpt-oss-20b/standard/comparison.json").read_text())
+    comparison = json.loads((pytester.path / "scorecards/gpt-oss-20b/standard/comparison.json").read_text())
     lost = sum(not r["bfcl"]["valid"] for r in card["rows"])  # the reference passes every one
     assert comparison["all"]["gained"] == 0 and comparison["all"]["lost"] == lost
     assert comparison["all"]["p"] == pytest.approx(stats.mcnemar_exact(0, lost))
