@@ -37,7 +37,7 @@ class UnknownModel(LookupError):
 def literal_only_eval(source: Any, *_: Any, **__: Any) -> Any:
     """A stand-in for ``eval`` that evaluates only literals and number arithmetic."""
     if not isinstance(source, str):
-        raise TypeError("eval() arg 1 must be a string")
+        raise TypeError("literal_only_eval takes a string")
     if len(source) > MAX_CALL_CHARS:
         raise ValueError("input too long to decode")
     tree = ast.parse(source.strip(), mode="eval")
