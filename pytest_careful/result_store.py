@@ -1,0 +1,184 @@
+"""Crash-safe BFCL result files for live model runs.
+
+Live runs write every finished conversation where ``bfcl generate`` would, in
+the form it would, so ``bfcl evaluate`` and :func:`pytest_careful.results.read_result_file`
+read the file unchanged:
+
+    <result_dir>/<registry name, "/" -> "_">/multi_turn/BFCL_v4_<category>_result.json
+
+one ``json.dumps(entry, ensure_ascii=False)`` object per line (as bfcl's
+``write_list_of_dicts_to_file``).  The layout mirrors ``BaseHandler.write``
+(``registry_dir_name``) and ``utils.get_directory_structure_by_category``; it is
+spelled out here rather than imported because importing ``bfcl_eval.utils``
+creates directories under ``BFCL_PROJECT_ROOT`` (see :mod:`pytest_careful._bfcl`),
+and the tests check it against bfcl's own code.
+
+The file is an append-only log so a killed run loses at most the conversation
+in flight: a rerun appends what is not yet :meth:`ResultStore.completed`, readers
+keep the last complete entry per id, and :meth:`ResultStore.compact` rewrites the
+log into the duplicate-free, id-sorted file ``bfcl evaluate`` expects.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ._bfcl import CATEGORIES
+
+VERSION_PREFIX = "BFCL_v4"  # bfcl_eval.constants.category_mapping.VERSION_PREFIX
+GROUP_DIR = "multi_turn"  # get_directory_structure_by_category() for every category we run
+
+
+def sort_key(entry_id: str) -> int:
+    """BFCL's id order (``utils.sort_key`` for multi-turn ids): the index after the last "_"."""
+    return int(entry_id.split(":")[0].rsplit("_", 1)[1].split("-")[0])
+
+
+def is_complete(entry: dict[str, Any]) -> bool:
+    """A finished conversation: ``result`` is a list of turns.
+
+    A string ``result`` is BFCL's inference-error form and an ``error`` key is
+    our own marker; both must be retried, never served as a cached answer.
+    """
+    return isinstance(entry.get("result"), list) and not entry.get("error")
+
+
+class ResultStore:
+    """Append-only, crash-safe BFCL result files of one model under ``result_dir``."""
+
+    def __init__(self, result_dir: Path, registry_name: str) -> None:
+        self.result_dir = Path(result_dir)
+        self.registry_name = registry_name
+        # BaseHandler.__init__: registry_dir_name = registry_name.replace("/", "_")
+        self.model_dir = self.result_dir / registry_name.replace("/", "_")
+
+    def path(self, category: str) -> Path:
+        """The result file of ``category``, where ``bfcl generate`` writes it."""
+        if category not in CATEGORIES:
+            raise ValueError(f"unknown category {category!r}; expected one of {', '.join(CATEGORIES)}")
+        return self.model_dir / GROUP_DIR / f"{VERSION_PREFIX}_{category}_result.json"
+
+    # -- reading -----------------------------------------------------------
+
+    def _entries(self, category: str) -> Iterator[dict[str, Any]]:
+        """Every parseable entry of the category's file, in file order.
+
+        Lines that are not JSON objects with a string id of this category are
+        skipped: a torn line is what a killed writer leaves behind, and it is
+        retried, not fatal.
+        """
+        try:
+            data = self.path(category).read_bytes()
+        except FileNotFoundError:
+            return
+        for raw in data.split(b"\n"):
+            if not raw.strip():
+                continue
+            try:
+                entry = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if (isinstance(entry, dict) and isinstance(entry.get("id"), str)
+                    and entry["id"].rsplit("_", 1)[0] == category):
+                yield entry
+
+    def completed(self, category: str) -> dict[str, dict[str, Any]]:
+        """Finished conversations already on disk, by id (the last complete entry wins)."""
+        return {e["id"]: e for e in self._entries(category) if is_complete(e)}
+
+    # -- writing -----------------------------------------------------------
+
+    def append(self, category: str, entry: dict[str, Any]) -> None:
+        """Append ``entry`` as one line, durably, safe against concurrent writers.
+
+        The line is serialised before the file is touched (a bad entry never
+        leaves half a line) and written with ``os.write`` on an O_APPEND file
+        under an exclusive ``flock``: lines can exceed the size the kernel
+        writes atomically (inference logs), so the lock, not O_APPEND alone,
+        keeps xdist workers' lines from interleaving.
+        """
+        if not isinstance(entry.get("id"), str) or entry["id"].rsplit("_", 1)[0] != category:
+            raise ValueError(f"entry id {entry.get('id')!r} does not belong to {category}")
+        line = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+        path = self.path(category)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            # O_RDWR: the torn-line check below reads the last byte.
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                # compact() may have replaced the file while we waited for the
+                # lock; appending to the old inode would lose the line.
+                try:
+                    current = os.stat(path).st_ino
+                except FileNotFoundError:
+                    current = None
+                if current != os.fstat(fd).st_ino:
+                    continue
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    # A killed writer left a torn line: end it, so it stays a
+                    # line of its own that readers skip.
+                    _write_all(fd, b"\n")
+                _write_all(fd, line)
+                os.fsync(fd)
+                return
+            finally:
+                os.close(fd)  # also releases the flock
+
+    def compact(self, category: str) -> None:
+        """Rewrite the file atomically as ``bfcl evaluate`` wants it.
+
+        One entry per id (the last complete one; an id that never completed
+        keeps its last errored entry, which BFCL scores as a failure), torn
+        lines dropped, in BFCL's id order.  Holds the append lock so no line
+        lands in the file being replaced.
+        """
+        path = self.path(category)
+        if not path.exists():
+            return
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            latest: dict[str, dict[str, Any]] = {}
+            for entry in self._entries(category):
+                if is_complete(entry) or not is_complete(latest.get(entry["id"], {})):
+                    latest[entry["id"]] = entry
+            text = "".join(json.dumps(latest[i], ensure_ascii=False) + "\n"
+                           for i in sorted(latest, key=sort_key))
+            # Temp file in the same directory so os.replace is an atomic rename.
+            tmp_fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            try:
+                with os.fdopen(tmp_fd, "w", encoding="utf-8") as tmp:
+                    tmp.write(text)
+                    tmp.flush()
+                    os.fsync(tmp.fileno())
+                os.chmod(tmp_name, 0o644)
+                os.replace(tmp_name, path)
+            except BaseException:
+                Path(tmp_name).unlink(missing_ok=True)
+                raise
+            _fsync_dir(path.parent)  # make the rename itself durable
+        finally:
+            os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until done: one call in practice, but a short write must not tear a line."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
