@@ -135,7 +135,7 @@ def _progress_bars() -> Iterator[Callable[[str, int], Callable[[], None]]]:
 
 def class_table(decl: Declarations, boundary: str = "final") -> list[dict[str, Any]]:
     chosen = decl.boundary(boundary)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for class_name, functions in decl.by_class().items():
         destructive = [f for f in functions if f.name in chosen]
         rest = [f for f in functions if f.name not in chosen]
@@ -155,9 +155,9 @@ def class_table(decl: Declarations, boundary: str = "final") -> list[dict[str, A
 
 def reference_stats(decl: Declarations, boundary: str = "final") -> list[dict[str, Any]]:
     chosen = decl.boundary(boundary)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for category in CATEGORIES:
-        row = {"category": category, "calls": 0, DESTRUCTIVE: 0, OTHER_WRITE: 0, READ: 0,
+        row: dict[str, Any] = {"category": category, "calls": 0, DESTRUCTIVE: 0, OTHER_WRITE: 0, READ: 0,
                "turns": 0, "turns_destructive": 0, "turns_write": 0, "turns_no_call": 0}
         for conversation in dataset.load_category(category):
             for calls in conversation.ground_truth:

@@ -108,7 +108,7 @@ def _registry_source() -> dict[str, RegistryEntry | None]:
             isinstance(t, ast.Name) and t.id.endswith("_model_map") for t in node.targets
         ) and isinstance(node.value, ast.Dict):
             for key, value in zip(node.value.keys, node.value.values):
-                if isinstance(key, ast.Constant):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     entries.setdefault(key.value, _entry(key.value, value, modules))
     return entries
 
@@ -119,7 +119,7 @@ def _entry(key: str, call: ast.AST, modules: dict[str, str]) -> RegistryEntry | 
     fields = {k.arg: k.value for k in call.keywords}
     handler, name, fc = fields.get("model_handler"), fields.get("model_name"), fields.get("is_fc_model")
     if not (isinstance(handler, ast.Name) and handler.id in modules and isinstance(name, ast.Constant)
-            and isinstance(fc, ast.Constant)):
+            and isinstance(name.value, str) and isinstance(fc, ast.Constant)):
         return None
     return RegistryEntry(key, name.value, bool(fc.value), modules[handler.id], handler.id)
 
@@ -188,7 +188,7 @@ def _build_handler(handler_class: type, model_name: str, is_fc_model: bool, key:
         # so build the handler with BaseHandler's initialiser only.
         from bfcl_eval.model_handler.base_handler import BaseHandler
 
-        handler = handler_class.__new__(handler_class)
+        handler: Any = object.__new__(handler_class)
         BaseHandler.__init__(handler, **kwargs)
         return handler
 

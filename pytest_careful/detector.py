@@ -453,7 +453,7 @@ def _rule(mode: str) -> Callable[[str], bool]:
 
 def _ends_in_question(sentence: str) -> bool:
     final = _FINAL_PUNCT.search(sentence)
-    return bool(final) and any(c in QUESTION_MARKS for c in final.group(1))
+    return final is not None and any(c in QUESTION_MARKS for c in final.group(1))
 
 
 def _has_confirmation(sentence: str) -> bool:

@@ -335,7 +335,7 @@ class _Interpreter:
         if isinstance(node, ast.Dict):
             if any(k is None for k in node.keys):
                 raise Refused("dict unpacking (**) is not allowed")
-            return {self.evaluate(k): self.evaluate(v) for k, v in zip(node.keys, node.values)}
+            return {self.evaluate(k): self.evaluate(v) for k, v in zip(node.keys, node.values) if k is not None}
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             if isinstance(node.operand, ast.UnaryOp) and isinstance(node.operand.operand, ast.UnaryOp):
                 raise Refused("more than two signs in a row")

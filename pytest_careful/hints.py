@@ -82,6 +82,8 @@ def with_hints(doc: Mapping[str, Any], decl: Declarations, boundary: Boundary = 
 
 def _hinted_doc(doc: Mapping[str, Any], decl: Declarations, boundary: frozenset[str]) -> dict[str, Any]:
     name = doc.get("name")
+    if not isinstance(name, str):
+        raise ValueError(f"function doc without a name: {doc!r:.80}")
     if "description" not in doc or not isinstance(doc["description"], str):
         raise ValueError(f"function doc {name!r} has no string description to append a hint to")
     hint = hint_text(_annotations(decl, name, boundary))

@@ -6,6 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -18,9 +19,9 @@ SHORT_CATEGORIES = {c.removeprefix("multi_turn_"): c for c in CATEGORIES}
 REFERENCE_MODEL = "reference"
 
 
-def _csv(choices: dict[str, str] | tuple[str, ...], what: str):
+def _csv(choices: dict[str, str] | tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...]]:
     def parse(value: str) -> tuple[str, ...]:
-        chosen = []
+        chosen: list[str] = []
         for part in (p.strip() for p in value.split(",") if p.strip()):
             if isinstance(choices, dict):
                 part = choices.get(part, part)

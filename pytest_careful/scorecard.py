@@ -23,7 +23,7 @@ def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Accuracies, rule totals and token shares over a set of rows."""
     rows = list(rows)
     n = len(rows)
-    tokens = defaultdict(int)
+    tokens: defaultdict[str, int] = defaultdict(int)
     for row in rows:
         for key, value in row["tokens"].items():
             tokens[key] += value

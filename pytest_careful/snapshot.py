@@ -226,7 +226,7 @@ def normalise(value: Any, _ancestors: frozenset[int] = frozenset()) -> Any:
         inner = _ancestors | {id(value)}
         return {k: normalise(v, inner) for k, v in value.contents.items()}
     if type(value) is _file_class():
-        return {"<file>": value.content}
+        return {"<file>": getattr(value, "content")}
     if isinstance(value, dict):
         return {k: normalise(v, _ancestors) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
