@@ -214,12 +214,17 @@ def replay_ours(corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str
                                                  model_name=model_name)
             except BaseException as exc:  # noqa: BLE001 - recorded, judged by the tests
                 outcome["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        outcome["seconds"] = round(time.perf_counter() - started, 3)
-        outcome["events"] = list(events)
-        outcome["marker"] = os.path.exists(marker)
-        outcome["new_modules"] = new_target_modules(before)
-        outcomes.append(outcome)
+        outcomes.append(_record_outcome(outcome, started, events, marker, before))
     return outcomes
+
+
+def _record_outcome(outcome: dict[str, Any], started: float, events: Any, marker: str, before: Any) -> dict[str, Any]:
+    """What every run of a corpus entry records, ours and stock bfcl-eval's alike."""
+    outcome["seconds"] = round(time.perf_counter() - started, 3)
+    outcome["events"] = list(events)
+    outcome["marker"] = os.path.exists(marker)
+    outcome["new_modules"] = new_target_modules(before)
+    return outcome
 
 
 def _warm_up(decoders: dict[str, Any], conversation_ids: list[str]) -> None:
@@ -296,11 +301,7 @@ def replay_bfcl(corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str
                         )
             except BaseException as exc:  # noqa: BLE001
                 outcome["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        outcome["seconds"] = round(time.perf_counter() - started, 3)
-        outcome["events"] = list(events)
-        outcome["marker"] = os.path.exists(marker)
-        outcome["new_modules"] = new_target_modules(before)
-        outcomes.append(outcome)
+        outcomes.append(_record_outcome(outcome, started, events, marker, before))
     return outcomes
 
 
