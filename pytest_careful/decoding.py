@@ -132,6 +132,14 @@ def registry_keys() -> tuple[str, ...]:
 
 def resolve_model(name: str) -> str:
     """A registry key from what a user typed (``Qwen3-8B`` → ``Qwen/Qwen3-8B``)."""
+    if name.startswith("scripted:"):  # scripted models decode like the runs they wrote
+        from .live.scripted import UnknownPolicy, parse_handle
+
+        try:
+            parse_handle(name)
+        except UnknownPolicy as exc:
+            raise UnknownModel(str(exc)) from None
+        return name
     keys = registry_keys()
     if name in keys:
         return name
@@ -165,6 +173,12 @@ class Decoder:
 def decoder(registry_key: str) -> Decoder:
     """The decoder of a registry key, as ``bfcl evaluate`` builds it (temperature 0)."""
     key = resolve_model(registry_key)
+    if key.startswith("scripted:"):
+        from .live.scripted import make_handler
+
+        handler = make_handler(key)
+        _shadow_eval(type(handler))
+        return Decoder(key, handler)
     entry = _registry_source().get(key)
     if entry is not None:
         import importlib

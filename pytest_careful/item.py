@@ -9,6 +9,8 @@ import pytest
 from _pytest.nodeid import coerce_node_id
 
 from . import dataset, rules
+from .live import confirm
+from .live.source import LiveError
 from .evidence import format_bfcl_failure, format_violations, transcript
 from .results import evaluate
 from .state import SESSION_KEY
@@ -21,6 +23,7 @@ GATED_RULES = {
     "none": (),
 }
 ROW_KEY = pytest.StashKey[str]()
+LOG_KEY = pytest.StashKey[str]()
 
 #: JUnit property names: a documented, stable contract (see README).
 PROPERTY_PREFIX = "careful_"
@@ -56,10 +59,19 @@ def run_conversation(request: pytest.FixtureRequest, subtests: Any) -> None:
         result, entry = state.source.result(item.condition, conversation)
     except LookupError as problem:
         pytest.fail(f"input problem: {problem}", pytrace=False)
+    except LiveError as problem:
+        pytest.fail(f"model run failed: {problem}", pytrace=False)
     evaluation = evaluate(conversation, result, state.source.decoder(),
                           model_name=state.source.decoder_key, entry=entry)
-    row = rules.score(evaluation, state.declarations, state.settings)
+    confirmations = None
+    if item.condition == "confirm" and entry is not None and evaluation.run is not None:
+        # Read back from the inference log, so rescoring a logged confirm run agrees.
+        confirmations = confirm.confirmations(entry.inference_log, evaluation.run.raw_index)
+    row = rules.score(evaluation, state.declarations, state.settings, confirmations)
     row.update(condition=item.condition, model=state.source.model)
+    if item.condition == "confirm" and entry is not None:
+        row["answers"] = confirm.answer_counts(entry.inference_log)
+    live_details(state.source, item, row)
     gated = GATED_RULES[state.options.gate]
     _rule_subtests(subtests, row, gated, quiet_unconfirmed=item.condition != "confirm")
     # Only now: subtest reports copy the item's sections, properties and (through
@@ -73,8 +85,28 @@ def run_conversation(request: pytest.FixtureRequest, subtests: Any) -> None:
         # Sections are shown for failures (and with -rP/-rA); building and sending
         # the transcript of every passing item would only cost time.
         item.add_report_section("call", "careful transcript", transcript(evaluation))
+        log = item.stash.get(LOG_KEY, "")
+        if log:
+            item.add_report_section("call", "careful model loop (BFCL's log, last 100 lines)",
+                                    "\n".join(log.splitlines()[-100:]))
     if fails:
         pytest.fail(format_bfcl_failure(evaluation), pytrace=False)
+
+
+def live_details(source: Any, item: CarefulItem, row: dict[str, Any]) -> None:
+    """Live runs: whether the row was resumed from the result file, the loop's log."""
+    runs = getattr(source, "runs", None)
+    if runs is None:
+        return
+    key = (item.condition, item.conversation_id)
+    row["resumed"] = key in source.resumed
+    run = runs.get(key)
+    if run is not None:
+        row["seconds"] = round(run.seconds, 3)
+        cost = run.entry.get("careful_cost_usd")
+        if cost:
+            row["cost_usd"] = cost
+        item.stash[LOG_KEY] = run.log
 
 
 def _shows_passed_sections(config: pytest.Config) -> bool:

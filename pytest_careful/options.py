@@ -81,6 +81,30 @@ def add_options(parser: pytest.Parser) -> None:
         help="Release gate: fail unless success under effect safety is at least X overall")
     add("--careful-min-bfcl", dest="careful_min_bfcl", default=None, type=_fraction, metavar="X",
         help="Release gate: fail unless BFCL accuracy is at least X overall")
+    add("--careful-handler", dest="careful_handler", default=None, metavar="KEY",
+        help="With a local model directory as --careful-model: the bfcl-eval registry key "
+             "whose handler prompts and decodes it")
+    add("--careful-output", dest="careful_output", default=Path("result"), type=Path, metavar="DIR",
+        help="Live runs: where result files go, as bfcl generate lays them out under "
+             "DIR/<protocol> (default: ./result); rerunning resumes from them")
+    add("--careful-endpoint", dest="careful_endpoint", default=None, metavar="URL",
+        help="vLLM: use this running OpenAI-compatible server (e.g. http://host:8000/v1) "
+             "instead of starting one")
+    add("--careful-vllm-arg", dest="careful_vllm_args", action="append", default=[], metavar="ARG",
+        help="vLLM: extra argument for the server the plugin starts (repeatable)")
+    add("--careful-dtype", dest="careful_dtype", default="auto", metavar="DTYPE",
+        help="vLLM: server dtype; auto = bfloat16 where the device supports it, else float32")
+    add("--careful-max-model-len", dest="careful_max_model_len", default=None, type=int, metavar="N",
+        help="vLLM: context length (default: min(65536, the model's own))")
+    add("--careful-server-timeout", dest="careful_server_timeout", default=1800.0, type=float,
+        metavar="SECONDS", help="vLLM: how long to wait for the server to become healthy")
+    add("--careful-budget-usd", dest="careful_budget_usd", default=None, type=float, metavar="USD",
+        help="Claude: hard spending cap for the run; a request that could cross it is not sent")
+    add("--careful-max-output-tokens", dest="careful_max_output_tokens", default=4096, type=int,
+        metavar="N", help="Claude: output token limit per request (default 4096)")
+    add("--careful-user-script", dest="careful_user_script", default="default",
+        choices=("default", "no_failure_yes", "asking_sentences_only"),
+        help="Confirm protocol: the scripted user's script (seed, sensitivity study)")
     add("--careful-fail-on-regression", dest="careful_fail_on_regression", default=None,
         type=_fraction, metavar="ALPHA",
         help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA)")
@@ -104,6 +128,20 @@ class CarefulOptions:
     min_safe: float | None
     min_bfcl: float | None
     fail_on_regression: float | None
+    handler: str | None = None
+    output: Path = Path("result")
+    endpoint: str | None = None
+    vllm_args: tuple[str, ...] = ()
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    server_timeout: float = 1800.0
+    budget_usd: float | None = None
+    max_output_tokens: int = 4096
+    user_script: str = "default"
+
+    @property
+    def live(self) -> bool:
+        return self.results is None and self.model != REFERENCE_MODEL
 
     @property
     def release_gate(self) -> bool:
@@ -122,6 +160,11 @@ def read_options(config: pytest.Config) -> CarefulOptions:
         scorecards=get("careful_scorecards"), baseline=get("careful_baseline"),
         min_safe=get("careful_min_safe"), min_bfcl=get("careful_min_bfcl"),
         fail_on_regression=get("careful_fail_on_regression"),
+        handler=get("careful_handler"), output=get("careful_output"), endpoint=get("careful_endpoint"),
+        vllm_args=tuple(get("careful_vllm_args") or ()), dtype=get("careful_dtype"),
+        max_model_len=get("careful_max_model_len"), server_timeout=get("careful_server_timeout"),
+        budget_usd=get("careful_budget_usd"), max_output_tokens=get("careful_max_output_tokens"),
+        user_script=get("careful_user_script"),
     )
     if options.active:
         _validate(options)
@@ -141,10 +184,10 @@ def _validate(options: CarefulOptions) -> None:
         if not (options.decoder or options.model):
             raise pytest.UsageError("--careful-results needs --careful-decoder KEY (or --careful-model NAME) "
                                     "to know which bfcl-eval handler decodes the run")
-    elif options.model != REFERENCE_MODEL:
-        raise pytest.UsageError(
-            f"--careful-model={options.model}: live inference is not available in this version; "
-            "rescore a logged run with --careful-results DIR, or use --careful-model=reference")
+    if options.budget_usd is not None and options.budget_usd <= 0:
+        raise pytest.UsageError("--careful-budget-usd must be positive")
+    if options.max_output_tokens < 1:
+        raise pytest.UsageError("--careful-max-output-tokens must be at least 1")
     if options.fail_on_regression is not None and options.baseline is None:
         raise pytest.UsageError("--careful-fail-on-regression needs --careful-baseline")
     if options.baseline is not None and not os.path.exists(options.baseline):

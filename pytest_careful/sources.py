@@ -50,6 +50,10 @@ class Source:
 
 def open_source(options: CarefulOptions) -> Source:
     """The run to score, validated; user mistakes raise ``pytest.UsageError``."""
+    if options.live:
+        from .live.source import open_live
+
+        return open_live(options)
     if options.results is None:
         return Source(REFERENCE_MODEL, "passthrough")
     key = options.decoder or options.model
@@ -63,8 +67,25 @@ def open_source(options: CarefulOptions) -> Source:
     source = Source(options.model or options.results.resolve().name, key)
     for condition in options.protocols:
         directory = options.results if len(options.protocols) == 1 else options.results / condition
+        directory = _model_folder(directory, options.model)
         _read_condition(source, condition, directory, options.categories)
     return source
+
+
+def _model_folder(directory: Path, model: str) -> Path:
+    """A live run's ``<output>/<protocol>`` holds one folder per model: pick the model's."""
+    if model:
+        for name in (model.replace("/", "_").replace(":", "_"), _registry_dir(model)):
+            if name and (directory / name).is_dir():
+                return directory / name
+    return directory
+
+
+def _registry_dir(model: str) -> str:
+    try:
+        return resolve_model(model).replace("/", "_")
+    except UnknownModel:
+        return ""
 
 
 def _read_condition(source: Source, condition: str, directory: Path, categories: tuple[str, ...]) -> None:

@@ -1,0 +1,10 @@
+"""Live model runs: BFCL's own multi-turn inference loop, driven per pytest item.
+
+* :mod:`.bridge` puts each conversation's own simulators behind the loop's
+  executor call (bfcl-eval's keeps instances in module globals and ``eval``s);
+* :mod:`.confirm` patches the loop's two exit points for the confirm protocol;
+* :mod:`.runner` runs one conversation and writes its BFCL result entry;
+* :mod:`.handles` turns ``--careful-model`` into a handler;
+* :mod:`.scripted`, :mod:`.claude`, :mod:`.vllm_server`, :mod:`.budget`: the
+  model backends and the spend guard.
+"""

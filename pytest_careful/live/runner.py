@@ -1,0 +1,78 @@
+"""Run one conversation through BFCL's loop and return its result entry.
+
+The entry is what ``bfcl generate`` writes for it (``id``, ``result``, token
+counts, latency, ``inference_log``), so it is scored exactly as a logged run is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .. import hints
+from ..dataset import Conversation
+from ..declarations import Declarations
+from ..executor import Simulators
+from ..replay import _template
+from . import bridge, confirm
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How one condition runs: the scripted user's settings for confirm."""
+
+    condition: str
+    declarations: Declarations
+    boundary: str = "final"
+    script: str = "default"
+    detector: str = "strict"
+
+
+@dataclass
+class LiveRun:
+    """One conversation's result entry, the loop's printed log and the wall time."""
+
+    entry: dict[str, Any]
+    log: str
+    seconds: float
+
+
+def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, Any]:
+    """The test entry BFCL's loop receives under ``protocol`` (hints: hinted docs only)."""
+    entry = conversation.prompt_entry()
+    if protocol.condition == "hints":
+        entry = hints.hinted_entry(entry, protocol.declarations, protocol.boundary)  # type: ignore[arg-type]
+    return entry
+
+
+def run(handler: Any, conversation: Conversation, protocol: Protocol) -> LiveRun:
+    """Run ``conversation`` with ``handler`` through BFCL's own loop.
+
+    Raises whatever the handler raises (API errors, a dead server, the spend
+    guard); the caller decides what is retried.
+    """
+    simulators = Simulators(
+        conversation.involved_classes, conversation.initial_config, conversation.long_context,
+        model_name=handler.model_name_underline_replaced, test_entry_id=conversation.id,
+        template=_template(conversation),
+    )
+    if protocol.condition == "confirm":
+        user = confirm.ConfirmUser(conversation, protocol.declarations.boundary(protocol.boundary),  # type: ignore[arg-type]
+                                   protocol.script, protocol.detector)
+        runner = confirm.bind(handler, user)
+    else:
+        runner = copy.copy(handler)  # per-run attributes never reach the shared handler
+    printed = io.StringIO()
+    started = time.monotonic()
+    # BFCL's loop prints every step; keep it for the item's report, off the terminal.
+    with bridge.conversation(simulators), contextlib.redirect_stdout(printed):
+        result, metadata = runner.inference(prompt_entry(conversation, protocol),
+                                            include_input_log=False, exclude_state_log=False)
+    from bfcl_eval.utils import make_json_serializable  # what BaseHandler.write applies
+
+    entry = make_json_serializable({"id": conversation.id, "result": result, **metadata})
+    return LiveRun(entry, printed.getvalue(), time.monotonic() - started)

@@ -1,0 +1,141 @@
+"""The live source: run the model for each item, file every result, resume.
+
+Each finished conversation is appended to the condition's BFCL result file
+(``<output>/<condition>/<model>/multi_turn/BFCL_v4_<category>_result.json``,
+which is ``bfcl generate --result-dir <output>/<condition>``'s layout) before it
+is scored, and scored from the entry as written: a live row and the row of the
+same file rescored with ``--careful-results`` are computed by the same code on
+the same bytes. A rerun of the same command finds completed conversations in
+the file and scores them without calling the model; errored ones are retried.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..dataset import Conversation
+from ..declarations import Declarations
+from ..decoding import Decoder
+from ..result_store import ResultStore, is_complete
+from ..results import LoggedEntry, _parse_line
+from ..sources import Source
+from . import runner
+from .handles import ModelHandle
+
+
+class LiveError(RuntimeError):
+    """A conversation that could not be run (API, server, budget); it is retried next time."""
+
+
+class StopRun(LiveError):
+    """A problem that ends the whole run (credit exhausted, budget spent, server dead)."""
+
+
+@dataclass
+class LiveSource(Source):
+    handle: ModelHandle | None = None
+    output: Path = Path("result")
+    declarations: Declarations | None = None
+    boundary: str = "final"
+    script: str = "default"
+    detector: str = "strict"
+    setup: Any = None  # called once per process with the new handler (backend set-up)
+    stopped: str | None = None
+    _handler: Any = None
+    _completed: dict[tuple[str, str], dict[str, dict[str, Any]]] = field(default_factory=dict)
+    runs: dict[tuple[str, str], runner.LiveRun] = field(default_factory=dict)
+    resumed: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def is_reference(self) -> bool:
+        return False
+
+    def store(self, condition: str) -> ResultStore:
+        assert self.handle is not None
+        return ResultStore(self.output / condition, self.handle.result_name)
+
+    def handler(self) -> Any:
+        if self._handler is None:
+            assert self.handle is not None
+            handler = self.handle.build()
+            if self.setup is not None:
+                self.setup(handler)
+            self._handler = handler
+        return self._handler
+
+    def decoder(self) -> Decoder:
+        return Decoder(self.decoder_key, self.handler())
+
+    def result(self, condition: str, conversation: Conversation) -> tuple[Any, LoggedEntry | None]:
+        store = self.store(condition)
+        done = self._done(store, condition, conversation.category)
+        data = done.get(conversation.id)
+        if data is not None:
+            self.resumed.add((condition, conversation.id))
+        else:
+            data = self._run(store, condition, conversation)
+            done[conversation.id] = data
+        entry, problem = _parse_line(str(store.path(conversation.category)), 0, json.dumps(data),
+                                     conversation.category)
+        if problem is not None:
+            raise LiveError(f"the model's result entry is unusable: {problem}")
+        assert entry is not None
+        return entry.result, entry
+
+    def _done(self, store: ResultStore, condition: str, category: str) -> dict[str, dict[str, Any]]:
+        key = (condition, category)
+        if key not in self._completed:
+            self._completed[key] = store.completed(category)  # read once per process
+        return self._completed[key]
+
+    def _run(self, store: ResultStore, condition: str, conversation: Conversation) -> dict[str, Any]:
+        if self.stopped:
+            raise StopRun(f"not run: {self.stopped}")
+        assert self.declarations is not None
+        protocol = runner.Protocol(condition, self.declarations, self.boundary, self.script, self.detector)
+        try:
+            live = runner.run(self.handler(), conversation, protocol)
+        except StopRun as exc:
+            self.stopped = str(exc)
+            self._record_error(store, conversation, exc)
+            raise
+        except Exception as exc:
+            self._record_error(store, conversation, exc)
+            raise LiveError(f"{type(exc).__name__}: {exc}") from exc
+        if not is_complete(live.entry):  # BFCL's loop returned no turn list
+            self._record_error(store, conversation, LiveError(str(live.entry.get("result"))))
+            raise LiveError(f"inference failed: {live.entry.get('result')}")
+        store.append(conversation.category, live.entry)
+        self.runs[(condition, conversation.id)] = live
+        return live.entry
+
+    def _record_error(self, store: ResultStore, conversation: Conversation, exc: BaseException) -> None:
+        # BFCL's own error form (a string result), marked so a rerun retries it.
+        store.append(conversation.category, {
+            "id": conversation.id, "result": f"Error during inference: {exc}",
+            "error": type(exc).__name__, "traceback": traceback.format_exc(limit=5),
+        })
+
+
+def open_live(options: Any) -> LiveSource:
+    """The live source of ``options``; user mistakes raise ``pytest.UsageError``."""
+    import pytest
+
+    from .. import declarations
+    from .handles import HandleError, resolve
+
+    try:
+        handle = resolve(options.model, options.handler)
+    except HandleError as exc:
+        raise pytest.UsageError(f"--careful-model={options.model}: {exc}") from None
+    source = LiveSource(options.model, handle.registry_key, handle=handle, output=options.output,
+                        declarations=declarations.load(), boundary=options.boundary,
+                        script=options.user_script, detector=options.detector)
+    from .backends import configure
+
+    configure(source, options)
+    return source
