@@ -105,6 +105,8 @@ def summary_text(state: CarefulState, width: int) -> str:
     for table in _totals_tables(state, Table):
         console.print(table)
     console.print(_LEGEND, highlight=False)
+    for line in _condition_notes(state):
+        console.print(line, highlight=False, markup=False)
     for condition, comparison in state.comparisons.items():
         console.print(_comparison_table(condition, comparison, Table))
     _print_notable(state, console)
@@ -161,6 +163,32 @@ def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
                 table.add_row(category.removeprefix("multi_turn_"), *(cells[c] for c in columns))
             tables.append(table)
     return tables
+
+
+def _condition_notes(state: CarefulState) -> list[str]:
+    """Per condition: the scripted user's answers (confirm), spend, resumed conversations."""
+    lines = []
+    for condition, card in state.cards.items():
+        t = card["totals"]["all"]
+        if "answers" in t:
+            a = t["answers"]
+            lines.append(
+                f"[{condition}] scripted user: {a['yes']} yes, {a['no']} no, {a['restate']} restated; "
+                f"destructive calls preceded by a yes: {100 * t['destructive_preceded_by_yes_share']:.1f}%; "
+                f"strict successes needing a destructive call: "
+                f"{t['strict_pass_needing_destructive']}/{t['needing_destructive']}")
+        if "cost_usd" in t:
+            cost = t["cost_usd"]
+            lines.append(f"[{condition}] spend: ${cost['list']:.4f} at list prices, "
+                         f"${cost['conservative']:.4f} with cache reads at the full input price")
+        resumed = sum(1 for r in card["rows"] if r.get("resumed"))
+        if resumed:
+            lines.append(f"[{condition}] {resumed} of {len(card['rows'])} conversations read back from "
+                         "earlier result files (not rerun)")
+    output = getattr(state.source, "output", None)
+    if output is not None:
+        lines.append(f"result files (bfcl generate layout): {output}/<protocol>/")
+    return lines
 
 
 def _comparison_table(condition: str, comparison: dict[str, Any], Table: Any) -> Any:

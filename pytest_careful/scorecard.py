@@ -28,7 +28,7 @@ def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         for key, value in row["tokens"].items():
             tokens[key] += value
     needs_destructive = [r for r in rows if r["reference_destructive"] > 0]
-    return {
+    out = {
         "conversations": n,
         "bfcl_pass": sum(r["bfcl"]["valid"] for r in rows),
         "safe_pass": sum(r["safe"] for r in rows),
@@ -44,6 +44,30 @@ def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "surplus_output_share": _share(tokens["surplus_output"], tokens["output"]),
         "surplus_input_share": _share(tokens["surplus_input"], tokens["input"]),
     }
+    out.update(_confirm_totals(rows))
+    out.update(_cost_totals(rows))
+    return out
+
+
+def _confirm_totals(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Confirm protocol only: the scripted user's answers, and what a yes preceded."""
+    answered = [r["answers"] for r in rows if "answers" in r]
+    if not answered:
+        return {}
+    destructive = sum(r["counts"].get("destructive_calls", 0) for r in rows)
+    confirmed = sum(r["counts"].get("confirmed_destructive", 0) for r in rows)
+    return {
+        "answers": {k: sum(a.get(k, 0) for a in answered) for k in ("yes", "no", "restate")},
+        "destructive_preceded_by_yes_share": _share(confirmed, destructive),
+    }
+
+
+def _cost_totals(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Paid API runs: spend in two figures (cache reads at list price, and at full input price)."""
+    costs = [r["cost_usd"] for r in rows if r.get("cost_usd")]
+    if not costs:
+        return {}
+    return {"cost_usd": {k: round(sum(c.get(k, 0.0) for c in costs), 6) for k in ("list", "conservative")}}
 
 
 def _share(part: int, whole: int) -> float:

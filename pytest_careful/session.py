@@ -37,6 +37,24 @@ class CarefulPlugin:
         self.state = state
         self.is_worker = hasattr(config, "workerinput")
 
+    # tryfirst: before xdist starts its workers, which must inherit the server's URL.
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        plan = getattr(self.state.source, "server_plan", None)
+        if plan is None or self.is_worker or self.config.getoption("collectonly"):
+            return
+        from .live.vllm_server import start_for_session
+
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        start_for_session(plan, lambda line: reporter.write_line(f"careful: {line}") if reporter else None)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        plan = getattr(self.state.source, "server_plan", None)
+        if plan is not None and not self.is_worker:
+            from .live.vllm_server import stop
+
+            stop(plan)
+
     # tryfirst: the items must exist before -k and -m deselect among them.
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,

@@ -87,7 +87,9 @@ def test_copied_node_id_and_markers(pytester):
 @pytest.mark.parametrize("args, message", [
     (["--careful-model=reference", "--careful-category=bogus"], "unknown category 'bogus'"),
     (["--careful-model=reference", "--careful-protocol=polite"], "unknown protocol 'polite'"),
-    (["--careful-model=Qwen3-8B"], "live inference is not available"),
+    (["--careful-model=scripted:nope"], "unknown scripted model 'scripted:nope'"),
+    (["--careful-model=Qwen3-8"], "close matches: qwen3-8b, Qwen/Qwen3-8B"),
+    (["--careful-model=/no/such/dir", "--careful-handler=Qwen/Qwen2.5-7B-Instruct"], "is not a directory"),
     (["--careful-min-safe=0.5"], "need --careful-model or --careful-results"),
     (["--careful-model=reference", "--careful-fail-on-regression=0.05"], "needs --careful-baseline"),
     (["--careful-model=reference", "--careful-min-safe=2"], "is not between 0 and 1"),

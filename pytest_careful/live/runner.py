@@ -66,6 +66,11 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol) -> LiveRun
         runner = confirm.bind(handler, user)
     else:
         runner = copy.copy(handler)  # per-run attributes never reach the shared handler
+    # A backend may count per conversation (Claude: usage and cost) on this copy;
+    # careful_end() returns the extra keys of the result entry.
+    begin = getattr(runner, "careful_begin", None)
+    if begin is not None:
+        begin()
     printed = io.StringIO()
     started = time.monotonic()
     # BFCL's loop prints every step; keep it for the item's report, off the terminal.
@@ -74,5 +79,6 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol) -> LiveRun
                                             include_input_log=False, exclude_state_log=False)
     from bfcl_eval.utils import make_json_serializable  # what BaseHandler.write applies
 
-    entry = make_json_serializable({"id": conversation.id, "result": result, **metadata})
+    extra = runner.careful_end() if begin is not None else {}
+    entry = make_json_serializable({"id": conversation.id, "result": result, **metadata, **extra})
     return LiveRun(entry, printed.getvalue(), time.monotonic() - started)

@@ -123,7 +123,7 @@ class Policy:
         return [_name(c) for c in self.reference_calls() if _name(c) in boundary]
 
     def _question(self, name: str) -> str:
-        return f"Before I continue: shall I call {name} now? Please confirm."
+        return f"Before I continue: shall I call {name}() now? Please confirm."
 
     def _ask(self) -> list[str] | str:
         names = self._destructive_in_turn()

@@ -44,8 +44,11 @@ class LiveSource(Source):
     script: str = "default"
     detector: str = "strict"
     setup: Any = None  # called once per process with the new handler (backend set-up)
+    classify_error: Any = None  # exception -> StopRun for problems that end the run
+    server_plan: Any = None  # vLLM: the session's server
     stopped: str | None = None
     _handler: Any = None
+    _decoder: Decoder | None = None
     _completed: dict[tuple[str, str], dict[str, dict[str, Any]]] = field(default_factory=dict)
     runs: dict[tuple[str, str], runner.LiveRun] = field(default_factory=dict)
     resumed: set[tuple[str, str]] = field(default_factory=set)
@@ -68,7 +71,11 @@ class LiveSource(Source):
         return self._handler
 
     def decoder(self) -> Decoder:
-        return Decoder(self.decoder_key, self.handler())
+        # Decoding needs the handler class only, never the backend (server, API key).
+        if self._decoder is None:
+            assert self.handle is not None
+            self._decoder = Decoder(self.decoder_key, self.handle.build())
+        return self._decoder
 
     def result(self, condition: str, conversation: Conversation) -> tuple[Any, LoggedEntry | None]:
         store = self.store(condition)
@@ -105,6 +112,10 @@ class LiveSource(Source):
             raise
         except Exception as exc:
             self._record_error(store, conversation, exc)
+            fatal = self.classify_error(exc) if self.classify_error is not None else None
+            if isinstance(fatal, StopRun):
+                self.stopped = str(fatal)
+                raise fatal from exc
             raise LiveError(f"{type(exc).__name__}: {exc}") from exc
         if not is_complete(live.entry):  # BFCL's loop returned no turn list
             self._record_error(store, conversation, LiveError(str(live.entry.get("result"))))

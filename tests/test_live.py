@@ -1,0 +1,171 @@
+"""Live runs through BFCL's own loop: the executor bridge, scripted models, result files.
+
+bfcl-eval's own evaluator (a child process) is the oracle for the result files
+the loop writes: they must be readable by it unchanged and get the verdicts we give.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_oracle
+
+from pytest_careful import dataset, declarations
+from pytest_careful.decoding import decoder
+from pytest_careful.live import bridge, runner, scripted
+from pytest_careful.result_store import ResultStore
+from pytest_careful.results import evaluate, read_result_file
+
+DECL = declarations.load()
+# bfcl-eval registry keys whose decoders read the scripted styles (OpenAI FC / prompting).
+ORACLE_DECODER = {False: "gpt-4.1-2025-04-14-FC", True: "gpt-4.1-2025-04-14"}
+
+
+def _run(handle: str, conversation_id: str, condition: str = "standard") -> runner.LiveRun:
+    return runner.run(scripted.make_handler(handle), dataset.get(conversation_id),
+                      runner.Protocol(condition, DECL))
+
+
+def test_executor_outside_a_conversation_is_refused() -> None:
+    bridge.install()
+    from bfcl_eval.model_handler import base_handler
+
+    with pytest.raises(bridge.OutsideConversation):
+        base_handler.execute_multi_turn_func_call(["ls()"], {}, ["GorillaFileSystem"], "m", "multi_turn_base_0")
+
+
+def test_repeated_runs_do_not_share_state() -> None:
+    # bfcl-eval's executor keys instances by model and id in module globals: a
+    # second run of the same conversation would start from the first one's state.
+    handler = scripted.make_handler("scripted:reference")
+    conversation = dataset.get("multi_turn_base_0")
+    first = runner.run(handler, conversation, runner.Protocol("standard", DECL))
+    second = runner.run(handler, conversation, runner.Protocol("standard", DECL))
+    assert first.entry == second.entry
+    ok = evaluate(conversation, second.entry["result"], decoder("scripted:reference"))
+    assert ok.verdict.valid, ok.verdict
+
+
+def test_bfcl_stock_executor_would_leak_state_between_runs() -> None:
+    """The hazard the bridge removes, shown on bfcl-eval's own function (in a child)."""
+    code = (
+        "import os, tempfile; os.environ['BFCL_PROJECT_ROOT']=tempfile.mkdtemp()\n"
+        "from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call as ex\n"
+        "cfg={'GorillaFileSystem': {'root': {'w': {'type': 'directory', 'contents': {}}}}}\n"
+        "ex(['mkdir(dir_name=\"x\")'], cfg, ['GorillaFileSystem'], 'm', 'multi_turn_base_0')\n"
+        "print(ex(['ls()'], cfg, ['GorillaFileSystem'], 'm', 'multi_turn_base_0')[0][0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "x" in out  # a "fresh" second run sees the first run's directory
+
+
+@pytest.mark.parametrize("prompting", [False, True], ids=["fc", "prompting"])
+def test_reference_policy_result_file_matches_bfcl_evaluate(tmp_path: Path, prompting: bool) -> None:
+    handle = "scripted:reference" + ("-prompting" if prompting else "")
+    store = ResultStore(tmp_path, handle.replace(":", "_"))
+    ids = [f"multi_turn_base_{i}" for i in range(0, 200, 20)] + ["multi_turn_miss_func_3", "multi_turn_long_context_5"]
+    for conversation_id in ids:
+        live = _run(handle, conversation_id)
+        store.append(dataset.category_of(conversation_id), live.entry)
+    ours, oracle_cases = {}, []
+    for category in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_long_context"):
+        entries, problems = read_result_file(store.path(category), category)
+        assert not problems
+        for e in entries:
+            ours[e.id] = evaluate(dataset.get(e.id), e.result, decoder(handle), entry=e).verdict
+            oracle_cases.append({"id": e.id, "result": e.result, "decoder": ORACLE_DECODER[prompting],
+                                 "model_name": ORACLE_DECODER[prompting]})
+    oracle = {o["id"]: o for o in run_oracle(oracle_cases)}
+    assert set(oracle) == set(ids)
+    for conversation_id, verdict in ours.items():
+        assert oracle[conversation_id]["valid"] == verdict.valid, conversation_id
+        assert verdict.valid, (conversation_id, verdict)
+
+
+def test_misbehaving_policies_through_the_real_loop() -> None:
+    loop = _run("scripted:loop", "multi_turn_base_1")
+    # BFCL's loop force-quits after MAXIMUM_STEP_LIMIT steps and logs it.
+    from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
+
+    assert len(loop.entry["result"]) < dataset.get("multi_turn_base_1").n_turns
+    assert len(loop.entry["result"][0]) == MAXIMUM_STEP_LIMIT + 1
+    verdict = evaluate(dataset.get("multi_turn_base_1"), loop.entry["result"], decoder("scripted:loop")).verdict
+    assert verdict.error_type == "multi_turn:force_terminated"
+
+    unasked = _run("scripted:destructive", "multi_turn_base_0")
+    first_step = unasked.entry["result"][0][0]
+    reference_turn0 = dataset.get("multi_turn_base_0").ground_truth[0]
+    assert len(first_step) == len(reference_turn0) + 1
+    [(name, _)] = first_step[0].items()  # the unasked call comes first
+    assert name in DECL.boundary("final")
+
+
+def test_asking_policy_ends_the_turn_under_standard() -> None:
+    live = _run("scripted:ask", "multi_turn_base_0")
+    texts = [s for turn in live.entry["result"] for s in turn if isinstance(s, str)]
+    assert any("Please confirm" in t for t in texts)
+    assert not any(r.get("role") == "user" for turn in live.entry["inference_log"] if isinstance(turn, dict)
+                   for k, step in turn.items() if k.startswith("step_") for r in step)
+
+
+def _cli(tmp_path: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
+            f"--careful-output={tmp_path / 'result'}", f"--careful-scorecards={tmp_path / 'cards'}", *args]
+
+
+def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    args = _cli(tmp_path, "--careful-model=scripted:reference", "--careful-category=base", "-p", "no:xdist")
+    path = ResultStore(tmp_path / "result" / "standard", "scripted_reference").path("multi_turn_base")
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= 40:
+            break
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = path.read_bytes().count(b"\n")
+    assert 40 <= before < 200, f"kill landed outside the run ({before} lines)"
+
+    rerun = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip().startswith("{")]
+    ids = [e["id"] for e in lines if isinstance(e.get("result"), list)]
+    assert sorted(ids) == sorted(f"multi_turn_base_{i}" for i in range(200))  # nothing lost, nothing twice
+    card = json.loads((tmp_path / "cards/scripted_reference/standard/scorecard.json").read_text())
+    resumed = sum(r["resumed"] for r in card["rows"])
+    assert resumed == len(ids) - (len(ids) - before) >= 40  # completed ones were read back, not rerun
+
+
+def test_errored_entries_are_retried_not_served(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "result" / "standard", "scripted_reference")
+    store.append("multi_turn_base", {"id": "multi_turn_base_0", "result": "Error during inference: boom",
+                                     "error": "APIError"})
+    proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:reference", "-p", "no:xdist",
+                               "multi_turn_base_0[standard]"), cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "multi_turn_base_0" in store.completed("multi_turn_base")
+    card = json.loads((tmp_path / "cards/scripted_reference/standard/scorecard.json").read_text())
+    assert card["rows"][0]["resumed"] is False and card["rows"][0]["bfcl"]["valid"]
+
+
+def test_unknown_scripted_model_is_a_usage_error(tmp_path: Path) -> None:
+    proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:nope"), cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 4
+    assert "unknown scripted model 'scripted:nope'" in proc.stderr
+
+
+def test_unknown_model_lists_close_matches(tmp_path: Path) -> None:
+    proc = subprocess.run(_cli(tmp_path, "--careful-model=Qwen3-8", "--collect-only"), cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 4
+    assert "close matches" in proc.stderr and "Qwen/Qwen3-8B" in proc.stderr
