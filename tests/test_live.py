@@ -169,3 +169,24 @@ def test_unknown_model_lists_close_matches(tmp_path: Path) -> None:
                           capture_output=True, text=True)
     assert proc.returncode == 4
     assert "close matches" in proc.stderr and "Qwen/Qwen3-8B" in proc.stderr
+
+
+def test_hints_reach_the_loop_including_functions_revealed_later() -> None:
+    """Under hints the loop's tools carry the MCP hints, the held-out ones too; nothing else differs."""
+    seen: list[list[str]] = []
+    base = type(scripted.make_handler("scripted:reference"))
+
+    class Recording(base):  # type: ignore[misc,valid-type]
+        def _compile_tools(self, inference_data, test_entry):
+            seen.append([d["description"] for d in test_entry["function"]])
+            return super()._compile_tools(inference_data, test_entry)
+
+    conversation = dataset.get("multi_turn_miss_func_0")
+    hinted = runner.run(Recording("reference", False), conversation, runner.Protocol("hints", DECL))
+    hinted_tools, seen[:] = list(seen), []
+    plain = runner.run(Recording("reference", False), conversation, runner.Protocol("standard", DECL))
+    assert len(hinted_tools) == len(seen) == 2  # compiled at the start and when functions are revealed
+    assert len(hinted_tools[1]) > len(hinted_tools[0])
+    for with_hint, without in zip(hinted_tools[-1], seen[-1]):
+        assert with_hint.startswith(without) and "destructiveHint=" in with_hint[len(without):]
+    assert hinted.entry["result"] == plain.entry["result"]

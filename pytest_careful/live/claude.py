@@ -1,0 +1,326 @@
+"""Claude through bfcl-eval's own ``ClaudeHandler``, with what stops real use fixed.
+
+:func:`careful_claude_class` subclasses the registry's handler class and
+changes only this (prompts, tools, prompt-caching markers, parsing and the
+multi-turn loop stay bfcl-eval's):
+
+* the model id is ``model_name.removesuffix("-FC")`` (bfcl-eval's
+  ``.strip("-FC")`` strips characters, not a suffix);
+* no ``temperature`` is sent: current Claude models do not take a sampling
+  temperature with tools, and the installed SDK's ``messages.create`` has no
+  such parameter (bfcl-eval passes it anyway, a ``TypeError``);
+* ``max_tokens`` is ``--careful-max-output-tokens``, not ``_get_max_tokens``'s
+  allowlist of three models at 64,000;
+* the logged input tokens are the whole prompt, ``input_tokens +
+  cache_creation_input_tokens + cache_read_input_tokens`` (bfcl-eval logs the
+  uncached part only, a few tokens once the cache is warm);
+* ``generate_with_backoff`` no longer retries forever with tenacity (which
+  also retried "credit balance is too low"): the SDK client does bounded
+  retries with its own backoff on 408/409/429/5xx/529, connection errors and
+  timeouts (``max_retries``, honouring ``retry-after``); out of credit raises
+  :class:`CreditExhausted` at once; other errors propagate (the conversation
+  is recorded as errored and retried next run);
+* every request is priced: before sending, its upper bound is reserved in the
+  run's :class:`~.budget.SpendLedger` (``--careful-budget-usd``: a request
+  that could cross the cap is not sent, :class:`~.budget.BudgetExceeded`);
+  afterwards the reservation is settled with the actual cost, or released if
+  the request failed.
+
+Per conversation, the runner calls ``careful_begin()`` on its copy of the
+handler before BFCL's loop and ``careful_end()`` after it; the keys
+``careful_end`` returns go into the conversation's result entry:
+``careful_cost_usd`` (``{"list", "conservative"}``) and ``careful_usage``
+(``{"input", "output", "cache_creation", "cache_read", "requests"}``).
+
+:func:`estimate` is a rough cost estimate of a selection, for ``--collect-only``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..dataset import Conversation
+from .budget import (BOUND_BYTES_PER_TOKEN, PER_TOKENS, Cost, ModelPrice, Prices, SpendLedger, UnknownPrice,
+                     Usage, request_bound)
+from .source import StopRun
+
+MAX_RETRIES = 6  # SDK backoff 0.5 s doubling to 8 s: ~30 s of retries, longer with retry-after
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
+CREDIT_MESSAGE = "credit balance is too low"
+RUN_ID_ENV = "CAREFUL_RUN_ID"
+AUTO_RUN_ID_PREFIX = "auto-"
+XDIST_WORKER_ENV = "PYTEST_XDIST_WORKER"
+
+
+class CreditExhausted(StopRun):
+    """The Anthropic account is out of credit: nothing more can run."""
+
+
+class MissingApiKey(StopRun):
+    """No Anthropic credentials in the environment."""
+
+
+@dataclass
+class Tally:
+    """One conversation's requests: summed usage and cost, and each request's."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost: Cost = field(default_factory=Cost)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, usage: Usage, cost: Cost) -> None:
+        self.usage += usage
+        self.cost += cost
+        self.requests.append({"usage": usage.as_dict(1), "cost_usd": cost.as_dict()})
+
+    def entry_keys(self) -> dict[str, Any]:
+        return {"careful_cost_usd": self.cost.as_dict(),
+                "careful_usage": self.usage.as_dict(len(self.requests))}
+
+
+def _client(max_retries: int) -> Any:
+    from anthropic import Anthropic
+
+    # Explicit: ANTHROPIC_BASE_URL (a proxy, or the tests' loopback server).
+    return Anthropic(api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
+                     base_url=os.environ.get("ANTHROPIC_BASE_URL") or None, max_retries=max_retries)
+
+
+def _has_credentials(client: Any) -> bool:
+    return bool(getattr(client, "api_key", None) or getattr(client, "auth_token", None)
+                or getattr(client, "credentials", None))
+
+
+def _is_credit_exhausted(exc: BaseException) -> bool:
+    from anthropic import APIStatusError
+
+    return isinstance(exc, APIStatusError) and CREDIT_MESSAGE in str(exc).lower()
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def careful_claude_class(base: type) -> type:
+    """``base`` (bfcl-eval's ``ClaudeHandler`` or a subclass) with the fixes above."""
+    cached = _CLASSES.get(base)
+    if cached is not None:
+        return cached
+
+    class CarefulClaudeHandler(base):  # type: ignore[valid-type,misc]
+        careful_max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+        careful_ledger: SpendLedger | None = None
+        careful_prices: Prices | None = None
+        careful_tally: Tally | None = None  # set per conversation copy by careful_begin
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.careful_configure()
+
+        def careful_configure(self, *, max_output_tokens: int | None = None, ledger: SpendLedger | None = None,
+                              prices: Prices | None = None, max_retries: int = MAX_RETRIES) -> None:
+            """Per-process set-up: client (base URL, bounded retries), limits, prices, ledger."""
+            self.client = _client(max_retries)
+            if max_output_tokens is not None:
+                self.careful_max_output_tokens = max_output_tokens
+            self.careful_ledger = ledger
+            self.careful_prices = prices
+
+        @property
+        def careful_model_id(self) -> str:
+            return str(self.model_name).removesuffix("-FC")
+
+        def careful_price(self) -> ModelPrice:
+            prices = self.careful_prices or Prices.load()
+            try:
+                return prices.lookup(self.careful_model_id)
+            except UnknownPrice as exc:
+                raise StopRun(str(exc)) from None
+
+        # -- per conversation (called by runner.run on its copy) ----------------
+
+        def careful_begin(self) -> None:
+            self.careful_tally = Tally()
+
+        def careful_end(self) -> dict[str, Any]:
+            tally, self.careful_tally = self.careful_tally, None
+            return tally.entry_keys() if tally is not None else {}
+
+        # -- the fixes -----------------------------------------------------------
+
+        def _get_max_tokens(self) -> int:
+            return self.careful_max_output_tokens
+
+        def generate_with_backoff(self, **kwargs: Any) -> tuple[Any, float]:
+            kwargs.pop("temperature", None)
+            kwargs["model"] = self.careful_model_id
+            kwargs["max_tokens"] = self.careful_max_output_tokens
+            if not _has_credentials(self.client):
+                raise MissingApiKey("ANTHROPIC_API_KEY is not set: export it to run Claude "
+                                    "(results already in the result files are still scored)")
+            price = self.careful_price()
+            ledger = self.careful_ledger
+            reservation = None
+            if ledger is not None:
+                reservation = ledger.reserve(request_bound(
+                    price, system=kwargs.get("system"), tools=kwargs.get("tools"),
+                    messages=kwargs["messages"], max_tokens=kwargs["max_tokens"]))
+            start = time.time()
+            try:
+                response = self.client.messages.create(**kwargs)
+            except BaseException as exc:
+                if ledger is not None and reservation is not None:
+                    ledger.release(reservation)
+                if _is_credit_exhausted(exc):
+                    raise CreditExhausted(
+                        "the Anthropic account is out of credit (\"credit balance is too low\"); "
+                        "the run stops here: add credit, then rerun to resume") from exc
+                raise
+            latency = time.time() - start
+            usage = Usage.from_api(response.usage)
+            cost = price.cost(usage)
+            if ledger is not None and reservation is not None:
+                ledger.settle(reservation, cost)
+            if self.careful_tally is not None:
+                self.careful_tally.add(usage, cost)
+            return response, latency
+
+        def _parse_query_response_FC(self, api_response: Any) -> dict[str, Any]:
+            data: dict[str, Any] = super()._parse_query_response_FC(api_response)
+            data["input_token"] = Usage.from_api(api_response.usage).prompt
+            return data
+
+        def _parse_query_response_prompting(self, api_response: Any) -> dict[str, Any]:
+            data: dict[str, Any] = super()._parse_query_response_prompting(api_response)
+            data["input_token"] = Usage.from_api(api_response.usage).prompt
+            return data
+
+    CarefulClaudeHandler.__name__ = CarefulClaudeHandler.__qualname__ = f"Careful{base.__name__}"
+    _CLASSES[base] = CarefulClaudeHandler
+    return CarefulClaudeHandler
+
+
+# ---------------------------------------------------------------- set-up
+
+
+def run_id() -> str:
+    """This run's id, shared by the controller and its xdist workers.
+
+    ``CAREFUL_RUN_ID`` if the user set it (e.g. to carry one budget across
+    reruns); otherwise the controller makes one and exports it, and the
+    workers it spawns afterwards inherit it. An id this function made
+    (``auto-...``) is never reused by a later controller, e.g. a nested run.
+    """
+    value = os.environ.get(RUN_ID_ENV, "")
+    if os.environ.get(XDIST_WORKER_ENV):
+        if not value:
+            raise StopRun(f"xdist worker {os.environ[XDIST_WORKER_ENV]}: {RUN_ID_ENV} is not set; "
+                          "the controller exports it when it configures a Claude run")
+        return value
+    if value and not value.startswith(AUTO_RUN_ID_PREFIX):
+        return value
+    value = f"{AUTO_RUN_ID_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+    os.environ[RUN_ID_ENV] = value
+    return value
+
+
+def ledger_path(output: Path, run: str) -> Path:
+    """Where the run's spend ledger lives: ``<output>/.careful/spend-<run id>.json``."""
+    return Path(output) / ".careful" / f"spend-{run}.json"
+
+
+def configure_source(source: Any, options: Any) -> None:
+    """Per-process set-up of a Claude source (``backends.configure``, every process)."""
+    import pytest
+
+    prices = Prices.load()
+    try:
+        prices.lookup(source.handle.registry_key)
+    except UnknownPrice as exc:
+        raise pytest.UsageError(f"--careful-model={options.model}: {exc}") from None
+    try:
+        run = run_id()
+    except StopRun as exc:
+        raise pytest.UsageError(str(exc)) from None
+    ledger = SpendLedger(ledger_path(options.output, run), options.budget_usd)
+    max_output_tokens = options.max_output_tokens
+    source.spend_ledger = ledger  # for the summary: ledger.totals()
+    source.setup = lambda handler: handler.careful_configure(
+        max_output_tokens=max_output_tokens, ledger=ledger, prices=prices)
+
+
+# -------------------------------------------------------------- estimate
+
+EST_BYTES_PER_TOKEN = 4
+EST_OUTPUT_TOKENS = 150  # per request
+EST_TOOL_RESULT_TOKENS = 100  # per call step's tool results
+EST_TOOL_PROMPT_TOKENS = 350  # the API's tool-use system prompt
+
+
+def _tokens(value: Any) -> int:
+    import json
+
+    return math.ceil(len(json.dumps(value, ensure_ascii=False).encode("utf-8")) / EST_BYTES_PER_TOKEN)
+
+
+def estimate(conversations: Iterable[Conversation], model: str, prices: Prices,
+             max_output_tokens: int) -> dict[str, Any]:
+    """A rough cost estimate of running ``conversations`` on ``model`` (for ``--collect-only``).
+
+    The model is assumed to behave like the reference: per turn, one request
+    per reference call and one closing request. See ``assumptions`` in the
+    result; real runs differ (models retry, explore, or stop early).
+    """
+    price = prices.lookup(model)
+    total = Usage()
+    requests = 0
+    largest_bound = 0.0
+    count = 0
+    for conversation in conversations:
+        count += 1
+        prompt = _tokens(conversation.all_functions()) + EST_TOOL_PROMPT_TOKENS
+        cached = 0  # the prompt the previous request wrote to the cache
+        for turn, calls in enumerate(conversation.ground_truth):
+            question = conversation.questions[turn] if turn < len(conversation.questions) else []
+            prompt += _tokens(question) if question else _tokens("(new functions are available)")
+            for step in range(len(calls) + 1):
+                requests += 1
+                # BFCL marks the newest user message: the prompt is written, the
+                # previous request's prompt is read.
+                total += Usage(0, EST_OUTPUT_TOKENS, prompt - cached, cached)
+                bound = (math.ceil(prompt * EST_BYTES_PER_TOKEN / BOUND_BYTES_PER_TOKEN)
+                         * price.prompt_token_max + max_output_tokens * price.output) / PER_TOKENS
+                largest_bound = max(largest_bound, bound)
+                cached = prompt
+                prompt += EST_OUTPUT_TOKENS + (EST_TOOL_RESULT_TOKENS if step < len(calls) else 0)
+    cost = price.cost(total)
+    return {
+        "model": model,
+        "price_row": price.key,
+        "prices_read_on": prices.read_on,
+        "prices_source": prices.source,
+        "conversations": count,
+        "requests": requests,
+        "usage": total.as_dict(requests),
+        "cost_usd": cost.as_dict(),
+        "largest_request_bound_usd": largest_bound,
+        "assumptions": [
+            "per turn: one request per reference call, plus one closing request",
+            f"tokens: UTF-8 JSON bytes / {EST_BYTES_PER_TOKEN} (function docs, questions), plus "
+            f"{EST_TOOL_PROMPT_TOKENS} for the API's tool-use system prompt",
+            f"each request answers with {EST_OUTPUT_TOKENS} output tokens; each call step adds "
+            f"{EST_TOOL_RESULT_TOKENS} tokens of tool results",
+            "prompt caching works as bfcl-eval marks it: each request writes its prompt to the "
+            "cache and reads the previous request's prompt (the list figure)",
+            "conservative: the same tokens with cache reads at the full input price",
+            f"largest_request_bound_usd: the most the spend guard reserves for one request "
+            f"(prompt at 3 bytes a token and the cache-write price, plus {max_output_tokens} "
+            "output tokens); a budget below it stops before the first such request",
+        ],
+    }
