@@ -6,11 +6,13 @@ Installed, the plugin only adds options: it collects nothing unless
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 import pytest
 
+from ._bfcl import CATEGORIES
 from .options import add_options, read_options
 from .state import SESSION_KEY
 
@@ -45,8 +47,12 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from .session import SELECTED_IDS_KEY, CarefulPlugin, start
 
-    state = start(config, options)
     selected = config.stash.get(SELECTED_NODE_IDS, None)
+    if selected and options.categories == CATEGORIES:
+        # Node ids name their category: a logged run need not hold the others.
+        named = {s.split("[")[0].rsplit("_", 1)[0] for s in selected}
+        options = dataclasses.replace(options, categories=tuple(c for c in CATEGORIES if c in named))
+    state = start(config, options)
     if selected:
         config.stash[SELECTED_IDS_KEY] = selected
     config.pluginmanager.register(CarefulPlugin(config, state), "careful-session")

@@ -185,6 +185,12 @@ def _condition_notes(state: CarefulState) -> list[str]:
         if resumed:
             lines.append(f"[{condition}] {resumed} of {len(card['rows'])} conversations read back from "
                          "earlier result files (not rerun)")
+    ledger = getattr(state.source, "spend_ledger", None)
+    if ledger is not None:
+        spent = ledger.totals()
+        cap = f" of a ${spent.cap_usd:.2f} cap" if spent.cap_usd is not None else ""
+        lines.append(f"spend this run: ${spent.spent_list:.4f} at list prices, "
+                     f"${spent.spent_conservative:.4f} conservative{cap}, {spent.requests} requests")
     output = getattr(state.source, "output", None)
     if output is not None:
         lines.append(f"result files (bfcl generate layout): {output}/<protocol>/")

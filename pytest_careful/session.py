@@ -73,11 +73,37 @@ class CarefulPlugin:
             report=pytest.CollectReport(collector.nodeid, "passed", None, list(new)))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.config.getoption("collectonly") and not self.is_worker:
+            self._print_estimate(session)
         # Import the decoding handler before the first item, where it would be
         # timed as that conversation's duration (the xdist controller runs no item).
         runs_items = self.is_worker or self.config.getoption("dist", "no") == "no"
         if runs_items and session.items and not self.config.getoption("collectonly"):
             self.state.source.decoder()
+
+    def _print_estimate(self, session: pytest.Session) -> None:
+        """``--collect-only`` on a paid API: what the selection would cost, roughly."""
+        handle = getattr(self.state.source, "handle", None)
+        if handle is None or handle.kind != "claude":
+            return
+        from .live.budget import Prices
+        from .live.claude import estimate
+
+        ids = dict.fromkeys(i.conversation_id for i in session.items if isinstance(i, CarefulItem))
+        conditions = len({i.condition for i in session.items if isinstance(i, CarefulItem)}) or 1
+        guess = estimate([dataset.get(c) for c in ids], handle.registry_key, Prices.load(),
+                         self.state.options.max_output_tokens)
+        cost = guess["cost_usd"]
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        reporter.write_line(
+            f"careful: estimated cost of {guess['conversations']} conversations x {conditions} condition(s) "
+            f"on {handle.registry_key}: ${conditions * cost['list']:.2f} at list prices "
+            f"(${conditions * cost['conservative']:.2f} with cache reads at the full input price), "
+            f"~{conditions * guess['requests']} requests; prices of {guess['prices_read_on']}")
+        for assumption in guess["assumptions"]:
+            reporter.write_line(f"careful:   assumes {assumption}")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
