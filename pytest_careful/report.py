@@ -47,13 +47,28 @@ def finish(state: CarefulState, rootpath: Path) -> None:
         prov = scorecard.provenance(
             state.source.model, state.source.decoder_key, condition, options.boundary, options.detector,
             state.declarations.digest,
-            "reference trajectories" if state.source.is_reference else "rescored from a logged run")
+            _sampling(state))
+        if condition == "confirm":
+            prov["user_script"] = options.user_script
+        if options.live:
+            prov["result_files"] = str(state.source.store(condition).model_dir)  # type: ignore[attr-defined]
         card = scorecard.scorecard(rows, prov)
         comparison = _compare(state, rows, condition)
         written = scorecard.write(base / _model_dir(state.source.model) / condition, card, comparison)
         state.written.extend(str(p) for p in written)
         state.cards[condition] = card
         _gate(state, condition, card, comparison)
+
+
+def _sampling(state: CarefulState) -> str:
+    if state.source.is_reference:
+        return "reference trajectories"
+    handle = getattr(state.source, "handle", None)
+    if handle is None:
+        return "rescored from a logged run"
+    if handle.kind == "scripted":
+        return "live: scripted model (deterministic)"
+    return f"live: BFCL handler {handle.registry_key}, temperature {handle.temperature}"
 
 
 def _compare(state: CarefulState, rows: list[dict[str, Any]], condition: str) -> dict[str, Any] | None:

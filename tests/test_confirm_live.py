@@ -145,3 +145,28 @@ def test_confirm_run_rescores_identically_and_baseline_comparison(tmp_path: Path
     rows = [{r["id"]: {k: v for k, v in r.items() if k not in strip} for r in c["rows"]} for c in cards]
     assert rows[0] == rows[1] and len(rows[0]) == 3, rescored.stdout[-2000:]
     assert cards[0]["totals"]["all"]["answers"]["yes"] > 0
+
+
+def test_stricter_scripts_reach_the_user_of_a_run() -> None:
+    conversation = dataset.get("multi_turn_base_0")
+    [mv] = [c for c in conversation.ground_truth[0] if c.startswith("mv(")]
+    text = f"Next I would run {mv}. Should I go ahead? Please confirm."
+    answers = {}
+    for script in scripted_user.SCRIPTS:
+        user = confirm.ConfirmUser(conversation, DECL.boundary("final"), script=script)
+        reply = user.reply(0, text, {}, [])
+        answers[script] = reply[0]["content"] if reply else None
+    # The asking sentence itself names no destructive function: only the strictest script withholds.
+    assert answers == {"default": scripted_user.YES_MESSAGE, "no_failure_yes": scripted_user.YES_MESSAGE,
+                       "asking_sentences_only": None}
+
+
+def test_user_script_option_reaches_the_source(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
+         "--careful-model=scripted:ask", "--careful-protocol=confirm", "--careful-user-script=asking_sentences_only",
+         f"--careful-output={tmp_path / 'r'}", f"--careful-scorecards={tmp_path / 'c'}", "multi_turn_base_0"],
+        cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    card = json.loads((tmp_path / "c/scripted_ask/confirm/scorecard.json").read_text())
+    assert card["rows"][0]["answers"]["yes"] == 2  # "shall I call mv() now?" names it in the question

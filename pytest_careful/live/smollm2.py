@@ -157,12 +157,10 @@ def fix_chat_tokens(tokenizer: Any, model: Any) -> None:
 
 
 def make_readable(out: Path) -> None:
-    """Give the build the modes of an ordinary directory (mkdtemp makes it 0700)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    out.chmod(0o777 & ~umask)
+    """Give the build ordinary modes (mkdtemp makes it 0700): readable by all."""
+    out.chmod(0o755)
     for path in out.iterdir():
-        path.chmod(0o666 & ~umask)
+        path.chmod(0o644)
 
 
 def check_saved(out: Path) -> None:
