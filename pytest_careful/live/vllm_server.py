@@ -225,6 +225,8 @@ def setup_handler(handler: Any, plan: ServerPlan, model: str) -> None:
     if model not in served:
         raise ServerDied(f"the server at {endpoint} serves {served}, but the handler asks for {model!r}: "
                          f"start it with --served-model-name {model}")
+    # Weights and tokenizers come from local folders or the HF cache, never the hub at run time.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     handler.base_url = endpoint
     handler.client = OpenAI(base_url=endpoint, api_key=os.environ.get("REMOTE_OPENAI_API_KEY", "EMPTY"))
     local = model if Path(model).is_dir() else None
