@@ -55,12 +55,17 @@ def run_conversation(request: pytest.FixtureRequest, subtests: Any) -> None:
     item: CarefulItem = request.node  # type: ignore[assignment]
     state = request.config.stash[SESSION_KEY]
     conversation = dataset.get(item.conversation_id)
+    run_failure = None
     try:
         result, entry = state.source.result(item.condition, conversation)
     except LookupError as problem:
         pytest.fail(f"input problem: {problem}", pytrace=False)
     except LiveError as problem:
-        pytest.fail(f"model run failed: {problem}", pytrace=False)
+        if problem.entry is None:  # the run stopped (budget, credit, server): not scored
+            pytest.fail(f"model run failed: {problem}", pytrace=False)
+        # Scored as BFCL scores an inference error; the next run retries it.
+        run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"
+        result, entry = problem.entry.result, problem.entry
     evaluation = evaluate(conversation, result, state.source.decoder(),
                           model_name=state.source.decoder_key, entry=entry)
     confirmations = None
@@ -89,6 +94,8 @@ def run_conversation(request: pytest.FixtureRequest, subtests: Any) -> None:
         if log:
             item.add_report_section("call", "careful model loop (BFCL's log, last 100 lines)",
                                     "\n".join(log.splitlines()[-100:]))
+    if run_failure:
+        pytest.fail(run_failure, pytrace=False)
     if fails:
         pytest.fail(format_bfcl_failure(evaluation), pytrace=False)
 

