@@ -82,15 +82,31 @@ def resolve_dtype(dtype: str, python: str) -> str:
 
 
 def context_length(model: str) -> int | None:
-    """min(65,536, the model's own context), from its local config.json; None if unknown."""
-    config = Path(model) / "config.json"
-    if not config.is_file():
+    """min(65,536, the model's own context), from its config.json; None if unknown."""
+    config = _config_file(model)
+    if config is None:
         return None
     try:
         own = json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
     except (OSError, ValueError):
         return None
     return min(MAX_CONTEXT, int(own)) if isinstance(own, int) else None
+
+
+def _config_file(model: str) -> Path | None:
+    """A local directory's config.json, or a hub id's from the local HF cache (never downloaded)."""
+    local = Path(model) / "config.json"
+    if local.is_file():
+        return local
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(model, "config.json")
+    except Exception:  # not a valid repo id
+        return None
+    return Path(found) if isinstance(found, str) else None
 
 
 def free_port() -> int:
