@@ -10,8 +10,8 @@ the plugin as ``pytest --careful-endpoint URL -n W <ids>``, BFCL as
 ``bfcl generate --skip-server-setup --local-model-path DIR --num-threads W
 --run-ids`` (``REMOTE_OPENAI_BASE_URL`` pointing at the same server). Prints
 conversations per minute for each and how many result entries came out
-identical (same prompts at temperature 0.001; batching can still change a
-token on some hardware).
+identical, and how many first requests had the same prompt size (BFCL's
+temperature 0.001 still samples: identical prompts can diverge mid-answer).
 """
 
 from __future__ import annotations
@@ -64,13 +64,18 @@ def _bfcl(endpoint: str, model: str, ids: list[str], workers: int, out: Path) ->
     return time.perf_counter() - started
 
 
-def _entries(folder: Path) -> dict[str, list]:
+def _entries(folder: Path) -> dict[str, dict]:
     out = {}
     for path in folder.rglob("BFCL_v4_multi_turn_base_result.json"):
         for line in path.read_text().splitlines():
             entry = json.loads(line)
-            out[entry["id"]] = entry["result"]
+            out[entry["id"]] = entry
     return out
+
+
+def _first_prompt_tokens(entry: dict | None) -> int | None:
+    counts = (entry or {}).get("input_token_count")
+    return counts[0][0] if counts and counts[0] else None
 
 
 def main() -> None:
@@ -99,12 +104,15 @@ def main() -> None:
         finally:
             vllm_server.stop(plan)
         ours, theirs = _entries(out / "plugin" / "result"), _entries(out / "bfcl")
-    same = sum(ours.get(i) == theirs.get(i) for i in ids)
+    same = sum((ours.get(i) or {}).get("result") == (theirs.get(i) or {}).get("result") for i in ids)
+    prompts = sum(_first_prompt_tokens(ours.get(i)) == _first_prompt_tokens(theirs.get(i)) for i in ids)
     print(f"{len(ids)} conversations, {args.workers} workers/threads, model {model}")
     print(f"plugin (pytest -n {args.workers}):        {plugin:7.1f} s  {60 * len(ids) / plugin:6.2f} conversations/min")
     print(f"bfcl generate ({args.workers} threads):     {bfcl:7.1f} s  {60 * len(ids) / bfcl:6.2f} conversations/min")
     print(f"plugin / bfcl wall time: {plugin / bfcl:.2f}")
-    print(f"identical result entries: {same}/{len(ids)} (plugin {len(ours)}, bfcl {len(theirs)})")
+    print(f"first request's prompt, same token count: {prompts}/{len(ids)}")
+    print(f"identical results: {same}/{len(ids)} (plugin {len(ours)}, bfcl {len(theirs)}; temperature "
+          "0.001 samples, so identical prompts can still diverge)")
     print(f"result files under {out}")
 
 
