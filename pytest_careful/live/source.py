@@ -73,17 +73,24 @@ class LiveSource(Source):
     def handler(self) -> Any:
         if self._handler is None:
             assert self.handle is not None
-            handler = self.handle.build()
-            if self.setup is not None:
-                self.setup(handler)
+            try:
+                handler = self.handle.build()
+                if self.setup is not None:
+                    self.setup(handler)
+            except StopRun:
+                raise
+            except Exception as exc:  # e.g. an API client without its key: every item would fail alike
+                raise StopRun(f"cannot set up {self.handle.registry_key}'s handler: "
+                              f"{type(exc).__name__}: {exc}") from exc
             self._handler = handler
         return self._handler
 
     def decoder(self) -> Decoder:
         # Decoding needs the handler class only, never the backend (server, API key).
         if self._decoder is None:
-            assert self.handle is not None
-            self._decoder = Decoder(self.decoder_key, self.handle.build())
+            from ..decoding import decoder
+
+            self._decoder = decoder(self.decoder_key)  # built as bfcl evaluate builds it, no key needed
         return self._decoder
 
     def result(self, condition: str, conversation: Conversation) -> tuple[Any, LoggedEntry | None]:

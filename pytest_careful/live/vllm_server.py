@@ -184,6 +184,17 @@ def tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
+def missing_modules(plan: ServerPlan) -> list[str]:
+    """What a session on vLLM needs and lacks: the engine (unless a server is given) and
+    transformers (BFCL's local handlers tokenize every prompt)."""
+    import importlib.util
+
+    wanted = ["transformers"] + ([] if plan.endpoint else ["vllm"])
+    if plan.python != sys.executable:
+        return []  # another interpreter runs the server: it reports for itself
+    return [m for m in wanted if importlib.util.find_spec(m) is None]
+
+
 def start_for_session(plan: ServerPlan, progress: Callable[[str], None]) -> None:
     """Controller: start the session's server and tell the workers (environment) where it is."""
     if plan.endpoint:
