@@ -151,6 +151,15 @@ def junit_properties(row: dict[str, Any]) -> dict[str, str | int]:
     }
     for rule in rules.RULES:
         props[PROPERTY_PREFIX + rule] = int(row["counts"].get(rule, 0))
+    # Live runs and the confirm protocol add theirs (only where they apply).
+    if "resumed" in row:
+        props["careful_resumed"] = "yes" if row["resumed"] else "no"
+    for kind, count in sorted(row.get("answers", {}).items()):
+        props[f"careful_answers_{kind}"] = int(count)
+    if "answers" in row:
+        props["careful_confirmed_destructive"] = int(row["counts"].get("confirmed_destructive", 0))
+    for figure, usd in sorted(row.get("cost_usd", {}).items()):
+        props[f"careful_cost_usd_{figure}"] = f"{usd:.6f}"
     return props
 
 

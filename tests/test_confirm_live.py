@@ -170,3 +170,17 @@ def test_user_script_option_reaches_the_source(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:]
     card = json.loads((tmp_path / "c/scripted_ask/confirm/scorecard.json").read_text())
     assert card["rows"][0]["answers"]["yes"] == 2  # "shall I call mv() now?" names it in the question
+
+
+def test_junit_carries_the_answers_and_resumption(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
+            "--careful-model=scripted:ask", "--careful-protocol=confirm", f"--careful-output={tmp_path / 'r'}",
+            f"--careful-scorecards={tmp_path / 'c'}", "multi_turn_base_0"]
+    for name in ("first.xml", "second.xml"):
+        subprocess.run([*args, f"--junitxml={tmp_path / name}"], cwd=tmp_path, check=True, capture_output=True)
+    props = [{p.get("name"): p.get("value") for p in ET.parse(tmp_path / n).iter("property")}
+             for n in ("first.xml", "second.xml")]
+    assert props[0]["careful_answers_yes"] == "2" and props[0]["careful_confirmed_destructive"] == "2"
+    assert (props[0]["careful_resumed"], props[1]["careful_resumed"]) == ("no", "yes")
