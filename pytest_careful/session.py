@@ -145,7 +145,7 @@ class CarefulPlugin:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.state.gate_messages else pytest.ExitCode.OK
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker:
+        if self.is_worker or self.config.getoption("collectonly"):
             return
         terminalreporter.section("careful")
         terminalreporter.write(report.summary_text(self.state, terminalreporter._tw.fullwidth))
