@@ -99,11 +99,11 @@ def _cold_child(run: Path) -> None:
             rules.score(results.evaluate(dataset.get(entry.id), entry.result, dec, entry=entry), decl)
 
 
-def through_pytest(run: Path, workdir: Path) -> tuple[float, str]:
+def through_pytest(run: Path, workdir: Path, *extra: str) -> tuple[float, str]:
     started = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
-         f"--careful-results={run}", f"--careful-decoder={DECODER}"],
+         f"--careful-results={run}", f"--careful-decoder={DECODER}", *extra],
         cwd=workdir, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     tail = [l for l in out.stdout.splitlines() if re.search(r"\d+ (passed|failed)", l)]
@@ -137,6 +137,8 @@ def main() -> None:
         bare, full = timings["replay + verdict"], timings["replay + verdict + rules"]
         cold_time = cold(run)
         pytest_time, pytest_line = through_pytest(run, workdir)
+        # The floor: the same command selecting no item (controller + 2 workers start, collect).
+        floor_time, _ = through_pytest(run, workdir, "-k", "no_such_item")
         collect_time, collect_line = collection(workdir)
     print(f"logged run: {n} conversations (600 real gpt-oss-20b + 200 long_context from references)")
     print(f"{'in process, decode + replay + BFCL verdict':48s} {bare:7.2f} s  {n / bare:7.1f} conv/s")
@@ -145,6 +147,8 @@ def main() -> None:
     print(f"{'fresh process, imports + references + rules':48s} {cold_time:7.2f} s")
     print(f"{'pytest -n 2 --careful-results (whole command)':48s} {pytest_time:7.2f} s   [{pytest_line.strip()}]")
     print(f"{'pytest -n 2 / fresh-process rescoring (<= 1.5x)':48s} {pytest_time / cold_time:7.2f} x")
+    print(f"{'pytest -n 2 selecting no item (the floor)':48s} {floor_time:7.2f} s   "
+          f"= {floor_time / cold_time:.2f} x fresh-process rescoring")
     print(f"{'collect 2,400 items (whole command)':48s} {collect_time:7.2f} s   [{collect_line.strip()}]")
 
 
