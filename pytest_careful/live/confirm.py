@@ -112,11 +112,11 @@ def patched_loop(name: str) -> Callable[..., Any]:
     module = ast.Module(body=[patch_tree(loop_tree(name), LOOPS[name])], type_ignores=[])
     code = compile(module, filename=f"<pytest-careful confirm: {inspect.getsourcefile(base_handler)}>",
                    mode="exec")
-    namespace: dict[str, Any] = {}
-    # Globals are the module's own dict: the loop sees the same names
-    # (and our executor bridge) as the stock one.
-    exec(code, base_handler.__dict__, namespace)
-    return namespace[name]  # type: ignore[no-any-return]
+    # The function's own code object, made into a function directly (nothing is executed
+    # at definition time). Its globals are the module's own dict: the loop sees the same
+    # names (and our executor bridge) as the stock one.
+    [function_code] = [c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == name]
+    return types.FunctionType(function_code, base_handler.__dict__, name)
 
 
 @dataclass
