@@ -275,55 +275,29 @@ def _handler_class() -> type:
             inference_data["message"].extend({"role": "tool", "content": r} for r in results)
             return inference_data
 
-        # -- FC ------------------------------------------------------------
+        def _first(self, inference_data: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+            return self._user(inference_data, messages, True)
 
-        def _pre_query_processing_FC(self, inference_data: dict[str, Any], test_entry: dict[str, Any]) -> dict[str, Any]:
-            return self._start(test_entry)
+        def _next(self, inference_data: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+            return self._user(inference_data, messages, False)
 
         def _compile_tools(self, inference_data: dict[str, Any], test_entry: dict[str, Any]) -> dict[str, Any]:
             inference_data["function"] = test_entry["function"]
             return inference_data
 
-        def add_first_turn_message_FC(self, inference_data: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
-            return self._user(inference_data, messages, True)
-
-        def _add_next_turn_user_message_FC(self, inference_data: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
-            return self._user(inference_data, messages, False)
-
-        def _query_FC(self, inference_data: dict[str, Any]) -> tuple[Any, float]:
-            return self._query(inference_data)
-
-        def _parse_query_response_FC(self, response: Any) -> dict[str, Any]:
-            return self._parse(response)
-
-        def _add_assistant_message_FC(self, inference_data: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
-            return self._assistant(inference_data, data)
-
-        def _add_execution_results_FC(self, inference_data: dict[str, Any], results: list[str], data: dict[str, Any]) -> dict[str, Any]:
-            return self._tool(inference_data, results, data)
-
-        # -- prompting -----------------------------------------------------
+        # BFCL's two loops call the same steps by two names; only pre-processing differs in signature.
+        def _pre_query_processing_FC(self, inference_data: dict[str, Any], test_entry: dict[str, Any]) -> dict[str, Any]:
+            return self._start(test_entry)
 
         def _pre_query_processing_prompting(self, test_entry: dict[str, Any]) -> dict[str, Any]:
             return self._start(test_entry)
 
-        def add_first_turn_message_prompting(self, inference_data: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
-            return self._user(inference_data, messages, True)
-
-        def _add_next_turn_user_message_prompting(self, inference_data: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
-            return self._user(inference_data, messages, False)
-
-        def _query_prompting(self, inference_data: dict[str, Any]) -> tuple[Any, float]:
-            return self._query(inference_data)
-
-        def _parse_query_response_prompting(self, response: Any) -> dict[str, Any]:
-            return self._parse(response)
-
-        def _add_assistant_message_prompting(self, inference_data: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
-            return self._assistant(inference_data, data)
-
-        def _add_execution_results_prompting(self, inference_data: dict[str, Any], results: list[str], data: dict[str, Any]) -> dict[str, Any]:
-            return self._tool(inference_data, results, data)
+        add_first_turn_message_FC = add_first_turn_message_prompting = _first
+        _add_next_turn_user_message_FC = _add_next_turn_user_message_prompting = _next
+        _query_FC = _query_prompting = _query
+        _parse_query_response_FC = _parse_query_response_prompting = _parse
+        _add_assistant_message_FC = _add_assistant_message_prompting = _assistant
+        _add_execution_results_FC = _add_execution_results_prompting = _tool
 
     _CLASS.append(ScriptedHandler)
     return ScriptedHandler
