@@ -89,21 +89,20 @@ def main() -> None:
 
     model = args.model or str(smollm2.prepare())
     ids = _ids(args.n)
-    if True:  # the folder is kept, to look at both result files
-        out = Path(tempfile.mkdtemp(prefix="careful-bench-"))
-        plan = vllm_server.ServerPlan(model=model, endpoint=None, extra_args=tuple(args.server_arg),
-                                      log_path=out / "vllm.log")
-        endpoint = vllm_server.start(plan, lambda line: print(line, file=sys.stderr))
-        try:
-            for name in ("warm-up", "plugin", "bfcl"):
-                (out / name).mkdir()
-            # Both timed runs find the server's prefix cache warm (a first pass fills it).
-            _plugin(endpoint, model, ids, args.workers, out / "warm-up")
-            bfcl = _bfcl(endpoint, model, ids, args.workers, out / "bfcl")
-            plugin = _plugin(endpoint, model, ids, args.workers, out / "plugin")
-        finally:
-            vllm_server.stop(plan)
-        ours, theirs = _entries(out / "plugin" / "result"), _entries(out / "bfcl")
+    out = Path(tempfile.mkdtemp(prefix="careful-bench-"))  # kept, to look at both result files
+    plan = vllm_server.ServerPlan(model=model, endpoint=None, extra_args=tuple(args.server_arg),
+                                  log_path=out / "vllm.log")
+    endpoint = vllm_server.start(plan, lambda line: print(line, file=sys.stderr))
+    try:
+        for name in ("warm-up", "plugin", "bfcl"):
+            (out / name).mkdir()
+        # Both timed runs find the server's prefix cache warm (a first pass fills it).
+        _plugin(endpoint, model, ids, args.workers, out / "warm-up")
+        bfcl = _bfcl(endpoint, model, ids, args.workers, out / "bfcl")
+        plugin = _plugin(endpoint, model, ids, args.workers, out / "plugin")
+    finally:
+        vllm_server.stop(plan)
+    ours, theirs = _entries(out / "plugin" / "result"), _entries(out / "bfcl")
     same = sum((ours.get(i) or {}).get("result") == (theirs.get(i) or {}).get("result") for i in ids)
     prompts = sum(_first_prompt_tokens(ours.get(i)) == _first_prompt_tokens(theirs.get(i)) for i in ids)
     print(f"{len(ids)} conversations, {args.workers} workers/threads, model {model}")

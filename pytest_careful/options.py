@@ -138,6 +138,7 @@ class CarefulOptions:
     budget_usd: float | None = None
     max_output_tokens: int = 4096
     user_script: str = "default"
+    worker: bool = False  # an xdist worker (config.workerinput), not the controller
 
     @property
     def live(self) -> bool:
@@ -164,7 +165,7 @@ def read_options(config: pytest.Config) -> CarefulOptions:
         vllm_args=tuple(get("careful_vllm_args") or ()), dtype=get("careful_dtype"),
         max_model_len=get("careful_max_model_len"), server_timeout=get("careful_server_timeout"),
         budget_usd=get("careful_budget_usd"), max_output_tokens=get("careful_max_output_tokens"),
-        user_script=get("careful_user_script"),
+        user_script=get("careful_user_script"), worker=hasattr(config, "workerinput"),
     )
     if options.active:
         _validate(options)
@@ -184,6 +185,8 @@ def _validate(options: CarefulOptions) -> None:
         if not (options.decoder or options.model):
             raise pytest.UsageError("--careful-results needs --careful-decoder KEY (or --careful-model NAME) "
                                     "to know which bfcl-eval handler decodes the run")
+    if options.live and options.output.exists() and not options.output.is_dir():
+        raise pytest.UsageError(f"--careful-output: {options.output} exists and is not a directory")
     if options.budget_usd is not None and options.budget_usd <= 0:
         raise pytest.UsageError("--careful-budget-usd must be positive")
     if options.max_output_tokens < 1:

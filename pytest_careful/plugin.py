@@ -7,6 +7,7 @@ Installed, the plugin only adds options: it collects nothing unless
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Any
 
@@ -47,6 +48,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from .session import SELECTED_IDS_KEY, CarefulPlugin, start
 
+    if options.worker:
+        # What the controller set up for the session (server URL, run id), as it sent it.
+        os.environ.update(getattr(config, "workerinput", {}).get("careful_env", {}))
     selected = config.stash.get(SELECTED_NODE_IDS, None)
     if selected and options.categories == CATEGORIES:
         # Node ids name their category: a logged run need not hold the others.

@@ -95,10 +95,16 @@ def read_result_file(path: Path, category: str | None = None) -> tuple[list[Logg
             continue
         assert entry is not None
         if entry.id in seen:
+            first = entries[seen[entry.id]]
+            if isinstance(first.result, str) and not isinstance(entry.result, str):
+                # An errored conversation retried later (a live run's append-only log
+                # before compaction): the finished entry is the one to score.
+                entries[seen[entry.id]] = entry
+                continue
             problems.append(InputProblem(name, number, entry.id,
-                                         f"duplicate entry (first at line {seen[entry.id]}); this one is ignored"))
+                                         f"duplicate entry (first at line {first.line}); this one is ignored"))
             continue
-        seen[entry.id] = number
+        seen[entry.id] = len(entries)
         entries.append(entry)
     return entries, problems
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Generator
 
@@ -52,14 +53,40 @@ class CarefulPlugin:
                         "(on a CPU-only machine: .ci/setup-vllm-cpu), or point --careful-endpoint at a "
                         "running server", returncode=pytest.ExitCode.USAGE_ERROR)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        start_for_session(plan, lambda line: reporter.write_line(f"careful: {line}") if reporter else None)
+        problem = start_for_session(plan, lambda line: reporter.write_line(f"careful: {line}") if reporter else None)
+        if problem:
+            # Every item would fail the same way: stop before running any.
+            pytest.exit(f"careful: {problem}", returncode=pytest.ExitCode.INTERRUPTED)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """xdist controller: send each worker what this session set up (server URL, run id)."""
+        from .live.claude import RUN_ID_ENV
+        from .live.vllm_server import ENDPOINT_ENV, LOG_ENV
+
+        node.workerinput["careful_env"] = {k: os.environ[k] for k in (RUN_ID_ENV, ENDPOINT_ENV, LOG_ENV)
+                                           if k in os.environ}
+
+    def _compact_results(self) -> None:
+        """Live runs: rewrite each result file as ``bfcl evaluate`` wants it (one entry per id)."""
+        source = self.state.source
+        if not hasattr(source, "store"):
+            return
+        for condition in self.state.options.protocols:
+            store = source.store(condition)
+            for category in self.state.options.categories:
+                try:
+                    store.compact(category)
+                except OSError as exc:
+                    self.state.gate_messages.append(f"could not compact {store.path(category)}: {exc}")
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         plan = getattr(self.state.source, "server_plan", None)
         if plan is not None and not self.is_worker:
-            from .live.vllm_server import stop
+            from .live.vllm_server import forget_session, stop
 
             stop(plan)
+            forget_session()
 
     # tryfirst: the items must exist before -k and -m deselect among them.
     @pytest.hookimpl(tryfirst=True)
@@ -133,6 +160,7 @@ class CarefulPlugin:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             return
+        self._compact_results()  # the workers are done: no append can race the rewrite
         try:
             report.finish(self.state, Path(str(self.config.rootpath)))
         except OSError as exc:

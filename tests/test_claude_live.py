@@ -90,7 +90,6 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordingFake]:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
         monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-        monkeypatch.delenv(claude.XDIST_WORKER_ENV, raising=False)
         # An id of the kind the controller makes: configure_source makes a fresh one
         # (and exports it; monkeypatch restores the variable afterwards).
         monkeypatch.setenv(claude.RUN_ID_ENV, claude.AUTO_RUN_ID_PREFIX + "previous")
@@ -441,16 +440,12 @@ def test_estimate_for_collect_only() -> None:
 
 def test_run_id_is_shared_with_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(claude.RUN_ID_ENV, "")  # restored afterwards, whatever run_id() exports
-    monkeypatch.delenv(claude.XDIST_WORKER_ENV, raising=False)
     made = claude.run_id()  # the controller makes one and exports it
     assert made.startswith(claude.AUTO_RUN_ID_PREFIX) and os.environ[claude.RUN_ID_ENV] == made
-    monkeypatch.setenv(claude.XDIST_WORKER_ENV, "gw0")
-    assert claude.run_id() == made  # a worker inherits it
-    monkeypatch.delenv(claude.XDIST_WORKER_ENV)
+    assert claude.run_id(worker=True) == made  # a worker gets it (workerinput -> environment)
     assert claude.run_id() != made  # a later controller in this process makes its own
     monkeypatch.setenv(claude.RUN_ID_ENV, "nightly-7")
     assert claude.run_id() == "nightly-7"  # the user's id carries a budget across reruns
     monkeypatch.delenv(claude.RUN_ID_ENV)
-    monkeypatch.setenv(claude.XDIST_WORKER_ENV, "gw1")
     with pytest.raises(StopRun, match=claude.RUN_ID_ENV):
-        claude.run_id()
+        claude.run_id(worker=True)

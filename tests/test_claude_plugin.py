@@ -45,9 +45,7 @@ def replay_any_conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _pytest(tmp_path: Path, server: FakeAnthropic, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": server.url}
-    # This test may itself run in an xdist worker: the child is a fresh controller.
-    for name in [n for n in env if n.startswith("PYTEST_XDIST") or n == "CAREFUL_RUN_ID"]:
-        env.pop(name)
+    env.pop("CAREFUL_RUN_ID", None)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
          f"--careful-output={tmp_path / 'result'}", *args],

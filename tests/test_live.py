@@ -155,6 +155,41 @@ def test_errored_entries_are_retried_not_served(tmp_path: Path) -> None:
     assert "multi_turn_base_0" in store.completed("multi_turn_base")
     card = json.loads((tmp_path / "cards/scripted_reference/standard/scorecard.json").read_text())
     assert card["rows"][0]["resumed"] is False and card["rows"][0]["bfcl"]["valid"]
+    # The session compacted the file: one entry per id, as bfcl evaluate wants it.
+    lines = [json.loads(x) for x in store.path("multi_turn_base").read_text().splitlines()]
+    assert [(e["id"], isinstance(e["result"], list)) for e in lines] == [("multi_turn_base_0", True)]
+
+
+def test_rescoring_an_uncompacted_log_scores_the_retried_entry(tmp_path: Path) -> None:
+    """A run killed before compaction leaves the error line and the retried one: the latter counts."""
+    store = ResultStore(tmp_path, "scripted_reference")
+    store.append("multi_turn_base", {"id": "multi_turn_base_0", "result": "Error during inference: x",
+                                     "error": "APIError"})
+    store.append("multi_turn_base", _run("scripted:reference", "multi_turn_base_0").entry)
+    entries, problems = read_result_file(store.path("multi_turn_base"), "multi_turn_base")
+    assert not problems and len(entries) == 1 and isinstance(entries[0].result, list)
+
+
+def test_resuming_under_other_settings_is_refused(tmp_path: Path) -> None:
+    first = subprocess.run(_cli(tmp_path, "--careful-model=scripted:ask-wrong", "--careful-protocol=confirm",
+                                "-p", "no:xdist", "multi_turn_base_0"), cwd=tmp_path, capture_output=True, text=True)
+    assert first.returncode == 0, first.stdout[-2000:]
+    other = subprocess.run(_cli(tmp_path, "--careful-model=scripted:ask-wrong", "--careful-protocol=confirm",
+                                "--careful-user-script=asking_sentences_only", "multi_turn_base_0"),
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert other.returncode == 4
+    assert "user_script='default'" in other.stderr and "user_script='asking_sentences_only'" in other.stderr
+    same = subprocess.run(_cli(tmp_path, "--careful-model=scripted:ask-wrong", "--careful-protocol=confirm",
+                               "-p", "no:xdist", "multi_turn_base_0"), cwd=tmp_path, capture_output=True, text=True)
+    assert same.returncode == 0 and "1 of 1 conversations read back" in same.stdout
+
+
+def test_backend_options_on_the_wrong_backend_are_usage_errors(tmp_path: Path) -> None:
+    for args, message in ((["--careful-budget-usd=5"], "covers Claude models only"),
+                          (["--careful-endpoint=http://127.0.0.1:1/v1"], "for vLLM-served models")):
+        proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:reference", *args, "multi_turn_base_0"),
+                              cwd=tmp_path, capture_output=True, text=True)
+        assert proc.returncode == 4 and message in proc.stderr
 
 
 def test_unknown_scripted_model_is_a_usage_error(tmp_path: Path) -> None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import openai
@@ -88,15 +91,47 @@ def test_a_server_that_dies_while_starting_is_reported_with_its_log(tmp_path: Pa
     assert "no CUDA device" in str(caught.value) and str(plan.log_path) in str(caught.value)
 
 
-def test_failed_start_reaches_the_workers_as_the_items_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (vllm_server.ENDPOINT_ENV, vllm_server.ERROR_ENV, vllm_server.LOG_ENV):
+def test_failed_start_is_reported_once_and_sets_nothing_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (vllm_server.ENDPOINT_ENV, vllm_server.LOG_ENV):
         monkeypatch.delenv(name, raising=False)
     plan = _plan(tmp_path, _program(tmp_path, CRASHING))
-    vllm_server.start_for_session(plan, lambda line: None)
+    problem = vllm_server.start_for_session(plan, lambda line: None)
+    assert problem and "exited with code 3" in problem  # the session exits with it (session.py)
     assert vllm_server.ENDPOINT_ENV not in os.environ
-    worker_plan = _plan(tmp_path, sys.executable)  # a worker rebuilds its plan from the options
-    with pytest.raises(ServerDied, match="exited with code 3"):
-        vllm_server.endpoint_of(worker_plan)
+    with pytest.raises(ServerDied, match="no vLLM server"):
+        vllm_server.endpoint_of(_plan(tmp_path, sys.executable))
+
+
+def test_the_server_is_stopped_when_pytest_gets_sigterm(tmp_path: Path) -> None:
+    """A CI timeout sends SIGTERM: the server must not outlive the session."""
+    script = tmp_path / "session.py"
+    script.write_text(
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from pytest_careful.live import vllm_server as v\n"
+        f"plan = v.ServerPlan(model='m', endpoint=None, dtype='float32', python={_program(tmp_path, FAKE_VLLM.format(python=sys.executable))!r},"
+        f" log_path=Path({str(tmp_path / 'log')!r}))\n"
+        "assert v.start_for_session(plan, print) is None\n"
+        "print('PID', plan.process.pid, flush=True)\n"
+        "time.sleep(60)\n")
+    session = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert session.stdout is not None
+    pid = next(int(line.split()[1]) for line in session.stdout if line.startswith("PID"))
+    session.send_signal(signal.SIGTERM)
+    assert session.wait(timeout=60) == -signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
 
 
 def test_connection_error_with_the_server_gone_ends_the_run(tmp_path: Path) -> None:

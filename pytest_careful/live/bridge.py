@@ -17,10 +17,10 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..executor import Execution, Simulators
+from ..executor import Simulators
 
 _LOCK = threading.Lock()
 _INSTALLED = False
@@ -28,10 +28,9 @@ _INSTALLED = False
 
 @dataclass
 class LiveConversation:
-    """The simulators of one run and every call the loop executed on them."""
+    """The simulators of one run."""
 
     simulators: Simulators
-    executions: list[Execution] = field(default_factory=list)
 
 
 _CURRENT: contextvars.ContextVar[LiveConversation | None] = contextvars.ContextVar("careful_live", default=None)
@@ -51,11 +50,7 @@ def careful_execute_multi_turn_func_call(
         raise OutsideConversation(
             "careful: bfcl-eval's multi-turn executor was called outside a pytest-careful "
             "conversation; refusing to evaluate model output")
-    results = []
-    for call in func_call_list:
-        execution = live.simulators.execute(call)
-        live.executions.append(execution)
-        results.append(execution.result)
+    results = [live.simulators.execute(call).result for call in func_call_list]
     return results, live.simulators.instances
 
 
@@ -81,7 +76,3 @@ def conversation(simulators: Simulators) -> Iterator[LiveConversation]:
         yield live
     finally:
         _CURRENT.reset(token)
-
-
-def current() -> LiveConversation | None:
-    return _CURRENT.get()

@@ -56,7 +56,6 @@ DEFAULT_MAX_OUTPUT_TOKENS = 4096
 CREDIT_MESSAGE = "credit balance is too low"
 RUN_ID_ENV = "CAREFUL_RUN_ID"
 AUTO_RUN_ID_PREFIX = "auto-"
-XDIST_WORKER_ENV = "PYTEST_XDIST_WORKER"
 
 
 class CreditExhausted(StopRun):
@@ -209,7 +208,7 @@ def careful_claude_class(base: type) -> type:
 # ---------------------------------------------------------------- set-up
 
 
-def run_id() -> str:
+def run_id(worker: bool = False) -> str:
     """This run's id, shared by the controller and its xdist workers.
 
     ``CAREFUL_RUN_ID`` if the user set it (e.g. to carry one budget across
@@ -218,10 +217,10 @@ def run_id() -> str:
     (``auto-...``) is never reused by a later controller, e.g. a nested run.
     """
     value = os.environ.get(RUN_ID_ENV, "")
-    if os.environ.get(XDIST_WORKER_ENV):
+    if worker:
         if not value:
-            raise StopRun(f"xdist worker {os.environ[XDIST_WORKER_ENV]}: {RUN_ID_ENV} is not set; "
-                          "the controller exports it when it configures a Claude run")
+            raise StopRun(f"xdist worker: {RUN_ID_ENV} is not set; "
+                          "the controller sends it when it configures a Claude run")
         return value
     if value and not value.startswith(AUTO_RUN_ID_PREFIX):
         return value
@@ -245,14 +244,25 @@ def configure_source(source: Any, options: Any) -> None:
     except UnknownPrice as exc:
         raise pytest.UsageError(f"--careful-model={options.model}: {exc}") from None
     try:
-        run = run_id()
+        run = run_id(getattr(options, "worker", False))
     except StopRun as exc:
         raise pytest.UsageError(str(exc)) from None
     ledger = SpendLedger(ledger_path(options.output, run), options.budget_usd)
     max_output_tokens = options.max_output_tokens
     source.spend_ledger = ledger  # for the summary: ledger.totals()
+    source.backend_settings = {"max_output_tokens": max_output_tokens}
+    source.classify_error = _fatal
     source.setup = lambda handler: handler.careful_configure(
         max_output_tokens=max_output_tokens, ledger=ledger, prices=prices)
+
+
+def _fatal(exc: BaseException) -> BaseException | None:
+    """A rejected key or account fails every request alike: stop the run at once."""
+    import anthropic
+
+    if isinstance(exc, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
+        return StopRun(f"the Anthropic API refused this key: {exc}")
+    return None
 
 
 # -------------------------------------------------------------- estimate

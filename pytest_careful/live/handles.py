@@ -14,6 +14,7 @@ once per process. Kinds:
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,17 +46,15 @@ class ModelHandle:
     def result_name(self) -> str:
         """The folder results are filed under (BFCL: ``registry_dir_name``).
 
-        A local model is filed under its own directory name, not its handler's
-        key (a fine-tune is not the model whose prompt format it borrows).
+        A local model is filed under its own directory name and a hash of its
+        path, not its handler's key (a fine-tune is not the model whose prompt
+        format it borrows).
         """
         if self.model_path:
-            return Path(self.model_path).name
+            # Two checkpoints both called "final" must not resume each other's results.
+            digest = hashlib.sha256(self.model_path.encode()).hexdigest()[:8]
+            return f"{Path(self.model_path).name}-{digest}"
         return self.registry_key.replace("/", "_").replace(":", "_")
-
-    def handler_class(self) -> type:
-        if self.kind == "scripted":
-            return type(scripted.make_handler(self.registry_key))
-        return _handler_class(_entry(self.registry_key))
 
     def build(self) -> Any:
         """A fresh BFCL handler for this process (model-specific setup is the caller's)."""

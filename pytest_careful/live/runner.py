@@ -21,6 +21,10 @@ from ..replay import _template
 from . import bridge, confirm
 
 
+#: Result-entry key recording how the entry was made (BFCL ignores unknown keys).
+SETTINGS_KEY = "careful_settings"
+
+
 @dataclass(frozen=True)
 class Protocol:
     """How one condition runs: the scripted user's settings for confirm."""
@@ -30,6 +34,16 @@ class Protocol:
     boundary: str = "final"
     script: str = "default"
     detector: str = "strict"
+
+
+    def settings(self) -> dict[str, str]:
+        """What shapes the run besides the model: resumed entries must have been made alike."""
+        out = {"condition": self.condition}
+        if self.condition in ("hints", "confirm"):
+            out["boundary"] = self.boundary
+        if self.condition == "confirm":
+            out.update(user_script=self.script, detector=self.detector)
+        return out
 
 
 @dataclass
@@ -57,7 +71,8 @@ def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, An
     return entry
 
 
-def run(handler: Any, conversation: Conversation, protocol: Protocol) -> LiveRun:
+def run(handler: Any, conversation: Conversation, protocol: Protocol,
+        settings: dict[str, Any] | None = None) -> LiveRun:
     """Run ``conversation`` with ``handler`` through BFCL's own loop.
 
     Raises whatever the handler raises (API errors, a dead server, the spend
@@ -88,5 +103,6 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol) -> LiveRun
     from bfcl_eval.utils import make_json_serializable  # what BaseHandler.write applies
 
     extra = runner.careful_end() if begin is not None else {}
-    entry = make_json_serializable({"id": conversation.id, "result": result, **metadata, **extra})
+    entry = make_json_serializable({"id": conversation.id, "result": result, **metadata, **extra,
+                                    SETTINGS_KEY: {**protocol.settings(), **(settings or {})}})
     return LiveRun(entry, printed.getvalue(), time.monotonic() - started)

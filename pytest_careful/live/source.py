@@ -55,6 +55,7 @@ class LiveSource(Source):
     setup: Any = None  # called once per process with the new handler (backend set-up)
     classify_error: Any = None  # exception -> StopRun for problems that end the run
     server_plan: Any = None  # vLLM: the session's server
+    backend_settings: dict[str, Any] = field(default_factory=dict)  # recorded in every entry
     stopped: str | None = None
     _handler: Any = None
     _decoder: Decoder | None = None
@@ -65,6 +66,31 @@ class LiveSource(Source):
     @property
     def is_reference(self) -> bool:
         return False
+
+    def protocol(self, condition: str) -> runner.Protocol:
+        assert self.declarations is not None
+        return runner.Protocol(condition, self.declarations, self.boundary, self.script, self.detector)
+
+    def settings(self, condition: str) -> dict[str, Any]:
+        """How this run makes entries: protocol settings and the backend's own (temperature...)."""
+        assert self.handle is not None
+        return {**self.protocol(condition).settings(), "temperature": self.handle.temperature,
+                **self.backend_settings}
+
+    def mismatches(self, condition: str, categories: tuple[str, ...]) -> list[str]:
+        """Completed entries on disk made under other settings (resuming them would mix runs)."""
+        wanted, found = self.settings(condition), []
+        store = self.store(condition)
+        for category in categories:
+            for entry in store.completed(category).values():
+                made = entry.get(runner.SETTINGS_KEY)
+                if isinstance(made, dict) and made != wanted:
+                    differ = sorted(k for k in set(made) | set(wanted) if made.get(k) != wanted.get(k))
+                    found.append(f"{store.path(category)}: {entry['id']} was made with "
+                                 + ", ".join(f"{k}={made.get(k)!r}" for k in differ)
+                                 + " (this run: " + ", ".join(f"{k}={wanted.get(k)!r}" for k in differ) + ")")
+                    break
+        return found
 
     def store(self, condition: str) -> ResultStore:
         assert self.handle is not None
@@ -118,10 +144,9 @@ class LiveSource(Source):
     def _run(self, store: ResultStore, condition: str, conversation: Conversation) -> dict[str, Any]:
         if self.stopped:
             raise StopRun(f"not run: {self.stopped}")
-        assert self.declarations is not None
-        protocol = runner.Protocol(condition, self.declarations, self.boundary, self.script, self.detector)
         try:
-            live = runner.run(self.handler(), conversation, protocol)
+            live = runner.run(self.handler(), conversation, self.protocol(condition),
+                              {k: v for k, v in self.settings(condition).items() if k not in ("condition",)})
         except StopRun as exc:
             self.stopped = str(exc)
             self._record_error(store, conversation, exc)
@@ -169,7 +194,18 @@ def open_live(options: Any) -> LiveSource:
     source = LiveSource(options.model, handle.registry_key, handle=handle, output=options.output,
                         declarations=declarations.load(), boundary=options.boundary,
                         script=options.user_script, detector=options.detector)
+    if options.budget_usd is not None and handle.kind != "claude":
+        raise pytest.UsageError(f"--careful-budget-usd: the spend guard covers Claude models only; "
+                                f"{options.model} is not one (nothing would be capped)")
+    if options.endpoint and handle.kind != "vllm":
+        raise pytest.UsageError(f"--careful-endpoint is for vLLM-served models; {options.model} is not one")
     from .backends import configure
 
     configure(source, options)
+    if not options.worker:  # checked once, up front
+        problems = [p for c in options.protocols for p in source.mismatches(c, options.categories)]
+        if problems:
+            raise pytest.UsageError(
+                "--careful-output: resuming would mix runs made under other settings:\n  "
+                + "\n  ".join(problems) + "\nchoose another --careful-output, or move those files away")
     return source

@@ -142,7 +142,7 @@ def start(plan: ServerPlan, progress: Callable[[str], None]) -> str:
         log.flush()
         # Own session: stopping it takes its engine worker processes along.
         plan.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
+                                        start_new_session=True, preexec_fn=_die_with_parent)
     started = time.monotonic()
     last = 0.0
     while True:
@@ -190,23 +190,52 @@ def missing_modules(plan: ServerPlan) -> list[str]:
     import importlib.util
 
     wanted = ["transformers"] + ([] if plan.endpoint else ["vllm"])
-    if plan.python != sys.executable:
-        return []  # another interpreter runs the server: it reports for itself
     return [m for m in wanted if importlib.util.find_spec(m) is None]
 
 
-def start_for_session(plan: ServerPlan, progress: Callable[[str], None]) -> None:
-    """Controller: start the session's server and tell the workers (environment) where it is."""
+def start_for_session(plan: ServerPlan, progress: Callable[[str], None]) -> str | None:
+    """Controller: start the session's server; returns why it could not, or None.
+
+    Its URL goes to the workers in the environment (``pytest_configure_node``
+    copies it into their ``workerinput``). SIGTERM (a CI timeout) stops the
+    server before pytest dies, and the server is asked to die with its parent.
+    """
     if plan.endpoint:
-        return
+        return None
     try:
         endpoint = start(plan, progress)
     except ServerDied as exc:
-        os.environ[ERROR_ENV] = str(exc)
-        progress(f"vLLM server failed: {exc}")
-        return
+        return str(exc)
     os.environ[ENDPOINT_ENV] = endpoint
     os.environ[LOG_ENV] = str(plan.log_path)
+    _stop_on_sigterm(plan)
+    return None
+
+
+def forget_session() -> None:
+    for name in (ENDPOINT_ENV, LOG_ENV):
+        os.environ.pop(name, None)
+
+
+def _stop_on_sigterm(plan: ServerPlan) -> None:
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: Any) -> None:
+        stop(plan)
+        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before exec: SIGTERM when pytest dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 # -- per process -------------------------------------------------------------
@@ -231,13 +260,10 @@ def _hub_id(handle: Any) -> str:
     return _entry(handle.registry_key).model_name
 
 
-ERROR_ENV = "CAREFUL_VLLM_ERROR"
-
-
 def endpoint_of(plan: ServerPlan) -> str:
     endpoint = plan.endpoint or os.environ.get(ENDPOINT_ENV)
     if not endpoint:
-        raise ServerDied(os.environ.get(ERROR_ENV) or "no vLLM server was started for this session")
+        raise ServerDied("no vLLM server was started for this session")
     return endpoint.rstrip("/")
 
 
