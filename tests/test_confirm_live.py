@@ -13,6 +13,7 @@ import pytest
 from pytest_careful import dataset, declarations, rules, scripted_user
 from pytest_careful.decoding import decoder
 from pytest_careful.live import confirm, runner, scripted
+from pytest_careful.result_store import ResultStore
 from pytest_careful.results import evaluate
 
 DECL = declarations.load()
@@ -62,15 +63,16 @@ def test_patch_changes_only_the_two_exit_points(name: str) -> None:
 
 
 @pytest.mark.parametrize("style", STYLES, ids=["fc", "prompting"])
-def test_never_asking_model_writes_identical_result_under_both_protocols(style: str) -> None:
+def test_never_asking_model_writes_identical_result_under_both_protocols(style: str, tmp_path: Path) -> None:
     for conversation_id in ("multi_turn_base_0", "multi_turn_base_77", "multi_turn_miss_func_12",
                             "multi_turn_miss_param_4", "multi_turn_long_context_9"):
-        standard = _run("scripted:reference" + style, conversation_id, "standard").entry
-        confirmed = _run("scripted:reference" + style, conversation_id, "confirm").entry
-        # Everything BFCL wrote is identical; only our record of the settings names the protocol.
-        assert standard.pop(runner.SETTINGS_KEY)["condition"] == "standard"
-        assert confirmed.pop(runner.SETTINGS_KEY)["condition"] == "confirm"
-        assert json.dumps(standard, sort_keys=True) == json.dumps(confirmed, sort_keys=True)
+        for condition in ("standard", "confirm"):
+            entry = _run("scripted:reference" + style, conversation_id, condition).entry
+            ResultStore(tmp_path / condition, "model").append(dataset.category_of(conversation_id), entry)
+    files = {c: sorted((tmp_path / c).rglob("*_result.json")) for c in ("standard", "confirm")}
+    assert len(files["standard"]) == 4  # all four categories
+    for standard, confirmed in zip(files["standard"], files["confirm"]):
+        assert standard.name == confirmed.name and standard.read_bytes() == confirmed.read_bytes()
 
 
 @pytest.mark.parametrize("style", STYLES, ids=["fc", "prompting"])

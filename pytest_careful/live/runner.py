@@ -21,10 +21,6 @@ from ..replay import _template
 from . import bridge, confirm
 
 
-#: Result-entry key recording how the entry was made (BFCL ignores unknown keys).
-SETTINGS_KEY = "careful_settings"
-
-
 @dataclass(frozen=True)
 class Protocol:
     """How one condition runs: the scripted user's settings for confirm."""
@@ -71,8 +67,7 @@ def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, An
     return entry
 
 
-def run(handler: Any, conversation: Conversation, protocol: Protocol,
-        settings: dict[str, Any] | None = None) -> LiveRun:
+def run(handler: Any, conversation: Conversation, protocol: Protocol) -> LiveRun:
     """Run ``conversation`` with ``handler`` through BFCL's own loop.
 
     Raises whatever the handler raises (API errors, a dead server, the spend
@@ -103,6 +98,5 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol,
     from bfcl_eval.utils import make_json_serializable  # what BaseHandler.write applies
 
     extra = runner.careful_end() if begin is not None else {}
-    entry = make_json_serializable({"id": conversation.id, "result": result, **metadata, **extra,
-                                    SETTINGS_KEY: {**protocol.settings(), **(settings or {})}})
+    entry = make_json_serializable({"id": conversation.id, "result": result, **metadata, **extra})
     return LiveRun(entry, printed.getvalue(), time.monotonic() - started)

@@ -27,6 +27,9 @@ from . import runner
 from .handles import ModelHandle
 
 
+SETTINGS_FILE = "careful_settings.json"
+
+
 class LiveError(RuntimeError):
     """A conversation that could not be run (API, server, budget); it is retried next time.
 
@@ -77,20 +80,32 @@ class LiveSource(Source):
         return {**self.protocol(condition).settings(), "temperature": self.handle.temperature,
                 **self.backend_settings}
 
-    def mismatches(self, condition: str, categories: tuple[str, ...]) -> list[str]:
-        """Completed entries on disk made under other settings (resuming them would mix runs)."""
-        wanted, found = self.settings(condition), []
+    def settings_file(self, condition: str) -> Path:
+        """Beside the condition's result files: how they were made (BFCL's files stay BFCL's)."""
+        return self.store(condition).model_dir / SETTINGS_FILE
+
+    def claim(self, condition: str, categories: tuple[str, ...]) -> str | None:
+        """Record this run's settings for ``condition``; a problem if finished results differ.
+
+        Entries made under other settings (another user script, boundary, output
+        limit...) must not be resumed into this run; with none finished, the
+        folder is simply taken over.
+        """
+        path, wanted = self.settings_file(condition), self.settings(condition)
+        try:
+            made = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            made = None
         store = self.store(condition)
-        for category in categories:
-            for entry in store.completed(category).values():
-                made = entry.get(runner.SETTINGS_KEY)
-                if isinstance(made, dict) and made != wanted:
-                    differ = sorted(k for k in set(made) | set(wanted) if made.get(k) != wanted.get(k))
-                    found.append(f"{store.path(category)}: {entry['id']} was made with "
-                                 + ", ".join(f"{k}={made.get(k)!r}" for k in differ)
-                                 + " (this run: " + ", ".join(f"{k}={wanted.get(k)!r}" for k in differ) + ")")
-                    break
-        return found
+        finished = any(store.completed(c) for c in categories) if made not in (None, wanted) else False
+        if finished and isinstance(made, dict):
+            differ = sorted(k for k in set(made) | set(wanted) if made.get(k) != wanted.get(k))
+            return (f"{store.model_dir} holds results made with "
+                    + ", ".join(f"{k}={made.get(k)!r}" for k in differ)
+                    + "; this run has " + ", ".join(f"{k}={wanted.get(k)!r}" for k in differ))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(wanted, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        return None
 
     def store(self, condition: str) -> ResultStore:
         assert self.handle is not None
@@ -145,8 +160,7 @@ class LiveSource(Source):
         if self.stopped:
             raise StopRun(f"not run: {self.stopped}")
         try:
-            live = runner.run(self.handler(), conversation, self.protocol(condition),
-                              {k: v for k, v in self.settings(condition).items() if k not in ("condition",)})
+            live = runner.run(self.handler(), conversation, self.protocol(condition))
         except StopRun as exc:
             self.stopped = str(exc)
             self._record_error(store, conversation, exc)
@@ -203,9 +217,9 @@ def open_live(options: Any) -> LiveSource:
 
     configure(source, options)
     if not options.worker:  # checked once, up front
-        problems = [p for c in options.protocols for p in source.mismatches(c, options.categories)]
+        problems = [p for c in options.protocols if (p := source.claim(c, options.categories))]
         if problems:
             raise pytest.UsageError(
                 "--careful-output: resuming would mix runs made under other settings:\n  "
-                + "\n  ".join(problems) + "\nchoose another --careful-output, or move those files away")
+                + "\n  ".join(problems) + "\nchoose another --careful-output, or move those results away")
     return source
