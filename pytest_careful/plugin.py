@@ -130,6 +130,22 @@ def careful_reference(careful_conversation: Any) -> Any:
     return reference(careful_conversation)
 
 
+@pytest.fixture
+def careful_scripted_user(request: pytest.FixtureRequest, careful_conversation: Any,
+                          careful_declarations: Any) -> Any:
+    """The confirm protocol's scripted user for the conversation (``live.confirm.ConfirmUser``).
+
+    ``reply(turn, model_text, turn_log, step_log)`` gives the user message(s) it
+    would answer with, or None. Boundary, script and detector follow the run's
+    options (``--careful-boundary``, ``--careful-user-script``, ``--careful-detector``).
+    """
+    from .live.confirm import ConfirmUser
+
+    get = request.config.getoption
+    return ConfirmUser(careful_conversation, careful_declarations.boundary(get("careful_boundary")),
+                       get("careful_user_script"), get("careful_detector"))
+
+
 @pytest.fixture(scope="session")
 def careful_model(request: pytest.FixtureRequest) -> Any:
     """The model handle of the run (``pytest_careful.sources.Source``)."""

@@ -220,4 +220,4 @@ def test_all_800_references_under_xdist(pytester):
 def test_conftest_example_runs(pytester):
     shutil.copytree(ROOT / "conftest_examples" / "own_tests", pytester.path / "own_tests")
     result = _run(pytester, "own_tests")
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=7)
