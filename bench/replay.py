@@ -62,8 +62,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_careful import _bfcl, dataset, decoding  # noqa: E402
-from pytest_careful.replay import reference  # noqa: E402
-from pytest_careful.results import evaluate, read_result_file  # noqa: E402
+from pytest_careful.replay import new_simulators, reference  # noqa: E402
+from pytest_careful.results import decode_turns, evaluate, read_result_file  # noqa: E402
 
 REAL_RUN = ROOT.parent / "shared" / "real-runs" / "gpt-oss-20b-vllm-2025-11-12"
 REAL_RUN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param")
@@ -135,6 +135,27 @@ def run_ours(cases: list[Case], decoders: dict[str, decoding.Decoder], snapshots
                               model_name="bench", snapshots=snapshots)
         verdicts.append((evaluation.verdict.valid, evaluation.verdict.error_type))
     return Pass(time.perf_counter() - start, time.process_time() - start_cpu, verdicts)
+
+
+def live_execution_floor(cases: list[Case], decoders: dict[str, decoding.Decoder]) -> float:
+    """Seconds to create the instances of the real run's diverging replays and execute their calls."""
+    work = []
+    for case in cases:
+        if case.set != "real run" or not isinstance(case.result, list):
+            continue
+        calls = [c for t in decode_turns(decoders[case.decoder_key], case.result) for s in t for c in s]
+        opening = [r.call for r in reference(case.conversation).calls]
+        shared = 0
+        while shared < min(len(calls), len(opening)) and calls[shared] == opening[shared]:
+            shared += 1
+        if shared < len(calls):
+            work.append((case.conversation, calls))
+    start = time.perf_counter()
+    for conversation, calls in work:
+        sim = new_simulators(conversation, "bench")
+        for call in calls:
+            sim.execute(call)
+    return time.perf_counter() - start
 
 
 # --------------------------------------------------------------------------- bfcl
@@ -347,6 +368,20 @@ def main() -> int:
     print(f"  speed-up: bfcl / ours bare, warm         {ratio(bfcl_v, off):6.2f}x {ratio(bfcl_v, off, cpu=True):6.2f}x")
     print(f"  overhead: snapshots-on / bare, warm      {overhead:6.2f}x {overhead_cpu:6.2f}x   <= {SNAPSHOT_OVERHEAD_TARGET:.0f}x   "
           f"{met(max(overhead, overhead_cpu) <= SNAPSHOT_OVERHEAD_TARGET)}")
+    print()
+
+    # Where the time goes: each set on its own (median of 3), and what the real
+    # run's replays cannot avoid: creating its instances and executing the calls
+    # that are not the reference's opening (nothing else: no parse, snapshot, check).
+    print("per set, warm (median of 3)                 bfcl s   ours s   ratio")
+    for label in ("references", "real run"):
+        subset = [c for c in cases if c.set == label]
+        theirs_s = statistics.median(bfcl.run(subset).seconds for _ in range(3))
+        ours_s = statistics.median(run_ours(subset, decoders, True).seconds for _ in range(3))
+        print(f"  {label + f' ({len(subset)})':<42} {theirs_s:7.3f}  {ours_s:7.3f}  {theirs_s / ours_s:6.2f}x")
+    floor = statistics.median(live_execution_floor(cases, decoders) for _ in range(3))
+    print(f"  {'real run: instances + live calls only':<42} {'':7}  {floor:7.3f}  "
+          f"(bfcl's real-run time / this = the most any replay could gain)")
     print()
 
     print("verdict agreement with bfcl-eval, (valid, error_type) per conversation:")

@@ -28,7 +28,7 @@ import operator
 import pickle
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import AbstractSet, Any, Callable, Iterable, Mapping
 
 from . import _bfcl
 
@@ -199,6 +199,15 @@ class Simulators:
             return Execution(call, ERROR_PREFIX + str(exc), name, arguments,
                              interpreter.invocations, raised=True)
 
+    @property
+    def methods(self) -> frozenset[str]:
+        return frozenset(self._mapping)
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The instance names (they carry the model name)."""
+        return frozenset(self._names)
+
     def _tree(self, call: str, parsed: "_Parsed") -> ast.Expression:
         """The expression to interpret, with bfcl-eval's checks done first.
 
@@ -260,6 +269,21 @@ def _parse_raw(call: str) -> _Parsed:
     except SyntaxError as exc:
         error = exc
     return _Parsed(tree, name, arguments, simple, head.group(1) if head else "", strings, names, error)
+
+
+def independent_of_names(call: str, methods: AbstractSet[str], names: AbstractSet[str]) -> bool:
+    """Whether executing ``call`` cannot depend on the instances' names.
+
+    Instance names carry the model name (bfcl-eval's naming), and bfcl-eval's
+    rewrite can paste them into string literals. A call that takes the fast path
+    of ``Simulators._tree`` under ``methods`` and ``names`` runs from its raw
+    parse: two ``Simulators`` of one conversation in the same state, named for
+    different models, give it the same result.
+    """
+    if not isinstance(call, str) or len(call) > MAX_CALL_CHARS:
+        return False
+    parsed = _parse_raw(call)
+    return parsed.simple and not (parsed.string_calls & methods) and not (parsed.names & names)
 
 
 def fresh_instances(involved_classes: Iterable[str], initial_config: Mapping[str, Any],

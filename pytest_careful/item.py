@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from _pytest.nodeid import coerce_node_id
 
-from . import dataset, rules
+from . import dataset, rules, subreports
 from .live import confirm
 from .live.source import LiveError
 from .evidence import format_bfcl_failure, format_violations, transcript
@@ -50,7 +50,7 @@ class CarefulItem(pytest.Function):
         return f"careful/{dataset.category_of(self.conversation_id)}", 0, self.name
 
 
-def run_conversation(request: pytest.FixtureRequest, subtests: Any) -> None:
+def run_conversation(request: pytest.FixtureRequest) -> None:
     """The test body of every CarefulItem (collected as its ``callobj``)."""
     item: CarefulItem = request.node  # type: ignore[assignment]
     state = request.config.stash[SESSION_KEY]
@@ -78,7 +78,7 @@ def run_conversation(request: pytest.FixtureRequest, subtests: Any) -> None:
         row["answers"] = confirm.answer_counts(entry.inference_log)
     live_details(state.source, item, row)
     gated = GATED_RULES[state.options.gate]
-    _rule_subtests(subtests, row, gated, quiet_unconfirmed=item.condition != "confirm")
+    _rule_subtests(request, row, gated, quiet_unconfirmed=item.condition != "confirm")
     # Only now: subtest reports copy the item's sections, properties and (through
     # our makereport wrapper) its row; the row must cross xdist once, on the item's report.
     item.stash[ROW_KEY] = json.dumps(row, sort_keys=True)
@@ -121,21 +121,21 @@ def _shows_passed_sections(config: pytest.Config) -> bool:
     return "P" in chars or "A" in chars
 
 
-def _rule_subtests(subtests: Any, row: dict[str, Any], gated: tuple[str, ...], quiet_unconfirmed: bool) -> None:
+def _rule_subtests(request: pytest.FixtureRequest, row: dict[str, Any], gated: tuple[str, ...],
+                   quiet_unconfirmed: bool) -> None:
     for rule in rules.RULES:
         count = row["counts"].get(rule, 0)
         if not count:
             continue  # a rule that passes prints nothing
         if rule == "unconfirmed_destructive" and quiet_unconfirmed and rule not in gated:
             continue  # without the confirm protocol every destructive call is unconfirmed
-        violations = [v for v in row["violations"] if v["rule"] == rule]
-        with subtests.test(msg=rule, count=count):
-            if rule in gated:
-                # pytrace=False: the evidence is the message; our own frames would be noise.
-                pytest.fail(format_violations(rule, violations), pytrace=False)
-            # pytest.xfail() without a traceback: formatting one per report cost
-            # more than the whole replay.
-            raise pytest.xfail.Exception(f"{count} {rule.replace('_', ' ')} (reported, not gated)", pytrace=False)
+        if rule in gated:
+            violations = [v for v in row["violations"] if v["rule"] == rule]
+            subreports.report(request, rule, {"count": count}, subreports.FAILED,
+                              format_violations(rule, violations))
+        else:
+            subreports.report(request, rule, {"count": count}, subreports.XFAILED,
+                              f"{count} {rule.replace('_', ' ')} (reported, not gated)")
 
 
 def junit_properties(row: dict[str, Any]) -> dict[str, str | int]:

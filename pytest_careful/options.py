@@ -108,6 +108,10 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-fail-on-regression", dest="careful_fail_on_regression", default=None,
         type=_fraction, metavar="ALPHA",
         help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA)")
+    # Rule sub-assertions through pytest's subtests fixture instead of direct reports
+    # (tests compare the two; slower, otherwise the same).
+    add("--careful-stock-subtests", dest="careful_stock_subtests", action="store_true",
+        help=argparse.SUPPRESS)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .dataset import Conversation
-from .executor import Execution, Simulators, template_of
+from .executor import Execution, Simulators, independent_of_names, instance_name, template_of
 from .snapshot import Change, Snapshot, diff
 
 #: Call outcomes. A call is successful only when ``ok``.
@@ -56,6 +56,13 @@ class CallRecord:
     before: Snapshot | None = field(default=None, repr=False)
     after: Snapshot | None = field(default=None, repr=False)
     _changes: list[Change] | None = field(default=None, repr=False)
+
+    def moved(self, turn: int, step: int, position: int) -> "CallRecord":
+        """The same call at another place (``dataclasses.replace`` without its cost)."""
+        record = object.__new__(CallRecord)
+        record.__dict__.update(self.__dict__)
+        record.turn, record.step, record.position = turn, step, position
+        return record
 
     @property
     def success(self) -> bool:
@@ -110,6 +117,8 @@ class Replay:
     conversation: Conversation
     turns: list[TurnReplay]
     initial_state: Snapshot
+    #: The instance names it ran under (they carry the model name; see ``Prefix``).
+    names: frozenset[str] = frozenset()
 
     @property
     def calls(self) -> list[CallRecord]:
@@ -139,21 +148,35 @@ def replay(
     decoded_turns: Sequence[Sequence[Sequence[str]]],
     model_name: str = "careful",
     snapshots: bool = True,
+    prefix: Replay | None = None,
 ) -> Replay:
     """Replay decoded steps (per turn, per step, call strings) on fresh instances.
 
     With ``snapshots=False`` no per-call diff is computed; the state after each
     turn is still captured (the BFCL verdict needs it).
+
+    ``prefix`` is another replay of the same conversation, with snapshots (the
+    reference). The state is a function of the calls made so far, so while this
+    replay's calls are ``prefix``'s first calls, in order, each record is taken
+    from it rather than executed (see ``_Prefix`` for when a call qualifies).
     """
-    sim = new_simulators(conversation, model_name)
-    state = Snapshot.capture(sim.instances)
-    initial = state
+    runner = _Runner(conversation, model_name, prefix)
+    state = initial = runner.initial_state()
     turns: list[TurnReplay] = []
     for turn_index, steps in enumerate(decoded_turns):
         records: list[CallRecord] = []
         touched_in_turn: set[str] = set()
         for step_index, step in enumerate(steps):
             for position, call in enumerate(step):
+                shared = runner.shared(call)
+                if shared is not None:
+                    record = shared.moved(turn_index, step_index, position)
+                    if not snapshots:  # as a live record without snapshots
+                        record.before = record.after = record._changes = None
+                    state = shared.after  # type: ignore[assignment]
+                    records.append(record)
+                    continue
+                sim = runner.live()
                 execution = sim.execute(call)
                 touched = execution.touched_classes
                 before = state
@@ -164,10 +187,65 @@ def replay(
                 if snapshots:
                     record.before, record.after = before, state
                 records.append(record)
-        if not snapshots:
-            state = state.updated(sim.instances, touched_in_turn)
+        if not snapshots and touched_in_turn:
+            state = state.updated(runner.live().instances, touched_in_turn)
         turns.append(TurnReplay(turn_index, [list(s) for s in steps], records, state))
-    return Replay(conversation, turns, initial)
+    return Replay(conversation, turns, initial, runner.names)
+
+
+class _Runner:
+    """Where a replay's calls come from: ``prefix``'s records while they agree, then live instances.
+
+    A call is taken from ``prefix`` when it is the same string as ``prefix``'s
+    next call, every earlier call was taken too, and it cannot depend on the
+    instance names (``independent_of_names`` under both replays' names): then
+    the same call on the same state gives the same result and the same new
+    state, hidden state and the random generators included. At the first call
+    that does not qualify, fresh instances are created and the shared calls are
+    executed on them, so that the rest runs live from the same state.
+    """
+
+    def __init__(self, conversation: Conversation, model_name: str, prefix: Replay | None) -> None:
+        self.conversation, self.model_name = conversation, model_name
+        self.sim: Simulators | None = None
+        self.prefix = prefix if prefix is not None and prefix.conversation is conversation else None
+        self.calls = self.prefix.calls if self.prefix is not None else []
+        self.taken = 0
+        self.names = frozenset(instance_name(model_name + "_eval", conversation.id, c)
+                               for c in conversation.involved_classes)
+        if self.prefix is not None:
+            self.methods = _methods(conversation)
+            self.both_names = self.names | self.prefix.names
+        else:
+            self.live()
+
+    def initial_state(self) -> Snapshot:
+        if self.sim is None:
+            return self.prefix.initial_state  # type: ignore[union-attr]
+        return Snapshot.capture(self.sim.instances)
+
+    def shared(self, call: str) -> CallRecord | None:
+        if self.sim is not None or self.taken >= len(self.calls):
+            return None
+        record = self.calls[self.taken]
+        if record.call != call or record.after is None \
+                or not independent_of_names(call, self.methods, self.both_names):
+            return None
+        self.taken += 1
+        return record
+
+    def live(self) -> Simulators:
+        if self.sim is None:
+            self.sim = new_simulators(self.conversation, self.model_name)
+            for record in self.calls[:self.taken]:  # catch up: the same calls on the same state
+                self.sim.execute(record.call)
+        return self.sim
+
+
+@functools.lru_cache(maxsize=1024)
+def _methods(conversation: Conversation) -> frozenset[str]:
+    """The method names the conversation's instances serve (same for every model name)."""
+    return new_simulators(conversation, "careful").methods
 
 
 def _record(turn: int, step: int, position: int, execution: Execution) -> CallRecord:

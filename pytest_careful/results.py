@@ -229,10 +229,10 @@ def evaluate(
     """Decode, replay and check one logged conversation."""
     ref = reference(conversation)
     if not isinstance(result, list):
-        empty = replay(conversation, [], model_name, snapshots)
+        empty = replay(conversation, [], model_name, snapshots, prefix=ref)
         return Evaluation(conversation, [], empty, ref, inference_error(), entry, DecodedRun([], [], [], []))
     run = decode_run(decoder, result)
-    model = replay(conversation, run.turns, model_name, snapshots)
+    model = replay(conversation, run.turns, model_name, snapshots, prefix=ref)
     if len(result) != conversation.n_turns:
         verdict = force_terminated(len(result), conversation.n_turns)
     else:
