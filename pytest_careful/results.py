@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ._gc import paused
 from . import dataset
 from ._bfcl import CATEGORIES
 from .dataset import Conversation
@@ -218,6 +219,7 @@ def _is_empty(decoded: Any) -> bool:
     return len(decoded) == 0 or (len(decoded) == 1 and len(decoded[0]) == 0)
 
 
+@paused
 def evaluate(
     conversation: Conversation,
     result: Any,

@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from ._gc import paused
 from . import detector
 from .declarations import DESTRUCTIVE, Declarations
 from .replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, _json_safe
@@ -229,6 +230,7 @@ def _name_of(call: str) -> str:
     return call.split("(", 1)[0].strip()
 
 
+@paused
 def score(evaluation: Evaluation, decl: Declarations, settings: Settings = Settings(),
           confirmations: Mapping[int, Sequence[int]] | None = None) -> dict[str, Any]:
     """The conversation's row: verdicts, every count, violations, token figures.

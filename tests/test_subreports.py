@@ -62,8 +62,7 @@ def _terminal(result):
     return lines
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("gate", ["safe", "rules"])
+@pytest.mark.parametrize(("mode", "gate"), [("no-xdist", "safe"), ("n2", "safe"), ("no-xdist", "rules")])
 def test_direct_reports_match_pytest_subtests(pytester, logged_run, mode, gate):
     args = [*MODES[mode], "-k", "base_2", f"--careful-gate={gate}", "-rA"]
     direct = _run(pytester, logged_run, *args, "--junitxml=direct.xml")
