@@ -129,3 +129,15 @@ def test_committed_declarations_are_not_stale():
     for name, text in files.items():
         committed = (declarations.DECLARATIONS_DIR / name).read_text(encoding="utf-8")
         assert committed == text, f"{name} is stale: run `careful-declare`"
+
+
+def test_the_fast_yaml_loader_reads_what_the_safe_loader_reads():
+    import yaml
+
+    from pytest_careful import declarations
+
+    files = sorted(declarations.DECLARATIONS_DIR.glob("*.yaml"))
+    assert len(files) >= 9
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert declarations._safe_load(text) == yaml.safe_load(text), path
