@@ -24,6 +24,8 @@ GATED_RULES = {
 }
 ROW_KEY = pytest.StashKey[str]()
 LOG_KEY = pytest.StashKey[str]()
+#: Report sections of the call phase only (see ``call_sections``).
+SECTIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
 
 #: JUnit property names: a documented, stable contract (see README).
 PROPERTY_PREFIX = "careful_"
@@ -89,15 +91,25 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
     if fails or _shows_passed_sections(request.config) or any(row["counts"].get(r) for r in gated):
         # Sections are shown for failures (and with -rP/-rA); building and sending
         # the transcript of every passing item would only cost time.
-        item.add_report_section("call", "careful transcript", transcript(evaluation))
+        sections = [("careful transcript", transcript(evaluation))]
         log = item.stash.get(LOG_KEY, "")
         if log:
-            item.add_report_section("call", "careful model loop (BFCL's log, last 100 lines)",
-                                    "\n".join(log.splitlines()[-100:]))
+            sections.append(("careful model loop (BFCL's log, last 100 lines)", "\n".join(log.splitlines()[-100:])))
+        item.stash[SECTIONS_KEY] = sections
     if run_failure:
         pytest.fail(run_failure, pytrace=False)
     if fails:
         pytest.fail(format_bfcl_failure(evaluation), pytrace=False)
+
+
+def call_sections(item: pytest.Item) -> list[tuple[str, str]]:
+    """The item's sections, titled as ``add_report_section("call", ...)`` titles them.
+
+    Given to the call report only: ``add_report_section`` would also copy them
+    into the teardown report, which never shows them but would carry every
+    transcript across xdist a second time.
+    """
+    return [(f"Captured {key} call", content) for key, content in item.stash.get(SECTIONS_KEY, [])]
 
 
 def live_details(source: Any, item: CarefulItem, row: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from _pytest.subtests import SubtestReport
 
 from . import dataset, declarations, report
-from .item import ROW_KEY, CarefulCollector, CarefulItem, make_items
+from .item import ROW_KEY, CarefulCollector, CarefulItem, call_sections, make_items
 from .options import CarefulOptions
 from .rules import Settings
 from .sources import open_source
@@ -144,6 +144,7 @@ class CarefulPlugin:
         # The row crosses xdist on the report (config.stash is not sent back).
         if isinstance(item, CarefulItem) and rep.when == "call":
             rep.careful_row = item.stash.get(ROW_KEY, None)
+            rep.sections.extend(call_sections(item))
         return rep
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
