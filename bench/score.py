@@ -110,6 +110,20 @@ def through_pytest(run: Path, workdir: Path, *extra: str) -> tuple[float, str]:
     return elapsed, (tail[-1] if tail else out.stdout[-300:])
 
 
+def trivial_items(workdir: Path) -> tuple[float, float]:
+    """pytest -n 2 on 800 empty test functions, and on the same selecting none: pytest's own cost."""
+    (workdir / "test_trivial.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('i', range(800))\ndef test_x(i):\n    pass\n")
+    times = []
+    for extra in ([], ["-k", "no_such_item"]):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
+                        "test_trivial.py", *extra], cwd=workdir, capture_output=True, check=False)
+        times.append(time.perf_counter() - started)
+    (workdir / "test_trivial.py").unlink()
+    return times[0], times[1]
+
+
 def collection(workdir: Path) -> tuple[float, str]:
     started = time.perf_counter()
     out = subprocess.run(
@@ -139,6 +153,10 @@ def main() -> None:
         pytest_time, pytest_line = through_pytest(run, workdir)
         # The floor: the same command selecting no item (controller + 2 workers start, collect).
         floor_time, _ = through_pytest(run, workdir, "-k", "no_such_item")
+        # The same run without rendering 751 failures: pytest's failure summary is
+        # quadratic (each failed report scans every quiet report for teardown sections).
+        quiet_time, _ = through_pytest(run, workdir, "--tb=no")
+        trivial_time, trivial_none = trivial_items(workdir)
         collect_time, collect_line = collection(workdir)
     print(f"logged run: {n} conversations (600 real gpt-oss-20b + 200 long_context from references)")
     print(f"{'in process, decode + replay + BFCL verdict':48s} {bare:7.2f} s  {n / bare:7.1f} conv/s")
@@ -149,6 +167,10 @@ def main() -> None:
     print(f"{'pytest -n 2 / fresh-process rescoring (<= 1.5x)':48s} {pytest_time / cold_time:7.2f} x")
     print(f"{'pytest -n 2 selecting no item (the floor)':48s} {floor_time:7.2f} s   "
           f"= {floor_time / cold_time:.2f} x fresh-process rescoring")
+    print(f"{'  the same run with --tb=no (no failure report)':48s} {quiet_time:7.2f} s   "
+          f"= {quiet_time / cold_time:.2f} x")
+    print(f"{'  800 empty tests, -n 2 (vs selecting none)':48s} {trivial_time:7.2f} s   "
+          f"(+{trivial_time - trivial_none:.2f} s = {(trivial_time - trivial_none) / cold_time:.2f} x: pytest's own per-item cost)")
     print(f"{'collect 2,400 items (whole command)':48s} {collect_time:7.2f} s   [{collect_line.strip()}]")
 
 
