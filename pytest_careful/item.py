@@ -98,8 +98,9 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
         item.stash[SECTIONS_KEY] = sections
     if run_failure:
         pytest.fail(run_failure, pytrace=False)
-    if fails:
-        pytest.fail(format_bfcl_failure(evaluation), pytrace=False)
+    failures = ([format_bfcl_failure(evaluation)] if fails else []) + subreports.pending(item)
+    if failures:
+        pytest.fail("\n\n".join(failures), pytrace=False)
 
 
 def call_sections(item: pytest.Item) -> list[tuple[str, str]]:

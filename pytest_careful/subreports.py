@@ -17,6 +17,7 @@ subtest classes are missing (another pytest), the stock fixture is used.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -29,10 +30,7 @@ except ImportError:  # pragma: no cover - another pytest: the stock fixture serv
 
 #: Outcomes of a rule sub-assertion.
 FAILED, XFAILED = "failed", "xfailed"
-
-
-def available() -> bool:
-    return SubtestReport is not None
+_PENDING = pytest.StashKey[list[str]]()
 
 
 def report(request: pytest.FixtureRequest, msg: str, kwargs: dict[str, Any], outcome: str, text: str) -> None:
@@ -42,24 +40,30 @@ def report(request: pytest.FixtureRequest, msg: str, kwargs: dict[str, Any], out
     ``xfailed``. Under ``-x``/``--maxfail`` the item stops at the failure that
     reaches the limit, as it does with ``subtests.test()``.
     """
-    if not available() or request.config.getoption("careful_stock_subtests", False):
+    config = request.config
+    if not config.pluginmanager.has_plugin("subtests"):
+        # -p no:subtests: no sub-assertions; a gated rule fails the item itself,
+        # once its row is recorded (see ``pending``).
+        if outcome == FAILED:
+            request.node.stash.setdefault(_PENDING, []).append(text)
+        return
+    if SubtestReport is None or config.getoption("careful_stock_subtests", False):
         _stock(request, msg, kwargs, outcome, text)
         return
     item = request.node
-    runxfail = request.config.option.runxfail
-    failed = outcome == FAILED or runxfail  # --runxfail: xfail() is reported as a failure
+    failed = outcome == FAILED or getattr(config.option, "runxfail", False)  # --runxfail: xfail() fails
     now = time.time()
     sub = SubtestReport(
         item.nodeid, item.location, dict.fromkeys(item.keywords, 1),
         "failed" if failed else "skipped", text, "call", [], 0.0, now, now, list(item.user_properties),
     )
     sub.context = SubtestContext(msg=msg, kwargs=kwargs)
-    if not failed:
-        sub.wasxfail = text
     if failed:
-        request.config.stash[failed_subtests_key][item.id] += 1
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-    with capman.global_and_fixture_disabled() if capman is not None else _nullcontext():
+        config.stash[failed_subtests_key][item.id] += 1
+    else:
+        sub.wasxfail = text
+    capman = config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
         item.ihook.pytest_runtest_logreport(report=sub)
     if failed and request.session.shouldfail:
         pytest.fail(text, pytrace=False)
@@ -73,9 +77,6 @@ def _stock(request: pytest.FixtureRequest, msg: str, kwargs: dict[str, Any], out
         raise pytest.xfail.Exception(text, pytrace=False)
 
 
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+def pending(item: pytest.Item) -> list[str]:
+    """Gated rule failures that could not be sub-assertions (no subtests plugin): the item's own."""
+    return item.stash.get(_PENDING, [])

@@ -92,3 +92,13 @@ def test_exitfirst_and_runxfail_as_with_subtests(pytester, logged_run, flag):
     assert [l.split(" - ")[0] for l in direct.stdout.lines if l.startswith(("SUBFAILED", "FAILED"))] == \
         [l.split(" - ")[0] for l in stock.stdout.lines if l.startswith(("SUBFAILED", "FAILED"))]
 
+
+
+def test_without_the_subtests_plugin_a_gated_rule_fails_the_item(pytester, logged_run):
+    result = _run(pytester, logged_run, "-p", "no:xdist", "-p", "no:subtests", "-k", "base_27",
+                  "--careful-gate=rules", "--junitxml=out.xml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "INTERNALERROR" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["FAILED multi_turn_base_27*"])
+    props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "out.xml").getroot().iter("property")}
+    assert int(props["careful_collateral_destructive"]) > 0
