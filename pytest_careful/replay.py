@@ -117,7 +117,7 @@ class Replay:
     conversation: Conversation
     turns: list[TurnReplay]
     initial_state: Snapshot
-    #: The instance names it ran under (they carry the model name; see ``Prefix``).
+    #: The instance names it ran under (they carry the model name; see ``_Runner``).
     names: frozenset[str] = frozenset()
 
     @property
@@ -158,7 +158,7 @@ def replay(
     ``prefix`` is another replay of the same conversation, with snapshots (the
     reference). The state is a function of the calls made so far, so while this
     replay's calls are ``prefix``'s first calls, in order, each record is taken
-    from it rather than executed (see ``_Prefix`` for when a call qualifies).
+    from it rather than executed (see ``_Runner`` for when a call qualifies).
     """
     runner = _Runner(conversation, model_name, prefix)
     state = initial = runner.initial_state()

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,15 @@ def run_oracle(cases: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture
+def logged_run(pytester: pytest.Pytester, real_run: Path) -> Path:
+    """The real run's base category, as a BFCL result directory inside the pytester dir."""
+    target = pytester.path / "result" / "gpt-oss-20b"
+    target.mkdir(parents=True)
+    shutil.copy(real_run / "BFCL_v4_multi_turn_base_result.json", target)
+    return target
 
 
 @pytest.fixture(scope="session")

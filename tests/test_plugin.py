@@ -102,14 +102,6 @@ def test_usage_errors_are_clear(pytester, args, message):
     assert "Traceback" not in result.stderr.str()
 
 
-@pytest.fixture
-def logged_run(pytester, real_run):
-    target = pytester.path / "result" / "gpt-oss-20b"
-    target.mkdir(parents=True)
-    shutil.copy(real_run / "BFCL_v4_multi_turn_base_result.json", target)
-    return target
-
-
 def test_results_dir_missing_a_category_and_unknown_decoder(pytester, logged_run):
     result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

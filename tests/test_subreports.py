@@ -12,7 +12,6 @@ summary; the direct report gives the message as it is.
 from __future__ import annotations
 
 import re
-import shutil
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -20,14 +19,6 @@ import pytest
 from conftest import REAL_RUN_DECODER
 
 MODES = {"no-xdist": ["-p", "no:xdist"], "n2": ["-n", "2"]}
-
-
-@pytest.fixture
-def logged_run(pytester, real_run):
-    target = pytester.path / "result" / "gpt-oss-20b"
-    target.mkdir(parents=True)
-    shutil.copy(real_run / "BFCL_v4_multi_turn_base_result.json", target)
-    return target
 
 
 def _run(pytester, logged_run, *args):
