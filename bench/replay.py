@@ -158,6 +158,15 @@ def live_execution_floor(cases: list[Case], decoders: dict[str, decoding.Decoder
     return time.perf_counter() - start
 
 
+def decoding_only(cases: list[Case], decoders: dict[str, decoding.Decoder]) -> float:
+    """Seconds to decode the real run's steps with its registered BFCL handler (what we must run)."""
+    start = time.perf_counter()
+    for case in cases:
+        if case.set == "real run" and isinstance(case.result, list):
+            decode_turns(decoders[case.decoder_key], case.result)
+    return time.perf_counter() - start
+
+
 # --------------------------------------------------------------------------- bfcl
 
 
@@ -382,6 +391,13 @@ def main() -> int:
     floor = statistics.median(live_execution_floor(cases, decoders) for _ in range(3))
     print(f"  {'real run: instances + live calls only':<42} {'':7}  {floor:7.3f}  "
           f"(bfcl's real-run time / this = the most any replay could gain)")
+    decode_s = statistics.median(decoding_only(cases, decoders) for _ in range(3))
+    print(f"  {'real run: decoding with the BFCL handler':<42} {'':7}  {decode_s:7.3f}")
+    refs_s = statistics.median(run_ours([c for c in cases if c.set == "references"], decoders, True).seconds
+                               for _ in range(3))
+    print(f"  bound with no parsing, snapshots or verdict at all: bfcl {bfcl_v.median:.3f} s / "
+          f"(references {refs_s:.3f} + floor {floor:.3f} + decoding {decode_s:.3f}) = "
+          f"{bfcl_v.median / (refs_s + floor + decode_s):.2f}x")
     print()
 
     print("verdict agreement with bfcl-eval, (valid, error_type) per conversation:")
