@@ -203,11 +203,6 @@ class Simulators:
     def methods(self) -> frozenset[str]:
         return frozenset(self._mapping)
 
-    @property
-    def names(self) -> frozenset[str]:
-        """The instance names (they carry the model name)."""
-        return frozenset(self._names)
-
     def _tree(self, call: str, parsed: "_Parsed") -> ast.Expression:
         """The expression to interpret, with bfcl-eval's checks done first.
 
