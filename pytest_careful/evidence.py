@@ -4,16 +4,37 @@ from __future__ import annotations
 
 import json
 import pprint
+import unicodedata
 from typing import Any
 
-from .results import Evaluation
+from .replay import CallRecord
+from .results import Evaluation, NoCallStep
 
 MAX_VALUE = 300
+MAX_TEXT = 800  # the model's own text: longer, it is what explains a turn without a call
+# Characters a report must not pass through as they are: controls (terminal escapes,
+# carriage returns), invisible format characters (bidi overrides), lone surrogates
+# (unencodable), and line separators (model text must not forge transcript lines).
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def clean(text: str, limit: int = MAX_VALUE) -> str:
+    """``text`` made safe for a report: at most ``limit`` characters kept, on one
+    line, control and invisible characters escaped; a marker says how much was cut."""
+    cut = len(text) - limit
+    kept = "".join(map(_escape, text[:limit] if cut > 0 else text))
+    return kept + (f" [... {cut} more characters cut]" if cut > 0 else "")
+
+
+def _escape(char: str) -> str:
+    if unicodedata.category(char) not in _ESCAPED_CATEGORIES:
+        return char
+    return char.encode("unicode_escape", "backslashreplace").decode("ascii")
 
 
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=repr, ensure_ascii=False)
-    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE] + f"... ({len(text)} chars)"
+    return clean(text)
 
 
 def format_change(change: dict[str, Any]) -> list[str]:
@@ -30,12 +51,12 @@ def format_violations(rule: str, violations: list[dict[str, Any]]) -> str:
     lines = [f"{rule}: {len(violations)}"]
     for violation in violations:
         where = f"turn {violation['turn']}" + (f", step {violation['step']}" if violation["step"] is not None else "")
-        lines.append(f"  {where}: {violation['call'] or violation['note']}")
+        lines.append(f"  {where}: {clean(violation['call'] or violation['note'] or '', MAX_TEXT)}")
         if violation["call"]:
             reference = ", ".join(violation["reference_calls"]) or "(none)"
             lines.append(f"    reference calls of this function in the turn: {reference}")
             if violation["note"]:
-                lines.append(f"    {violation['note']}")
+                lines.append(f"    {clean(violation['note'], MAX_TEXT)}")  # may quote the model
         for change in violation["changes"]:
             lines.extend(format_change(change))
     return "\n".join(lines)
@@ -65,20 +86,52 @@ def _plain(value: Any) -> Any:
 
 
 def transcript(evaluation: Evaluation) -> str:
+    """The replayed conversation, turn by turn: the model's calls and results, the
+    steps that made no call with the model's text (where the file records it),
+    and the reference's calls."""
     conversation = evaluation.conversation
-    run = evaluation.run
     lines = [f"{conversation.id} ({', '.join(conversation.involved_classes)})",
              f"BFCL: {'pass' if evaluation.verdict.valid else evaluation.verdict.error_type}"]
+    if evaluation.entry is not None and isinstance(evaluation.entry.result, str):
+        lines.append(f"inference error: {clean(evaluation.entry.result, MAX_TEXT)}")
     for index, turn in enumerate(evaluation.replay.turns):
         asked = [m.get("content", "") for m in conversation.questions[index]] if index < len(conversation.questions) else []
         lines.append(f"--- turn {index}: {_short(' '.join(asked)) or '(no new user message)'}")
-        for call in turn.calls:
-            lines.append(f"  [{call.step}] {call.call}  ->  {_short(call.result)}  ({call.status})")
-        for text in (run.texts[index] if run and index < len(run.texts) else []):
-            lines.append(f"  text: {_short(text)}")
+        lines.extend(line for _, line in sorted(_turn_lines(evaluation, index, turn.calls), key=lambda p: p[0]))
         reference = [c.call for c in evaluation.reference.turns[index].calls]
         lines.append(f"  reference: {', '.join(reference) or '(no call)'}")
     return "\n".join(lines)
+
+
+def _turn_lines(evaluation: Evaluation, turn: int, calls: list[CallRecord]) -> list[tuple[int, str]]:
+    """One turn's lines, each with the raw step it comes from (for ordering)."""
+    run = evaluation.run
+    raw_index = run.raw_index[turn] if run and turn < len(run.raw_index) else []
+    lines = [(raw_index[c.step] if c.step < len(raw_index) else c.step,
+              f"  [{c.step}] {clean(c.call, MAX_TEXT)}  ->  {_short(c.result)}  ({c.status})") for c in calls]
+    reasoning = _reasoning(evaluation, turn)
+    for step in (run.no_calls[turn] if run and turn < len(run.no_calls) else []):
+        lines.append((step.index, _no_call_line(step)))
+        thought = reasoning[step.index] if step.index < len(reasoning) else None
+        if isinstance(thought, str) and thought.strip():
+            lines.append((step.index, f"      reasoning: {clean(thought, MAX_TEXT)}"))
+    return lines
+
+
+def _no_call_line(step: NoCallStep) -> str:
+    if step.text is not None:
+        return f"  (no call) text: {clean(step.text, MAX_TEXT)}"
+    if step.error is not None:
+        return f"  (not decoded: {step.error}) step: {_short(step.raw)}"
+    return "  (no call; the result file records no text for this step)"
+
+
+def _reasoning(evaluation: Evaluation, turn: int) -> list[Any]:
+    """The turn's per-step reasoning, where BFCL logged it (reasoning models only)."""
+    logged = evaluation.entry.raw.get("reasoning_content") if evaluation.entry is not None else None
+    turns = logged if isinstance(logged, list) else []
+    steps = turns[turn] if turn < len(turns) else []
+    return steps if isinstance(steps, list) else []
 
 
 __all__ = ["format_bfcl_failure", "format_change", "format_violations", "transcript", "pprint"]

@@ -168,6 +168,24 @@ class Evaluation:
     run: DecodedRun | None = None
 
 
+@dataclass(frozen=True)
+class NoCallStep:
+    """A raw step that made no call, as the result file records it.
+
+    Attributes:
+        index: the raw step index within its turn.
+        text: the model's text (:func:`step_text`), or None where the file
+            records none (an FC step logged as ``[]`` keeps no text).
+        error: the decoder's exception type when the step failed to decode.
+        raw: the step as logged.
+    """
+
+    index: int
+    text: str | None
+    error: str | None
+    raw: Any = None
+
+
 @dataclass
 class DecodedRun:
     """Decoded steps per turn, with where each came from and the model's text.
@@ -177,37 +195,58 @@ class DecodedRun:
             that failed to decode or decoded to nothing are dropped, as BFCL does.
         raw_index: per turn, the raw step index of each decoded step (token
             counts are logged per raw step).
-        texts: per turn, the raw steps that are text rather than calls.
+        texts: per turn, the text of each raw step that made no call.
         raw_steps: per turn, the number of raw steps.
+        no_calls: per turn, every raw step that made no call (with or without text).
     """
 
     turns: list[list[list[str]]]
     raw_index: list[list[int]]
     texts: list[list[str]]
     raw_steps: list[int]
+    no_calls: list[list[NoCallStep]] = field(default_factory=list)
+
+
+def step_text(step: Any) -> str | None:
+    """The text of a logged step: a string (prompting models, OpenAI FC without a
+    call), or the string parts of a list (Claude FC logs ``["text"]``).
+
+    Read as the confirm protocol's scripted user reads a step (``live.confirm.model_text``).
+    """
+    if isinstance(step, str):
+        return step
+    if isinstance(step, list):
+        parts = [p for p in step if isinstance(p, str)]
+        return "\n".join(parts) if parts else None
+    return None
 
 
 def decode_run(decoder: Decoder, result: Sequence[Sequence[Any]]) -> DecodedRun:
+    """Decode every raw step of ``result``, keeping where each came from."""
     run = DecodedRun([], [], [], [])
     for turn in result:
-        steps, indices, texts = [], [], []
+        steps, indices, silent = [], [], []
         items = turn if isinstance(turn, list) else []
         for index, item in enumerate(items):
-            try:
-                decoded = decoder.decode_step(item)
-            except Exception:  # BFCL ignores any failed decoding, and so do we
-                decoded = []
+            decoded, error = _decode(decoder, item)
             if _is_empty(decoded):
-                if isinstance(item, str):
-                    texts.append(item)
+                silent.append(NoCallStep(index, step_text(item), error, item))
                 continue
             steps.append(list(decoded))
             indices.append(index)
         run.turns.append(steps)
         run.raw_index.append(indices)
-        run.texts.append(texts)
+        run.texts.append([s.text for s in silent if s.text is not None])
         run.raw_steps.append(len(items))
+        run.no_calls.append(silent)
     return run
+
+
+def _decode(decoder: Decoder, item: Any) -> tuple[Any, str | None]:
+    try:
+        return decoder.decode_step(item), None
+    except Exception as exc:  # BFCL ignores any failed decoding, and so do we
+        return [], type(exc).__name__
 
 
 def decode_turns(decoder: Decoder, result: Sequence[Sequence[Any]]) -> list[list[list[str]]]:

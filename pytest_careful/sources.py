@@ -11,7 +11,9 @@ import pytest
 from . import dataset
 from .decoding import Decoder, UnknownModel, decoder, passthrough_decoder, resolve_model
 from .options import REFERENCE_MODEL, CarefulOptions
+from ._bfcl import CATEGORIES
 from .results import InputProblem, LoggedEntry, find_result_files, read_result_file
+from .run_settings import protocol_problem
 
 
 @dataclass
@@ -23,6 +25,11 @@ class Source:
     entries: dict[tuple[str, str], LoggedEntry | None] = field(default_factory=dict)
     problems: list[InputProblem] = field(default_factory=list)
     files: dict[tuple[str, str], Path] = field(default_factory=dict)
+    #: the categories this run covers (resolved from --careful-category or the run's files)
+    categories: tuple[str, ...] = ()
+    #: what the user should know before reading the scores (e.g. a decoder that reads
+    #: almost none of the run); the run is scored all the same. Controller only.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def is_reference(self) -> bool:
@@ -65,11 +72,56 @@ def open_source(options: CarefulOptions) -> Source:
     # Without --careful-model, the run is named after its folder (BFCL names
     # result folders after the model).
     source = Source(options.model or options.results.resolve().name, key)
+    folders = {}
     for condition in options.protocols:
         directory = options.results if len(options.protocols) == 1 else options.results / condition
-        directory = _model_folder(directory, options.model)
-        _read_condition(source, condition, directory, options.categories)
+        folders[condition] = _model_folder(directory, options.model)
+    source.categories = options.categories if options.categories_given else _present(folders)
+    for condition, directory in folders.items():
+        _read_condition(source, condition, directory, source.categories)
+    if not options.worker:  # the controller tells; workers would only pay for it
+        source.warnings.extend(_decoder_warnings(source, options))
     return source
+
+
+def _decoder_warnings(source: Source, options: CarefulOptions) -> list[str]:
+    """A warning when the chosen decoder reads (almost) none of the run (``format_check``)."""
+    from .format_check import decoder_warnings
+
+    flag = f"--careful-decoder={options.decoder}" if options.decoder else f"--careful-model={options.model}"
+    return decoder_warnings(source.decoder_key, flag, source.entries.values(), str(options.results))
+
+
+def _present(folders: dict[str, Path]) -> tuple[str, ...]:
+    """Without --careful-category: the categories every condition's folder has files for."""
+    present = [set(_files_of_one_run(d)) for d in folders.values()]
+    found = tuple(c for c in CATEGORIES if all(c in p for p in present))
+    if not found:
+        where = ", ".join(str(d) for d in folders.values())
+        raise pytest.UsageError(f"--careful-results: no BFCL multi-turn result file "
+                                f"(BFCL_v4_multi_turn_<category>_result.json) under {where}")
+    return found
+
+
+def _files_of_one_run(directory: Path) -> dict[str, Path]:
+    """The result files under ``directory``, refusing a folder that holds several runs.
+
+    Scoring one run's base against another's miss_func, or picking one of two
+    base files, would give a scorecard of no run at all.
+    """
+    if not directory.is_dir():
+        return {}
+    by_category: dict[str, list[Path]] = {}
+    for path in sorted(directory.rglob("BFCL_v4_multi_turn_*_result.json")):
+        by_category.setdefault(path.name, []).append(path)
+    several = sorted({p.parent for paths in by_category.values() if len(paths) > 1 for p in paths})
+    if several:
+        listed = "\n  ".join(str(p) for p in several)
+        raise pytest.UsageError(
+            f"--careful-results: {directory} holds the result files of several runs:\n  {listed}\n"
+            "point --careful-results at one of them (or name the model with --careful-model)")
+    files, _ = find_result_files(directory)
+    return files
 
 
 def _model_folder(directory: Path, model: str) -> Path:
@@ -92,6 +144,7 @@ def _read_condition(source: Source, condition: str, directory: Path, categories:
     if not directory.is_dir():
         raise pytest.UsageError(f"--careful-results: no folder {directory} for condition {condition!r} "
                                 "(with several protocols, the run of each lies in DIR/<protocol>/)")
+    _files_of_one_run(directory)  # several runs in one folder: refused
     files, problems = find_result_files(directory)
     source.problems.extend(problems)
     missing = [c for c in categories if c not in files]
@@ -99,6 +152,9 @@ def _read_condition(source: Source, condition: str, directory: Path, categories:
         raise pytest.UsageError(
             f"--careful-results: {directory} has no result file for {', '.join(missing)} "
             f"(expected BFCL_v4_<category>_result.json); choose categories with --careful-category")
+    problem = protocol_problem(condition, [files[c] for c in categories], directory)
+    if problem:
+        raise pytest.UsageError(problem)
     for category in categories:
         source.files[(condition, category)] = files[category]
         entries, problems = read_result_file(files[category], category)

@@ -1,0 +1,73 @@
+"""How a logged run was made, and which protocol it may be rescored under.
+
+A live run records its settings in ``careful_settings.json`` beside its
+``multi_turn/`` folder (the result files stay exactly BFCL's), the protocol as
+``condition``. A folder without one is a plain ``bfcl generate`` run: BFCL's
+standard protocol. Rescoring a run under another protocol than it was made
+under writes a scorecard of one protocol's output under the other's name (a
+standard run rescored as ``confirm`` gives a "confirm" scorecard identical to
+the standard one), so it is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+from .result_store import GROUP_DIR
+
+SETTINGS_FILE = "careful_settings.json"
+PLAIN_BFCL = "standard"  # what a run without a settings file was made under
+
+
+class SettingsError(ValueError):
+    """A settings file that cannot be read, or that names no protocol."""
+
+
+def settings_path(result_file: Path) -> Path | None:
+    """The settings file of the run ``result_file`` belongs to, if it has one."""
+    folder = result_file.parent
+    candidates = [folder / SETTINGS_FILE]
+    if folder.name == GROUP_DIR:  # <model>/multi_turn/BFCL_v4_..._result.json
+        candidates.insert(0, folder.parent / SETTINGS_FILE)
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def made_under(path: Path) -> str:
+    """The protocol a settings file records (its ``condition``)."""
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SettingsError(f"cannot read {path}: {exc}") from None
+    condition = settings.get("condition") if isinstance(settings, dict) else None
+    if not isinstance(condition, str):
+        raise SettingsError(f"{path} does not say which protocol the run was made under "
+                            "(no string 'condition')")
+    return condition
+
+
+def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path) -> str | None:
+    """Why the run of ``result_files`` may not be scored as ``condition``; None when it may."""
+    files = list(result_files)
+    paths = sorted({p for p in map(settings_path, files) if p is not None})
+    if not paths:
+        if condition == PLAIN_BFCL:
+            return None
+        return (f"--careful-protocol={condition}: {folder} has no {SETTINGS_FILE} beside its result "
+                f"files, so it is a plain BFCL run, made under the standard protocol; scored as "
+                f"{condition} it would give a {condition} scorecard of standard output. Rescore it with "
+                f"--careful-protocol=standard, or point --careful-results at a run made with "
+                f"--careful-protocol={condition} (its folder holds {SETTINGS_FILE}).")
+    try:
+        made = {path: made_under(path) for path in paths}
+    except SettingsError as exc:
+        return f"--careful-results: {exc}; it is the file a live run writes beside multi_turn/"
+    wrong = {path: made_as for path, made_as in made.items() if made_as != condition}
+    if not wrong:
+        return None
+    path, made_as = next(iter(wrong.items()))
+    return (f"--careful-protocol={condition}: {path} says this run was made under the {made_as} "
+            f"protocol; scored as {condition} its scorecard would be mislabelled. Rescore it with "
+            f"--careful-protocol={made_as}, or point --careful-results at a run made under {condition}"
+            " (with several protocols, each one's run lies in DIR/<protocol>/).")

@@ -1,0 +1,112 @@
+"""A logged run is rescored only under the protocol it was made under.
+
+A plain ``bfcl generate`` run (no ``careful_settings.json``) is a standard run;
+a live run's folder records its protocol. Rescoring under another protocol is
+refused with one message (exit status 4), never scored under the wrong name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_careful.run_settings import SETTINGS_FILE, protocol_problem
+from pytest_careful.sources import open_source
+
+from conftest import REAL_RUN_DECODER
+from test_format_check import _options
+
+IDS = ["multi_turn_base_0", "multi_turn_base_1"]
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", *args)
+
+
+def _refused(result: pytest.RunResult, *parts: str) -> str:
+    """The refusal message (pytest's ``ERROR:`` line); no traceback, no scorecard."""
+    err = result.stderr.str()
+    assert result.ret == 4, result.stdout.str()[-2000:] + err[-2000:]
+    assert "Traceback" not in err and "INTERNALERROR" not in err + result.stdout.str(), err[-3000:]
+    for part in parts:
+        assert part in err, err[-3000:]
+    return err
+
+
+@pytest.mark.parametrize("mode", [["-p", "no:xdist"], ["-n", "2"]], ids=["no-xdist", "n2"])
+@pytest.mark.parametrize("protocol", ["confirm", "hints"])
+def test_a_plain_bfcl_run_is_not_rescored_as_confirm_or_hints(pytester, logged_run, protocol, mode):
+    result = _run(pytester, *mode, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
+                  f"--careful-protocol={protocol}", "--careful-category=base")
+    _refused(result, f"--careful-protocol={protocol}: {logged_run} has no {SETTINGS_FILE}",
+             "plain BFCL run, made under the standard protocol", "--careful-protocol=standard")
+    assert not (pytester.path / "scorecards").exists()
+
+
+@pytest.mark.parametrize("made, asked", [("standard", "confirm"), ("confirm", "standard"), ("hints", "confirm")])
+def test_settings_naming_another_protocol_are_refused(pytester, logged_run, made, asked):
+    (logged_run / SETTINGS_FILE).write_text(json.dumps({"condition": made, "boundary": "final"}))
+    result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
+                  f"--careful-protocol={asked}", "--careful-category=base")
+    _refused(result, f"{logged_run / SETTINGS_FILE} says this run was made under the {made} protocol",
+             f"Rescore it with --careful-protocol={made}")
+
+
+def test_an_unreadable_settings_file_is_refused(pytester, logged_run):
+    (logged_run / SETTINGS_FILE).write_text('{"condition": ')
+    result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
+                  "--careful-category=base")
+    _refused(result, f"cannot read {logged_run / SETTINGS_FILE}")
+
+
+def test_settings_are_found_beside_multi_turn_as_a_live_run_writes_them(tmp_path, real_run):
+    model = tmp_path / "result/confirm/my-model"
+    (model / "multi_turn").mkdir(parents=True)
+    files = [model / "multi_turn/BFCL_v4_multi_turn_base_result.json"]
+    shutil.copy(real_run / files[0].name, files[0])
+    assert "has no careful_settings.json" in protocol_problem("confirm", files, model)
+    (model / SETTINGS_FILE).write_text(json.dumps({"condition": "confirm"}))
+    assert protocol_problem("confirm", files, model) is None
+    assert "made under the confirm protocol" in protocol_problem("hints", files, model)
+    assert protocol_problem("standard", files, tmp_path) is not None
+
+
+def _cards(folder: Path) -> list[str]:
+    """The conditions of the scorecards written under ``folder``."""
+    return sorted(json.loads(p.read_text())["provenance"]["protocol"] for p in folder.rglob("scorecard.json"))
+
+
+def test_a_scripted_confirm_run_is_rescored_only_as_confirm(pytester):
+    made = _run(pytester, "--careful-model=scripted:ask", "--careful-protocol=standard,confirm",
+                "--careful-category=base", *IDS)
+    assert made.ret in (0, 1), made.stdout.str()[-3000:]
+    result = pytester.path / "result"
+    settings = json.loads((result / "confirm/scripted_ask" / SETTINGS_FILE).read_text())
+    assert settings["condition"] == "confirm"
+    rescore = ["--careful-model=scripted:ask", "--careful-category=base", *IDS]
+    for condition in ("standard", "confirm"):  # a run read by its own decoder: no format warning
+        options = dataclasses.replace(_options(result / condition / "scripted_ask", "scripted:ask"),
+                                      protocols=(condition,))
+        assert open_source(options).warnings == []
+
+    as_confirm = _run(pytester, f"--careful-results={result / 'confirm'}", "--careful-protocol=confirm",
+                      "--careful-scorecards=ok", *rescore)
+    assert as_confirm.ret in (0, 1) and _cards(pytester.path / "ok") == ["confirm"], as_confirm.stdout.str()[-2000:]
+    both = _run(pytester, f"--careful-results={result}", "--careful-protocol=standard,confirm",
+                "--careful-scorecards=both", *rescore)
+    assert both.ret in (0, 1) and _cards(pytester.path / "both") == ["confirm", "standard"]
+
+    standard_as_confirm = _run(pytester, f"--careful-results={result / 'standard'}", "--careful-protocol=confirm",
+                               "--careful-scorecards=bad", *rescore)
+    _refused(standard_as_confirm, "says this run was made under the standard protocol")
+    confirm_as_standard = _run(pytester, f"--careful-results={result / 'confirm'}", "--careful-protocol=standard",
+                               "--careful-scorecards=bad", *rescore)
+    _refused(confirm_as_standard, "says this run was made under the confirm protocol")
+    swapped = _run(pytester, f"--careful-results={result}", "--careful-protocol=hints,confirm",
+                   "--careful-scorecards=bad", *rescore)
+    _refused(swapped, f"no folder {result / 'hints'}")  # no hints run was made at all
+    assert not (pytester.path / "bad").exists()
