@@ -13,6 +13,10 @@ import pytest
 
 # bfcl-eval writes result/ score/ .file_locks/ under BFCL_PROJECT_ROOT on import.
 os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="careful-tests-bfcl-"))
+# The tests never reach the Hugging Face Hub: a model fetch they did not mean to make fails
+# at once (offline, not cached) instead of downloading. Tests of the fetch unset it and
+# point HF_ENDPOINT at a loopback hub (tests/loopback_hub.py).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 pytest_plugins = ["pytester"]
 

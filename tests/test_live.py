@@ -250,10 +250,14 @@ def test_vllm_model_without_vllm_installed_is_a_usage_error(tmp_path: Path) -> N
     assert "runs on vLLM, but" in proc.stdout + proc.stderr and "--careful-endpoint" in proc.stdout + proc.stderr
 
 
-def test_api_model_without_its_key_fails_clearly_and_stops(tmp_path: Path) -> None:
+@pytest.mark.parametrize("xdist", [["-p", "no:xdist"], ["-n", "2"]])
+def test_api_model_without_its_key_is_one_usage_error(tmp_path: Path, xdist: list[str]) -> None:
+    """Every conversation would fail alike: the controller says so once, before any item runs."""
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    proc = subprocess.run(_cli(tmp_path, "--careful-model=gpt-4.1-2025-04-14-FC", "-p", "no:xdist",
+    proc = subprocess.run(_cli(tmp_path, "--careful-model=gpt-4.1-2025-04-14-FC", *xdist,
                                "multi_turn_base_0", "multi_turn_base_1"),
                           cwd=tmp_path, capture_output=True, text=True, env=env)
-    assert proc.returncode == 1 and "INTERNALERROR" not in proc.stdout + proc.stderr
-    assert "cannot set up gpt-4.1-2025-04-14-FC's handler" in proc.stdout and "2 failed" in proc.stdout
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 4 and "Traceback" not in output and "INTERNALERROR" not in output
+    assert output.count("cannot set up gpt-4.1-2025-04-14-FC's handler") == 1 and "OPENAI_API_KEY" in output
+    assert "failed" not in proc.stdout and "passed" not in proc.stdout

