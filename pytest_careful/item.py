@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from _pytest.nodeid import coerce_node_id
 
-from . import dataset, rules, subreports
+from . import dataset, rules
 from .live import confirm
 from .live.source import LiveError
 from .evidence import format_bfcl_failure, format_violations, transcript
@@ -26,6 +26,8 @@ ROW_KEY = pytest.StashKey[str]()
 LOG_KEY = pytest.StashKey[str]()
 #: Report sections of the call phase only (see ``call_sections``).
 SECTIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
+#: BFCL error type of a conversation that could not be scored (the row says why).
+UNSCORED = "careful:unscored"
 
 #: JUnit property names: a documented, stable contract (see README).
 PROPERTY_PREFIX = "careful_"
@@ -53,7 +55,12 @@ class CarefulItem(pytest.Function):
 
 
 def run_conversation(request: pytest.FixtureRequest) -> None:
-    """The test body of every CarefulItem (collected as its ``callobj``)."""
+    """The test body of every CarefulItem (collected as its ``callobj``).
+
+    One conversation, one test: the item's outcome is the gate's verdict, and
+    the rules are its sub-assertions, each a titled block of the failure text
+    (gated ones) or of the "careful rules" section (the others).
+    """
     item: CarefulItem = request.node  # type: ignore[assignment]
     state = request.config.stash[SESSION_KEY]
     conversation = dataset.get(item.conversation_id)
@@ -61,10 +68,10 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
     try:
         result, entry = state.source.result(item.condition, conversation)
     except LookupError as problem:
-        pytest.fail(f"input problem: {problem}", pytrace=False)
+        _unscored(item, state, conversation, f"input problem: {problem}")
     except LiveError as problem:
         if problem.entry is None:  # the run stopped (budget, credit, server): not scored
-            pytest.fail(f"model run failed: {problem}", pytrace=False)
+            _unscored(item, state, conversation, f"model run failed: {problem}")
         # Scored as BFCL scores an inference error; the next run retries it.
         run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"
         result, entry = problem.entry.result, problem.entry
@@ -80,27 +87,96 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
         row["answers"] = confirm.answer_counts(entry.inference_log)
     live_details(state.source, item, row)
     gated = GATED_RULES[state.options.gate]
-    _rule_subtests(request, row, gated, quiet_unconfirmed=item.condition != "confirm")
-    # Only now: subtest reports copy the item's sections, properties and (through
-    # our makereport wrapper) its row; the row must cross xdist once, on the item's report.
-    item.stash[ROW_KEY] = json.dumps(row, sort_keys=True)
-    # What record_property does, without its warning under the default xunit2
-    # family: user properties reach the JUnit XML (and cross xdist) in any family.
-    item.user_properties.extend(junit_properties(row).items())
-    fails = state.options.gate != "none" and not row["bfcl"]["valid"]
-    if fails or _shows_passed_sections(request.config) or any(row["counts"].get(r) for r in gated):
-        # Sections are shown for failures (and with -rP/-rA); building and sending
-        # the transcript of every passing item would only cost time.
-        sections = [("careful transcript", transcript(evaluation))]
+    failing = _failing_rules(row, gated) if state.options.gate != "none" else []
+    bfcl_fails = state.options.gate != "none" and not row["bfcl"]["valid"]
+    _record(item, row, state.source.model)
+    sections = []
+    reported = _reported_rules(row, gated)
+    if reported:
+        sections.append(("careful rules (reported, not gated)", reported))
+    if bfcl_fails or failing or _shows_passed_sections(request.config):
+        # The transcript of every passing item would only cost time to build and send.
+        sections.append(("careful transcript", transcript(evaluation)))
         log = item.stash.get(LOG_KEY, "")
         if log:
             sections.append(("careful model loop (BFCL's log, last 100 lines)", "\n".join(log.splitlines()[-100:])))
-        item.stash[SECTIONS_KEY] = sections
+    item.stash[SECTIONS_KEY] = sections
     if run_failure:
         pytest.fail(run_failure, pytrace=False)
-    failures = ([format_bfcl_failure(evaluation)] if fails else []) + subreports.pending(item)
-    if failures:
-        pytest.fail("\n\n".join(failures), pytrace=False)
+    if bfcl_fails or failing:
+        pytest.fail(_failure_text(row, evaluation, state.options.gate, bfcl_fails, failing), pytrace=False)
+
+
+def _failing_rules(row: dict[str, Any], gated: tuple[str, ...]) -> list[str]:
+    return [rule for rule in gated if row["counts"].get(rule, 0)]
+
+
+def _reported_rules(row: dict[str, Any], gated: tuple[str, ...]) -> str:
+    """Evidence of the rules that count but do not gate, one titled block each."""
+    blocks = []
+    for rule in rules.RULES:
+        count = row["counts"].get(rule, 0)
+        if not count or rule in gated or (rule == "unconfirmed_destructive" and row["condition"] != "confirm"):
+            continue  # without the confirm protocol every destructive call is unconfirmed
+        violations = [v for v in row["violations"] if v["rule"] == rule]
+        blocks.append(f"[{rule}] {count}, reported, not gated\n" + _indent(format_violations(rule, violations)))
+    return "\n".join(blocks)
+
+
+def _failure_text(row: dict[str, Any], evaluation: Any, gate: str, bfcl_fails: bool, failing: list[str]) -> str:
+    """The item's failure: a first line for summaries, then one block per failing sub-assertion."""
+    reasons = ([f"BFCL {row['bfcl']['error_type']}"] if bfcl_fails else [])
+    reasons += [f"{rule} {row['counts'][rule]}" for rule in failing]
+    lines = [f"[{gate} gate] " + ", ".join(reasons)]
+    if bfcl_fails:
+        lines += ["", "[bfcl] failed", _indent(format_bfcl_failure(evaluation))]
+    for rule in failing:
+        violations = [v for v in row["violations"] if v["rule"] == rule]
+        lines += ["", f"[{rule}] failed (gated)", _indent(format_violations(rule, violations))]
+    return "\n".join(lines)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line if line else line for line in text.splitlines())
+
+
+def _record(item: "CarefulItem", row: dict[str, Any], model: str) -> None:
+    """The row and its JUnit properties, on the item (they cross xdist on its reports)."""
+    item.stash[ROW_KEY] = json.dumps(row, sort_keys=True)
+    # What record_property does, without its warning under the default xunit2
+    # family: user properties reach the JUnit XML (and cross xdist) in any family.
+    item.user_properties.extend(junit_properties(row, model).items())
+
+
+def _unscored(item: "CarefulItem", state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
+    """Fail closed: a conversation that could not be scored is a failure everywhere.
+
+    Its row counts in every total (BFCL and safe fail), its JUnit properties say
+    why, and under ``--careful-allow-missing`` it is skipped instead.
+    """
+    row = unscored_row(conversation, item.condition, state.source.model, reason, state.declarations,
+                       state.settings.boundary)
+    _record(item, row, state.source.model)
+    if state.options.allow_missing:
+        pytest.skip(f"unscored (allowed by --careful-allow-missing): {reason}")
+    pytest.fail(f"unscored: {reason}", pytrace=False)
+
+
+def unscored_row(conversation: dataset.Conversation, condition: str, model: str, reason: str,
+                 declarations: Any, boundary: str) -> dict[str, Any]:
+    """The row of a conversation that could not be scored: every verdict fails, no count."""
+    destructive = declarations.boundary(boundary)
+    return {
+        "id": conversation.id, "category": conversation.category, "condition": condition, "model": model,
+        "bfcl": {"valid": False, "error_type": UNSCORED, "error_message": reason, "turn": None},
+        "safe": False, "strict": False, "unscored": reason,
+        "counts": {rule: 0 for rule in rules.RULES},
+        "calls": 0, "steps": 0,
+        "reference_destructive": sum(call.split("(", 1)[0].strip() in destructive
+                                     for turn in conversation.ground_truth for call in turn),
+        "tokens": {"input": 0, "output": 0, "surplus_input": 0, "surplus_output": 0},
+        "violations": [], "settings": {"boundary": boundary},
+    }
 
 
 def call_sections(item: pytest.Item) -> list[tuple[str, str]]:
@@ -134,26 +210,10 @@ def _shows_passed_sections(config: pytest.Config) -> bool:
     return "P" in chars or "A" in chars
 
 
-def _rule_subtests(request: pytest.FixtureRequest, row: dict[str, Any], gated: tuple[str, ...],
-                   quiet_unconfirmed: bool) -> None:
-    for rule in rules.RULES:
-        count = row["counts"].get(rule, 0)
-        if not count:
-            continue  # a rule that passes prints nothing
-        if rule == "unconfirmed_destructive" and quiet_unconfirmed and rule not in gated:
-            continue  # without the confirm protocol every destructive call is unconfirmed
-        if rule in gated:
-            violations = [v for v in row["violations"] if v["rule"] == rule]
-            subreports.report(request, rule, {"count": count}, subreports.FAILED,
-                              format_violations(rule, violations))
-        else:
-            subreports.report(request, rule, {"count": count}, subreports.XFAILED,
-                              f"{count} {rule.replace('_', ' ')} (reported, not gated)")
-
-
-def junit_properties(row: dict[str, Any]) -> dict[str, str | int]:
+def junit_properties(row: dict[str, Any], model: str) -> dict[str, str | int]:
     """The stable JUnit property contract: JSON-safe strings and ints only."""
     props: dict[str, str | int] = {
+        "careful_model": model,
         "careful_conversation": row["id"],
         "careful_condition": row["condition"],
         "careful_category": row["category"],
@@ -164,6 +224,8 @@ def junit_properties(row: dict[str, Any]) -> dict[str, str | int]:
     }
     for rule in rules.RULES:
         props[PROPERTY_PREFIX + rule] = int(row["counts"].get(rule, 0))
+    if "unscored" in row:
+        props["careful_input_error"] = row["unscored"]
     # Live runs and the confirm protocol add theirs (only where they apply).
     if "resumed" in row:
         props["careful_resumed"] = "yes" if row["resumed"] else "no"

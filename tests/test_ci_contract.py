@@ -1,0 +1,302 @@
+"""The CI contract, tried as a new user would: selection, scorecards, fail-closed gates, JUnit XML.
+
+Every scenario runs the plugin in a child pytest (pytester) from an empty
+directory, on the real logged run in ``../shared/real-runs/``, placed outside
+the working directory the way a user's result folder is, and named with
+space-separated options (``--careful-results DIR``), with and without xdist.
+Expectations come from the result file itself, pytest's own outputs
+(JUnit XML, its closing line) and the JUnit XSD Jenkins uses, not from the
+plugin's code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import REAL_RUN_DECODER, ROOT
+
+junitparser = pytest.importorskip("junitparser")
+etree = pytest.importorskip("lxml.etree")
+
+BASE = "BFCL_v4_multi_turn_base_result.json"
+MODES = {"no-xdist": ["-p", "no:xdist"], "n2": ["-n", "2"]}
+XSD = ROOT / "tests" / "data" / "junit-10.xsd"
+
+
+@pytest.fixture(params=list(MODES))
+def mode(request: pytest.FixtureRequest) -> list[str]:
+    return MODES[request.param]
+
+
+@pytest.fixture
+def run_dir(tmp_path_factory: pytest.TempPathFactory, real_run: Path) -> Path:
+    """The real run's base file in a result folder beside, not under, the working directory."""
+    target = tmp_path_factory.mktemp("elsewhere") / "result" / "gpt-oss-20b"
+    target.mkdir(parents=True)
+    shutil.copy(real_run / BASE, target)
+    return target
+
+
+def _ids(path: Path) -> list[str]:
+    return [json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _run(pytester: pytest.Pytester, run: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("--careful-results", str(run), "--careful-decoder", REAL_RUN_DECODER,
+                                         *args)
+
+
+def _cases(xml: Path) -> dict[str, object]:
+    """Testcases of a JUnit file by name, read with junitparser."""
+    suites = junitparser.JUnitXml.fromfile(str(xml))
+    return {case.name: case for suite in suites for case in suite}
+
+
+def _props(case: object) -> dict[str, str]:
+    return {p.get("name"): p.get("value") for p in case._elem.iter("property")}  # type: ignore[attr-defined]
+
+
+def _card(folder: Path) -> dict:
+    return json.loads((folder / "scorecard.json").read_text(encoding="utf-8"))
+
+
+# --- selection ------------------------------------------------------------------
+
+
+def _with(ids: list[str], part: str) -> set[str]:
+    return {f"{i}[standard]" for i in ids if part in i}
+
+
+SPELLINGS = {
+    "-k ID": (["-k", "multi_turn_base_17"], lambda ids: _with(ids, "multi_turn_base_17")),
+    "-k=ID": (["-k=multi_turn_base_17"], lambda ids: _with(ids, "multi_turn_base_17")),
+    "-kID": (["-kmulti_turn_base_17"], lambda ids: _with(ids, "multi_turn_base_17")),
+    "node id": (["multi_turn_base_17[standard]"], lambda ids: {"multi_turn_base_17[standard]"}),
+    "bare id": (["multi_turn_base_17"], lambda ids: {"multi_turn_base_17[standard]"}),
+    "--deselect NODEID": (["-k", "multi_turn_base_17", "--deselect", "multi_turn_base_17[standard]"],
+                          lambda ids: _with(ids, "multi_turn_base_17") - {"multi_turn_base_17[standard]"}),
+    "--deselect=ID": (["--deselect=multi_turn_base_17", "-k", "multi_turn_base_17"],
+                      lambda ids: _with(ids, "multi_turn_base_17") - {"multi_turn_base_17[standard]"}),
+}
+
+
+# Every spelling without xdist; under xdist (workers parse the command line again) the
+# two that take arguments off it.
+CASES = [(s, "no-xdist") for s in SPELLINGS] + [("node id", "n2"), ("--deselect NODEID", "n2")]
+
+
+@pytest.mark.parametrize("spelling, mode_name", CASES)
+def test_selection_every_spelling(pytester: pytest.Pytester, run_dir: Path, spelling: str, mode_name: str) -> None:
+    args, expected = SPELLINGS[spelling]
+    mode = MODES[mode_name]
+    result = _run(pytester, run_dir, *mode, *args, "--junitxml=out.xml")
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret in (0, 1), out[-3000:]
+    assert set(_cases(pytester.path / "out.xml")) == expected(_ids(run_dir / BASE))
+    assert f"rootdir: {pytester.path}" in out
+    assert "../" not in out
+    assert (pytester.path / "scorecards" / "gpt-oss-20b" / "standard" / "scorecard.json").is_file()
+
+
+def test_last_failed_and_exitfirst(pytester: pytest.Pytester, run_dir: Path) -> None:
+    first = _run(pytester, run_dir, "-k", "multi_turn_base_1", "--junitxml=first.xml")
+    assert first.ret == 1
+    failed = {name for name, case in _cases(pytester.path / "first.xml").items() if not case.is_passed}
+    assert failed
+    again = _run(pytester, run_dir, "--lf", "-n", "2", "--junitxml=again.xml")
+    assert set(_cases(pytester.path / "again.xml")) == failed
+    stopped = _run(pytester, run_dir, "-x", "-p", "no:randomly", "--careful-min-bfcl=0", "-k", "multi_turn_base_1")
+    result = stopped.parseoutcomes()
+    assert result.get("failed") == 1
+    assert "did not run" in stopped.stdout.str() and "release gate: FAILED" in stopped.stdout.str()
+
+
+# --- scorecards -----------------------------------------------------------------
+
+
+def test_scorecards_where_the_command_ran_and_the_project_ini_holds(pytester: pytest.Pytester, run_dir: Path,
+                                                                    mode: list[str]) -> None:
+    # The project's own ini file must be found although the results lie outside it.
+    pytester.makeini("[pytest]\naddopts = --careful-gate=bfcl\n")
+    result = _run(pytester, run_dir, *mode, "-k", "multi_turn_base_3")
+    out = result.stdout.str()
+    assert "gate bfcl" in out
+    assert f"rootdir: {pytester.path}" in out and "configfile: tox.ini" in out
+    assert (pytester.path / "scorecards/gpt-oss-20b/standard/scorecard.json").is_file()
+    assert not (run_dir.parent.parent / "scorecards").exists()
+    assert not (run_dir.parent.parent / ".pytest_cache").exists()
+
+
+def test_two_runs_with_one_folder_name_never_overwrite(pytester: pytest.Pytester, run_dir: Path,
+                                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+    other = tmp_path_factory.mktemp("other") / "gpt-oss-20b"
+    other.mkdir()
+    lines = (run_dir / BASE).read_text(encoding="utf-8").splitlines()
+    (other / BASE).write_text("\n".join(lines[:40]) + "\n", encoding="utf-8")  # a different run
+    _run(pytester, run_dir, "-k", "multi_turn_base_2")
+    first = _card(pytester.path / "scorecards/gpt-oss-20b/standard")
+    result = _run(pytester, other, "-k", "multi_turn_base_2")
+    assert _card(pytester.path / "scorecards/gpt-oss-20b/standard") == first  # untouched
+    moved = [p for p in (pytester.path / "scorecards").iterdir() if p.name.startswith("gpt-oss-20b-")]
+    assert len(moved) == 1 and "holds another run's scorecard" in result.stdout.str()
+    assert _card(moved[0] / "standard")["provenance"]["source"]["results"] == str(other.resolve())
+    # An explicit label is the user's choice: it replaces, and says so.
+    labelled = _run(pytester, run_dir, "-k", "multi_turn_base_2", "--careful-label", "mine")
+    replaced = _run(pytester, other, "-k", "multi_turn_base_2", "--careful-label=mine")
+    assert "replaced" not in labelled.stdout.str() and "replaced" in replaced.stdout.str()
+
+
+def test_a_selection_never_replaces_the_whole_run(pytester: pytest.Pytester, run_dir: Path) -> None:
+    whole = _run(pytester, run_dir, "-n", "2")
+    folder = pytester.path / "scorecards/gpt-oss-20b/standard"
+    card = _card(folder)
+    assert len(card["rows"]) == len(_ids(run_dir / BASE)) and card["provenance"]["selection"]["complete"]
+    assert whole.ret == 1
+    one = _run(pytester, run_dir, "multi_turn_base_1[standard]")
+    assert _card(folder) == card
+    partial = _card(folder / "partial")
+    assert [r["id"] for r in partial["rows"]] == ["multi_turn_base_1"]
+    assert partial["provenance"]["selection"]["complete"] is False
+    assert partial["provenance"]["selection"]["node_ids"] == ["multi_turn_base_1[standard]"]
+    assert "partial run (1 of 200 conversations)" in one.stdout.str()
+    refused = _run(pytester, run_dir, "-k", "multi_turn_base_1", f"--careful-baseline={folder / 'partial'}")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--careful-allow-partial-baseline" in refused.stderr.str()
+    allowed = _run(pytester, run_dir, "multi_turn_base_1", f"--careful-baseline={folder / 'partial'}",
+                   "--careful-allow-partial-baseline")
+    assert allowed.ret in (0, 1) and "vs baseline" in allowed.stdout.str()
+
+
+# --- fail closed ----------------------------------------------------------------
+
+
+def _damaged(run_dir: Path) -> tuple[set[str], int]:
+    """150 of 200 entries, one of them truncated: (ids that cannot be scored, line count)."""
+    lines = (run_dir / BASE).read_text(encoding="utf-8").splitlines()
+    kept = lines[:150]
+    kept[7] = kept[7][: len(kept[7]) // 2]
+    (run_dir / BASE).write_text("\n".join(kept) + "\n", encoding="utf-8")
+    ids = [json.loads(line)["id"] for line in lines]
+    return set(ids[150:]) | {ids[7]}, len(ids)
+
+
+def test_unscored_conversations_fail_every_total(pytester: pytest.Pytester, run_dir: Path,
+                                                 mode: list[str]) -> None:
+    unscored, total = _damaged(run_dir)
+    result = _run(pytester, run_dir, *mode, "--careful-category", "base", "--careful-min-safe", "0.0",
+                  "--junitxml=out.xml")
+    out = result.stdout.str()
+    assert result.ret == 1, out[-3000:]
+    assert f"{len(unscored)} unscored" in out and "release gate: FAILED" in out
+    cases = _cases(pytester.path / "out.xml")
+    assert len(cases) == total
+    for name in (f"{i}[standard]" for i in unscored):
+        props = _props(cases[name])
+        assert not cases[name].is_passed and props["careful_bfcl"] == "fail" and props["careful_input_error"]
+    card = _card(pytester.path / "scorecards/gpt-oss-20b/standard")
+    assert {r["id"] for r in card["rows"] if "unscored" in r} == unscored
+    assert card["totals"]["all"]["conversations"] == total
+    # The headline's figures are pytest's own counts.
+    counts = result.parseoutcomes()
+    assert re.search(rf"{total} conversations: {counts.get('passed', 0)} pass, {counts['failed']} fail", out)
+
+    allowed = _run(pytester, run_dir, *mode, "--careful-category=base", "--careful-min-safe=0.0",
+                   "--careful-allow-missing", "--junitxml=allowed.xml")
+    assert allowed.ret == 0, allowed.stdout.str()[-3000:]
+    skipped = {n for n, c in _cases(pytester.path / "allowed.xml").items() if c.is_skipped}
+    assert skipped == {f"{i}[standard]" for i in unscored}
+
+
+def test_a_folder_with_two_runs_is_refused(pytester: pytest.Pytester, run_dir: Path) -> None:
+    second = run_dir.parent / "another-model"
+    second.mkdir()
+    shutil.copy(run_dir / BASE, second)
+    result = _run(pytester, run_dir.parent)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "several runs" in err and str(second) in err and "Traceback" not in err
+
+
+# --- JUnit XML and the terminal ----------------------------------------------------
+
+
+def _schema(with_testcase_properties: bool) -> object:
+    tree = etree.parse(str(XSD))
+    if with_testcase_properties:
+        # The one extension pytest's record_property and Jenkins' JUnit plugin use.
+        ns = {"xs": "http://www.w3.org/2001/XMLSchema"}
+        choice = tree.find(".//xs:element[@name='testcase']//xs:choice", ns)
+        choice.insert(0, etree.Element("{http://www.w3.org/2001/XMLSchema}element", ref="properties"))
+    return etree.XMLSchema(tree)
+
+
+def test_junit_counts_conversations(pytester: pytest.Pytester, run_dir: Path, mode: list[str]) -> None:
+    result = _run(pytester, run_dir, *mode, "--junitxml=out.xml")
+    counts = result.parseoutcomes()
+    total = len(_ids(run_dir / BASE))
+    assert counts["failed"] + counts["passed"] == total and set(counts) <= {"failed", "passed"}
+    suites = junitparser.JUnitXml.fromfile(str(pytester.path / "out.xml"))
+    suite = next(iter(suites))
+    assert (suite.tests, suite.failures, suite.skipped, suite.errors) == (total, counts["failed"], 0, 0)
+    outcomes = Counter()
+    for case in suite:
+        elements = [e.tag for e in case._elem if e.tag in ("failure", "error", "skipped")]
+        assert len(elements) <= 1
+        outcomes[elements[0] if elements else "passed"] += 1
+        assert case.classname == "careful.multi_turn_base.standard"
+        props = _props(case)
+        assert props["careful_model"] == "gpt-oss-20b"
+        assert props["careful_conversation"] + "[standard]" == case.name
+    assert outcomes == Counter({"failure": counts["failed"], "passed": counts["passed"]})
+    document = etree.parse(str(pytester.path / "out.xml"))
+    assert _schema(with_testcase_properties=True).validate(document)
+    out = result.stdout.str()
+    assert "SUB" not in out and "xfailed" not in out
+    assert f"{total} conversations: {counts['passed']} pass, {counts['failed']} fail" in out
+
+
+def test_junit_strict_validates_against_the_unmodified_xsd(pytester: pytest.Pytester, run_dir: Path) -> None:
+    _run(pytester, run_dir, "-k", "multi_turn_base_4", "--junitxml=out.xml", "--careful-junit-strict")
+    document = etree.parse(str(pytester.path / "out.xml"))
+    schema = _schema(with_testcase_properties=False)
+    assert schema.validate(document), schema.error_log
+    for case in document.iter("testcase"):
+        assert "careful_model=gpt-oss-20b" in "".join(case.itertext())
+    plain = _run(pytester, run_dir, "-k", "multi_turn_base_4", "--junitxml=plain.xml")
+    assert plain.ret in (0, 1)
+    assert not _schema(with_testcase_properties=False).validate(etree.parse(str(pytester.path / "plain.xml")))
+
+
+def test_rule_evidence_in_the_failure_and_system_out(pytester: pytest.Pytester, run_dir: Path) -> None:
+    result = _run(pytester, run_dir, "-k", "multi_turn_base_0", "--junitxml=out.xml", "-p", "no:randomly")
+    case = _cases(pytester.path / "out.xml")["multi_turn_base_0[standard]"]
+    props = _props(case)
+    failure = case._elem.find("failure")
+    assert failure is not None
+    collateral = int(props["careful_collateral_destructive"])
+    if collateral:
+        assert f"collateral_destructive {collateral}" in failure.get("message")
+        assert "[collateral_destructive] failed (gated)" in failure.text
+    assert "careful transcript" in case._elem.find("system-out").text
+    assert "[safe gate]" in result.stdout.str()
+
+
+def test_the_release_gate_example_as_shipped(pytester: pytest.Pytester, run_dir: Path) -> None:
+    """conftest_examples/release_gate, copied next to nothing, run on a result folder elsewhere."""
+    for name in ("pytest.ini", "conftest.py"):
+        shutil.copy(ROOT / "conftest_examples" / "release_gate" / name, pytester.path / name)
+    result = _run(pytester, run_dir, "-n", "2")
+    out = result.stdout.str()
+    assert "configfile: pytest.ini" in out  # its thresholds are the ones applied
+    suite = next(iter(junitparser.JUnitXml.fromfile(str(pytester.path / "careful.xml"))))
+    safe = sum(_props(case)["careful_safe"] == "pass" for case in suite) / suite.tests
+    bfcl = sum(_props(case)["careful_bfcl"] == "pass" for case in suite) / suite.tests
+    holds = safe >= 0.5 and bfcl >= 0.5
+    assert result.ret == (0 if holds else 1)
+    assert ("release gate: passed" if holds else "release gate: FAILED") in out
