@@ -247,6 +247,12 @@ def _validate(options: CarefulOptions) -> None:
         raise pytest.UsageError("--careful-fail-on-regression needs --careful-baseline")
     if options.baseline is not None and not os.path.exists(options.baseline):
         raise pytest.UsageError(f"--careful-baseline: {options.baseline} does not exist")
+    if options.allow_partial_baseline and options.baseline is None:
+        raise pytest.UsageError("--careful-allow-partial-baseline applies to a --careful-baseline scorecard; "
+                                "none was given")
+    if options.user_script != "default" and "confirm" not in options.protocols:
+        raise pytest.UsageError(f"--careful-user-script={options.user_script}: the scripted user answers under "
+                                "the confirm protocol only; add --careful-protocol=confirm")
 
 
 def _refuse_inapplicable(options: CarefulOptions) -> None:

@@ -94,6 +94,9 @@ def test_copied_node_id_and_markers(pytester):
     (["--careful-model=reference", "--careful-fail-on-regression=0.05"], "needs --careful-baseline"),
     (["--careful-model=reference", "--careful-min-safe=2"], "is not between 0 and 1"),
     (["--careful-results=nowhere", "--careful-decoder=x"], "is not a directory"),
+    (["--careful-model=reference", "--careful-user-script=no_failure_yes"], "add --careful-protocol=confirm"),
+    (["--careful-model=reference", "--careful-allow-partial-baseline"], "none was given"),
+    (["--careful-model=reference", "--careful-label=a/b"], "is not usable as a folder name"),
 ])
 def test_usage_errors_are_clear(pytester, args, message):
     result = _run(pytester, *args)
