@@ -50,8 +50,10 @@ class CarefulItem(pytest.Function):
         # Node ids read like BFCL ids so that copy-pasted ids and -k work.
         self._id = coerce_node_id(f"{conversation_id}[{condition}]")
 
-    def reportinfo(self) -> tuple[str, int, str]:
-        return f"careful/{dataset.category_of(self.conversation_id)}", 0, self.name
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        # Anchored at the rootdir, so that the location reads careful/<category>
+        # whichever directory the command runs in.
+        return self.config.rootpath / "careful" / dataset.category_of(self.conversation_id), None, self.name
 
 
 def run_conversation(request: pytest.FixtureRequest) -> None:
@@ -64,17 +66,20 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
     item: CarefulItem = request.node  # type: ignore[assignment]
     state = request.config.stash[SESSION_KEY]
     conversation = dataset.get(item.conversation_id)
-    run_failure = None
+    run_failure = unscored = None
     try:
         result, entry = state.source.result(item.condition, conversation)
     except LookupError as problem:
-        _unscored(item, state, conversation, f"input problem: {problem}")
+        unscored = f"input problem: {problem}"
     except LiveError as problem:
         if problem.entry is None:  # the run stopped (budget, credit, server): not scored
-            _unscored(item, state, conversation, f"model run failed: {problem}")
-        # Scored as BFCL scores an inference error; the next run retries it.
-        run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"
-        result, entry = problem.entry.result, problem.entry
+            unscored = f"model run failed: {problem}"
+        else:
+            # Scored as BFCL scores an inference error; the next run retries it.
+            run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"
+            result, entry = problem.entry.result, problem.entry
+    if unscored is not None:  # outside the except: the failure carries no chained exception
+        _unscored(item, state, conversation, unscored)
     evaluation = evaluate(conversation, result, state.source.decoder(),
                           model_name=state.source.decoder_key, entry=entry)
     confirmations = None

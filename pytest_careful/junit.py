@@ -42,10 +42,18 @@ def classname(nodeid: str) -> str:
 
 
 class Annotator:
-    """Adds classname and <system-out> to careful testcases (a no-op without --junitxml)."""
+    """Classname, <system-out> and properties of careful testcases (a no-op without --junitxml).
 
-    def __init__(self, config: pytest.Config, strict: bool = False) -> None:
+    Registered as a plugin on the controller: ``annotate`` sees each report
+    before junitxml does; ``pytest_sessionfinish`` (tryfirst: before junitxml
+    writes the file) goes over every testcase junitxml made, including those
+    pytest makes on its own for a fixture's teardown error or a crashed xdist
+    worker, which no careful report describes.
+    """
+
+    def __init__(self, config: pytest.Config, model: str, strict: bool = False) -> None:
         self.config = config
+        self.model = model
         self.strict = strict
         self._pending: dict[tuple[str, Any], str] = {}
 
@@ -55,8 +63,6 @@ class Annotator:
         if xml is None:
             return
         key = (report.nodeid, getattr(report, "node", None))
-        reporter = xml.node_reporter(report)
-        reporter.add_attribute("classname", classname(report.nodeid))
         if report.when == "call":
             text = system_out(report.sections)
             if text:
@@ -68,11 +74,71 @@ class Annotator:
             if self.strict:
                 text = "\n".join(filter(None, [_take_properties(report), text]))
             if text:
-                from _pytest.junitxml import bin_xml_escape
+                xml.node_reporter(report).append(_element("system-out", text))
 
-                element = ET.Element("system-out")
-                element.text = bin_xml_escape(text)
-                reporter.append(element)
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        xml = _log_xml(self.config)
+        if xml is None:
+            return
+        for reporter in xml.node_reporters_ordered:
+            testcase = reporter.to_xml()
+            if NODE_ID.match(testcase.get("name", "")):
+                self._finish(reporter, testcase, xml.prefix)
+
+    def _finish(self, reporter: Any, testcase: ET.Element, prefix: str | None) -> None:
+        name = ".".join(filter(None, [prefix, classname(testcase.get("name", ""))]))
+        finalized = "id" not in reporter.__dict__  # finalize() freezes the element it returns
+        if finalized:
+            testcase.set("classname", name)
+        else:
+            reporter.attrs["classname"] = name
+        if not any(p.get("name") == "careful_conversation" for p in testcase.iter("property")) \
+                and "careful_conversation=" not in "".join(testcase.itertext()):
+            self._add_unscored_properties(reporter, testcase, finalized)
+        if finalized:
+            _merge_system_out(testcase)
+
+    def _add_unscored_properties(self, reporter: Any, testcase: ET.Element, finalized: bool) -> None:
+        """A testcase no careful row describes (teardown error, crashed worker): what we know."""
+        match = NODE_ID.match(testcase.get("name", ""))
+        assert match is not None
+        outcome = next((e for e in testcase if e.tag in ("failure", "error")), None)
+        reason = (outcome.get("message") if outcome is not None else None) or "not scored"
+        props = [("careful_model", self.model), ("careful_conversation", match["id"]),
+                 ("careful_condition", match["condition"] or ""),
+                 ("careful_category", match["id"].rsplit("_", 1)[0]), ("careful_bfcl", "fail"),
+                 ("careful_input_error", f"not scored: {reason}"[:500])]
+        if self.strict:
+            text = "\n".join(f"{k}={v}" for k, v in props)
+            (testcase.append if finalized else reporter.nodes.append)(_element("system-out", text))
+        elif finalized:
+            testcase.insert(0, _properties(props))
+        else:
+            reporter.properties.extend((k, v) for k, v in props)
+
+
+def _element(tag: str, text: str) -> ET.Element:
+    from _pytest.junitxml import bin_xml_escape
+
+    element = ET.Element(tag)
+    element.text = bin_xml_escape(text)
+    return element
+
+
+def _properties(props: list[tuple[str, str]]) -> ET.Element:
+    element = ET.Element("properties")
+    for name, value in props:
+        element.append(ET.Element("property", name=name, value=value))
+    return element
+
+
+def _merge_system_out(testcase: ET.Element) -> None:
+    """One <system-out> per testcase (junit_logging adds pytest's own beside ours)."""
+    outs = [e for e in testcase if e.tag == "system-out"]
+    for extra in outs[1:]:
+        outs[0].text = (outs[0].text or "") + "\n" + (extra.text or "")
+        testcase.remove(extra)
 
 
 def _take_properties(report: pytest.TestReport) -> str:

@@ -247,6 +247,8 @@ def _validate(options: CarefulOptions) -> None:
         raise pytest.UsageError("--careful-fail-on-regression needs --careful-baseline")
     if options.baseline is not None and not os.path.exists(options.baseline):
         raise pytest.UsageError(f"--careful-baseline: {options.baseline} does not exist")
+    if options.scorecards.exists() and not options.scorecards.is_dir():
+        raise pytest.UsageError(f"--careful-scorecards: {options.scorecards} exists and is not a directory")
     if options.allow_partial_baseline and options.baseline is None:
         raise pytest.UsageError("--careful-allow-partial-baseline applies to a --careful-baseline scorecard; "
                                 "none was given")

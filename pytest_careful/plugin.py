@@ -47,6 +47,12 @@ def pytest_configure(config: pytest.Config) -> None:
         options = dataclasses.replace(options, categories=tuple(c for c in CATEGORIES if c in named),
                                       categories_given=True)
     state = start(config, options)
+    if chosen:
+        from . import dataset
+
+        selection.check(chosen, state.options.categories, state.options.protocols,
+                        {c.id for c in dataset.load()})
+    selection.keep_node_ids_as_printed(config)
     config.pluginmanager.register(CarefulPlugin(config, state), "careful-session")
 
 

@@ -11,18 +11,17 @@ from typing import Any
 
 import pytest
 
-from . import dataset, scorecard, stats
+from . import _bfcl, dataset, scorecard, stats
 from .dataset import category_of
 from .state import CarefulState
 
 
 def load_baseline(path: Path, state: CarefulState) -> None:
-    """Read an earlier scorecard; refuse one from another dataset or declarations."""
+    """Read an earlier scorecard; refuse one from another dataset or declarations, or a selection."""
     file = path / "scorecard.json" if path.is_dir() else path
     try:
-        card = json.loads(file.read_text(encoding="utf-8"))
-        prov, rows = card["provenance"], card["rows"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        prov, rows = _baseline_parts(json.loads(file.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise pytest.UsageError(f"--careful-baseline: {file} is not a pytest-careful scorecard ({exc})") from None
     current_dataset, current_decl = scorecard.dataset_digest(), state.declarations.digest
     if prov.get("dataset") != current_dataset:
@@ -31,12 +30,39 @@ def load_baseline(path: Path, state: CarefulState) -> None:
     if prov.get("declarations") != current_decl:
         raise pytest.UsageError(f"--careful-baseline: {file} was scored under other declarations "
                                 f"({prov.get('declarations')} != {current_decl}); rescore it first")
-    chosen = prov.get("selection") or {}
-    if chosen.get("complete") is False and not state.options.allow_partial_baseline:
+    covered, expected = _baseline_coverage(rows)
+    partial = covered < expected or prov.get("selection", {}).get("complete") is False
+    if partial and not state.options.allow_partial_baseline:
         raise pytest.UsageError(
-            f"--careful-baseline: {file} scored a selection ({chosen.get('rows')} of {chosen.get('conversations')} "
-            "conversations), not a whole run; pass --careful-allow-partial-baseline to compare with it anyway")
-    state.baseline = {"provenance": prov, "rows": {r["id"]: r for r in rows}}
+            f"--careful-baseline: {file} scored a selection ({covered} of {expected} conversations), not a "
+            "whole run; pass --careful-allow-partial-baseline to compare with it anyway")
+    state.baseline = {"provenance": prov, "rows": rows}
+
+
+def _baseline_parts(card: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Provenance and rows by id, checked for the fields a comparison reads (ValueError otherwise)."""
+    prov, rows = card["provenance"], card["rows"]
+    if not isinstance(prov, dict) or not isinstance(rows, list):
+        raise ValueError("provenance must be an object and rows a list")
+    by_id = {}
+    for number, row in enumerate(rows):
+        if not (isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(row.get("bfcl"), dict)
+                and isinstance(row["bfcl"].get("valid"), bool) and isinstance(row.get("safe"), bool)):
+            raise ValueError(f"row {number} lacks an id, a BFCL verdict or a safe verdict")
+        by_id[row["id"]] = row
+    if not isinstance(prov.get("selection", {}), dict):
+        raise ValueError("provenance.selection must be an object")
+    return prov, by_id
+
+
+def _baseline_coverage(rows: dict[str, dict[str, Any]]) -> tuple[int, int]:
+    """(conversations scored, conversations of its categories), from the rows themselves.
+
+    So that a scorecard from before selections were recorded is judged too.
+    """
+    categories = {conversation_id.rsplit("_", 1)[0] for conversation_id in rows}
+    expected = {c.id for c in dataset.load(tuple(c for c in _bfcl.CATEGORIES if c in categories))}
+    return len(set(rows) & expected), len(expected)
 
 
 def _model_dir(model: str) -> str:
@@ -59,7 +85,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
         rows = [r for r in state.rows.values() if r["condition"] == condition]
         not_run = sorted(n for n in state.selected if n.endswith(f"[{condition}]") and n not in state.rows)
         if not rows:
-            if not_run:
+            if not_run and options.release_gate:
                 state.gate_messages.append(f"{condition}: none of {len(not_run)} selected conversations was scored")
             continue
         complete = not not_run and {r["id"] for r in rows} >= expected
@@ -74,9 +100,10 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
             prov["result_files"] = str(state.source.store(condition).model_dir)  # type: ignore[attr-defined]
         card = scorecard.scorecard(rows, prov)
         comparison = _compare(state, rows, condition)
-        directory = _target(state, base, label, condition, identity, card, complete)
+        directory, notes = _target(state, base, label, condition, identity, card, complete)
         written = scorecard.write(directory, card, comparison)
         state.written.extend(str(p) for p in written)
+        state.notes.extend(notes)  # once written: a note must not claim what did not happen
         state.cards[condition] = card
         _gate(state, condition, card, comparison, not_run)
 
@@ -100,41 +127,53 @@ def _selection(rows: list[dict[str, Any]], expected: set[str], not_run: list[str
 
 
 def _target(state: CarefulState, base: Path, label: str, condition: str, identity: dict[str, str],
-            card: dict[str, Any], complete: bool) -> Path:
-    """Where this condition's scorecard goes, with a note whenever that is not the plain place.
+            card: dict[str, Any], complete: bool) -> tuple[Path, list[str]]:
+    """Where this condition's scorecard goes, and what to tell the user about it.
 
     * Another run's scorecard under the same default label is kept: this run
       gets the label plus a hash of what identifies it. An explicit
       ``--careful-label`` is the user's choice: it replaces, and says so.
     * A run that scored a selection (``-k``, node ids, ``--lf``, an early
       stop) never replaces a fuller scorecard of the same run: it goes to
-      ``partial/`` beside it. Its provenance says what was selected either way,
-      and ``--careful-baseline`` refuses it.
+      ``partial/`` beside it, which holds the latest selection. Its provenance
+      says what was selected either way, and ``--careful-baseline`` refuses it.
     """
+    notes = []
     directory = base / label / condition
     existing = _existing(directory)
-    if existing and existing["provenance"].get("source") not in (None, identity):
+    if existing and _other_run(existing, identity):
         if state.options.label:
-            state.notes.append(f"{condition}: replaced {directory}/scorecard.json, which was of another run "
-                               f"({_describe(existing['provenance'].get('source'))})")
+            notes.append(f"{condition}: replaced {directory / 'scorecard.json'}, which held another run's "
+                         f"scorecard ({_describe(existing['provenance'].get('source'))})")
+            existing = None
         else:
             other = label
             label = f"{label}-{_digest(identity)}"
             directory = base / label / condition
-            state.notes.append(f"{condition}: {base / other} holds another run's scorecard "
-                               f"({_describe(existing['provenance'].get('source'))}); this run's is in "
-                               f"{base / label} (name it with --careful-label)")
+            notes.append(f"{condition}: {base / other} holds another run's scorecard "
+                         f"({_describe(existing['provenance'].get('source'))}); this run's is in "
+                         f"{base / label} (name it with --careful-label)")
             existing = _existing(directory)
     selection = card["provenance"]["selection"]
+    scored = f"{selection['rows']} of {selection['conversations']} conversations"
     if _replaces(existing, {r["id"] for r in card["rows"]}, complete):
         if not complete:
-            state.notes.append(f"{condition}: a selection ({selection['rows']} of {selection['conversations']} "
-                               "conversations), marked partial in its provenance (--careful-baseline refuses it)")
-        return directory
-    state.notes.append(f"{condition}: partial run ({selection['rows']} of {selection['conversations']} "
-                       f"conversations) written to {directory / 'partial'}; the fuller scorecard in "
-                       f"{directory} is kept")
-    return directory / "partial"
+            notes.append(f"{condition}: a selection ({scored}), marked partial in its provenance "
+                         "(--careful-baseline refuses it)")
+        return directory, notes
+    prior = _existing(directory / "partial")
+    if prior and _other_run(prior, identity):
+        notes.append(f"{condition}: replaced {directory / 'partial'}, which held another run's selection")
+    elif prior and len(prior["ids"]) > len(card["rows"]):
+        notes.append(f"{condition}: replaced the larger selection ({len(prior['ids'])} rows) that "
+                     f"{directory / 'partial'} held")
+    notes.append(f"{condition}: partial run ({scored}) written to {directory / 'partial'}; the fuller "
+                 f"scorecard in {directory} is kept")
+    return directory / "partial", notes
+
+
+def _other_run(existing: dict[str, Any], identity: dict[str, str]) -> bool:
+    return existing["provenance"].get("source") not in (None, identity)
 
 
 def _replaces(existing: dict[str, Any] | None, ids: set[str], complete: bool) -> bool:
@@ -197,9 +236,15 @@ def _gate(state: CarefulState, condition: str, card: dict[str, Any], comparison:
           not_run: list[str]) -> None:
     """Release-gate messages; fail closed on conversations that could not be scored or did not run."""
     options, overall = state.options, card["totals"]["all"]
+    if not options.release_gate:
+        return  # without a gate, the headline says what went unscored
     if not_run:
         state.gate_messages.append(f"{condition}: {len(not_run)} selected conversations did not run "
                                    f"(e.g. {not_run[0]}): stopped early, interrupted or a worker crashed")
+    errored = sorted(n for n in state.errors if n.endswith(f"[{condition}]"))
+    if errored:
+        state.gate_messages.append(f"{condition}: {len(errored)} conversations errored outside scoring "
+                                   f"(e.g. {errored[0]}: a fixture's setup or teardown, a crashed worker)")
     unscored = overall.get("unscored", 0)
     if unscored and not options.allow_missing:
         state.gate_messages.append(f"{condition}: {unscored} conversations could not be scored and count as "
@@ -239,23 +284,22 @@ def summary_text(state: CarefulState, width: int) -> str:
 
     out = io.StringIO()
     console = Console(file=out, width=max(width, 80), force_terminal=False, color_system=None, soft_wrap=True)
+
     def say(line: str) -> None:
         console.print(line, highlight=False, markup=False)
     for line in headlines(state):
         say(line)
-    if not state.rows:
-        _print_problems(state, say)
-        return out.getvalue()
-    say(f"boundary {state.options.boundary}, detector {state.options.detector}, gate {state.options.gate}")
-    for table in _totals_tables(state, Table):
-        console.print(table)
-    for line in LEGEND:
-        say(line)
-    for line in _condition_notes(state):
-        say(line)
-    for condition, comparison in state.comparisons.items():
-        console.print(_comparison_table(condition, comparison, Table))
-    _print_notable(state, console)
+    if state.rows:
+        say(f"boundary {state.options.boundary}, detector {state.options.detector}, gate {state.options.gate}")
+        for table in _totals_tables(state, Table):
+            console.print(table)
+        for line in LEGEND:
+            say(line)
+        for line in _condition_notes(state):
+            say(line)
+        for condition, comparison in state.comparisons.items():
+            console.print(_comparison_table(condition, comparison, Table))
+        _print_notable(state, console)
     _print_problems(state, say)
     for folder in dict.fromkeys(str(Path(w).parent) for w in state.written):
         say(f"scorecards: {folder}")

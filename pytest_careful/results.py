@@ -84,10 +84,16 @@ def read_result_file(path: Path, category: str | None = None) -> tuple[list[Logg
     seen: dict[str, int] = {}
     name = str(path)
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = _lines(Path(path))
+    except OSError as exc:
         return [], [InputProblem(name, None, None, f"cannot read file: {exc}")]
-    for number, text in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(InputProblem(name, number, _id_in(raw), f"not valid UTF-8 ({exc.reason} at byte "
+                                         f"{exc.start} of the line); the rest of the file is still read"))
+            continue
         if not text.strip():
             continue
         entry, problem = _parse_line(name, number, text, category)
@@ -108,6 +114,26 @@ def read_result_file(path: Path, category: str | None = None) -> tuple[list[Logg
         seen[entry.id] = len(entries)
         entries.append(entry)
     return entries, problems
+
+
+def _lines(path: Path) -> list[bytes]:
+    """The file's lines as bfcl-eval reads them (split at newlines only, not at U+2028 or U+0085).
+
+    A FIFO or device named like a result file would block a read forever: only
+    regular files are opened.
+    """
+    if not path.is_file():
+        raise OSError(f"{path} is not a regular file")
+    return [line.removesuffix(b"\r") for line in path.read_bytes().split(b"\n")]
+
+
+_ID = re.compile(rb'"id"\s*:\s*"(multi_turn_[a-z_]+_\d+)"')
+
+
+def _id_in(raw: bytes) -> str | None:
+    """The conversation id of a line that cannot be decoded, when it can still be seen."""
+    match = _ID.search(raw)
+    return match.group(1).decode("ascii") if match else None
 
 
 def _parse_line(file: str, number: int, text: str, category: str | None) -> tuple[LoggedEntry | None, InputProblem | None]:

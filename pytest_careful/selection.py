@@ -60,6 +60,39 @@ def _matches(names: Sequence[str], conversation_id: str, condition: str) -> bool
 SELECTION_KEY = pytest.StashKey[Selection]()
 
 
+def check(selection: Selection, categories: tuple[str, ...], protocols: tuple[str, ...],
+          known: set[str]) -> None:
+    """A named conversation that this run has no item for is a usage error, as pytest's "not found"."""
+    for name in [*selection.node_ids, *selection.deselected]:
+        match = NODE_ID.match(name)
+        assert match is not None
+        conversation, condition = match["id"], match["condition"]
+        category = conversation.rsplit("_", 1)[0]
+        if category not in categories and conversation in known:
+            raise pytest.UsageError(f"{name}: its category {category} is not among this run's "
+                                    f"({', '.join(categories)}); see --careful-category")
+        if conversation not in known:
+            raise pytest.UsageError(f"{name}: no such conversation in bfcl-eval's multi-turn dataset")
+        if condition is not None and condition not in protocols:
+            raise pytest.UsageError(f"{name}: this run's conditions are {', '.join(protocols)} "
+                                    "(--careful-protocol)")
+
+
+def keep_node_ids_as_printed(config: pytest.Config) -> None:
+    """Print conversation node ids as they are, not relative to the working directory.
+
+    pytest prints node ids relative to the working directory when the rootdir
+    is elsewhere (a subdirectory of a project): ``../multi_turn_base_17[standard]``
+    names no file, and pasted back it would not select anything.
+    """
+    relative = config.cwd_relative_nodeid
+
+    def careful_relative(nodeid: Any) -> Any:
+        return nodeid if NODE_ID.match(str(nodeid)) else relative(nodeid)
+
+    config.cwd_relative_nodeid = careful_relative  # type: ignore[method-assign]
+
+
 def positional_indices(parser: argparse.ArgumentParser, args: Sequence[str]) -> list[int]:
     """Indices of ``args`` that argparse would read as positional arguments.
 
@@ -204,6 +237,7 @@ def describe(config: pytest.Config) -> dict[str, Any]:
         "markexpr": get("markexpr", "") or "",
         "deselect": [*selection.deselected, *(get("deselect", None) or [])],
         "last_failed": bool(get("lf", False)),
+        "stepwise": bool(get("stepwise", False)),
         "exitfirst_or_maxfail": int(get("maxfail", 0) or 0),
     }
     return {k: v for k, v in described.items() if v}

@@ -36,7 +36,9 @@ class CarefulPlugin:
         self.config = config
         self.state = state
         self.is_worker = hasattr(config, "workerinput")
-        self.junit = junit.Annotator(config, strict=state.options.junit_strict)
+        self.junit = junit.Annotator(config, state.source.model, strict=state.options.junit_strict)
+        if not self.is_worker:
+            config.pluginmanager.register(self.junit, "careful-junit")
 
     # tryfirst: before xdist starts its workers, which must inherit the server's URL.
     @pytest.hookimpl(tryfirst=True)
@@ -157,14 +159,14 @@ class CarefulPlugin:
     # tryfirst: the JUnit testcase's classname is set before junitxml opens it.
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.is_worker or not str(report.location[0]).startswith("careful/"):
+        if self.is_worker or not selection.NODE_ID.match(report.nodeid):
             return
         self.junit.annotate(report)
         row = getattr(report, "careful_row", None)
         if report.when == "call" and row:
             self.state.rows[report.nodeid] = json.loads(row)
             self.state.durations[report.nodeid] = report.duration
-        elif report.failed and report.nodeid not in self.state.rows:
+        elif report.failed and (report.when != "call" or report.nodeid not in self.state.rows):
             self.state.errors[report.nodeid] = str(report.longrepr).splitlines()[-1][:300] if report.longrepr else report.outcome
 
     @pytest.hookimpl(trylast=True)
@@ -175,7 +177,11 @@ class CarefulPlugin:
         try:
             report.finish(self.state, self.config.invocation_params.dir, selection.describe(self.config))
         except OSError as exc:
-            self.state.gate_messages.append(f"could not write scorecards: {exc}")
+            # The run's record is lost: that fails the command, gate or not.
+            self.state.notes.append(f"could not write scorecards: {exc}")
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
         except Exception as exc:  # never turn a summary problem into a pytest crash
             self.state.gate_messages.append(f"internal error while writing scorecards: {exc!r}")
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR

@@ -300,3 +300,95 @@ def test_the_release_gate_example_as_shipped(pytester: pytest.Pytester, run_dir:
     holds = safe >= 0.5 and bfcl >= 0.5
     assert result.ret == (0 if holds else 1)
     assert ("release gate: passed" if holds else "release gate: FAILED") in out
+
+
+# --- found by trying to break it ------------------------------------------------------
+
+
+def test_from_a_subdirectory_of_a_project(pytester: pytest.Pytester, run_dir: Path) -> None:
+    """Rootdir is the project (its ini file), not the working directory: nothing may be lost."""
+    pytester.makeini("[pytest]\n")
+    sub = pytester.mkdir("sub")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(sub)
+        result = pytester.runpytest_subprocess("--careful-results", str(run_dir), "--careful-decoder",
+                                               REAL_RUN_DECODER, "-k", "multi_turn_base_17", "-v",
+                                               "--junitxml=out.xml", "-n", "2")
+    out = result.stdout.str()
+    assert f"rootdir: {pytester.path}" in out and "../" not in out
+    counts = result.parseoutcomes()
+    assert f"11 conversations: {counts.get('passed', 0)} pass, {counts['failed']} fail" in out
+    assert _card(sub / "scorecards/gpt-oss-20b/standard")["provenance"]["selection"]["rows"] == 11
+    assert {c.classname for c in _cases(sub / "out.xml").values()} == {"careful.multi_turn_base.standard"}
+
+
+@pytest.mark.parametrize("name, says", [
+    ("multi_turn_base_999", "no such conversation"),
+    ("multi_turn_foo_1", "no such conversation"),
+    ("multi_turn_base_17[hints]", "this run's conditions are standard"),
+    ("multi_turn_miss_func_3", "is not among this run's"),
+])
+def test_a_named_conversation_that_is_not_there(pytester: pytest.Pytester, run_dir: Path, name: str,
+                                                says: str) -> None:
+    result = _run(pytester, run_dir, "--careful-category=base", name)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert says in result.stderr.str() and "Traceback" not in result.stderr.str()
+
+
+BROKEN_BASELINES = {
+    "row without id": lambda c: c.update(rows=[{}]),
+    "rows null": lambda c: c.update(rows=None),
+    "selection a string": lambda c: c["provenance"].update(selection="x"),
+    "rows without verdicts": lambda c: [r.pop("bfcl") for r in c["rows"]],
+    "legacy, one row": lambda c: (c["provenance"].pop("selection"), c.update(rows=c["rows"][:1])),
+}
+
+
+def test_broken_and_partial_baselines_are_refused(pytester: pytest.Pytester, run_dir: Path) -> None:
+    _run(pytester, run_dir, "-n", "2")
+    card = _card(pytester.path / "scorecards/gpt-oss-20b/standard")
+    for name, breaks in BROKEN_BASELINES.items():
+        broken = json.loads(json.dumps(card))
+        breaks(broken)
+        (pytester.path / "b.json").write_text(json.dumps(broken), encoding="utf-8")
+        result = _run(pytester, run_dir, "-k", "multi_turn_base_17", "--careful-baseline=b.json")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, name
+        assert "--careful-baseline: b.json" in result.stderr.str() and "INTERNAL" not in result.stdout.str(), name
+
+
+def test_one_bad_byte_costs_one_conversation(pytester: pytest.Pytester, run_dir: Path) -> None:
+    lines = (run_dir / BASE).read_bytes().split(b"\n")
+    lines[6] = lines[6].replace(b'"result"', b'"resu\xff\xfelt"', 1)
+    (run_dir / BASE).write_bytes(b"\n".join(lines))
+    victim = json.loads(lines[6].decode("utf-8", "replace").replace("resu\ufffd\ufffdlt", "result"))["id"]
+    result = _run(pytester, run_dir, "-k", "multi_turn_base_", "--junitxml=out.xml", "-n", "2")
+    unscored = {n for n, c in _cases(pytester.path / "out.xml").items() if "careful_input_error" in _props(c)}
+    assert unscored == {f"{victim}[standard]"}
+    assert f"{run_dir / BASE}:7 [{victim}]: not valid UTF-8" in result.stdout.str()
+    assert "During handling of the above exception" not in result.stdout.str()
+
+
+def test_errors_outside_scoring_fail_the_gate_and_stay_labelled(pytester: pytest.Pytester, run_dir: Path) -> None:
+    pytester.makeconftest(
+        "import os, pytest\n"
+        "@pytest.fixture(autouse=True)\n"
+        "def trouble(request):\n"
+        "    if request.node.name == 'multi_turn_base_17[standard]':\n"
+        "        os._exit(3)\n"
+        "    yield\n"
+        "    if request.node.name == 'multi_turn_base_171[standard]':\n"
+        "        raise RuntimeError('teardown trouble')\n")
+    result = _run(pytester, run_dir, "-k", "multi_turn_base_17", "-n", "2", "--careful-min-safe=0",
+                  "--junitxml=out.xml", "--junit-prefix=nightly", "-o", "junit_logging=all")
+    out = result.stdout.str()
+    assert result.ret == 1 and "errored outside scoring" in out and "release gate: FAILED" in out
+    tree = etree.parse(str(pytester.path / "out.xml"))
+    cases = list(tree.iter("testcase"))
+    assert {c.get("classname") for c in cases} == {"nightly.careful.multi_turn_base.standard"}
+    crashed = [c for c in cases if c.get("name") == "multi_turn_base_17[standard]"]
+    assert crashed and all(_props_of(c)["careful_bfcl"] == "fail" for c in crashed)
+    assert all(len(c.findall("system-out")) <= 1 for c in cases)
+
+
+def _props_of(element: object) -> dict[str, str]:
+    return {p.get("name"): p.get("value") for p in element.iter("property")}  # type: ignore[attr-defined]
