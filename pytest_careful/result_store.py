@@ -15,7 +15,7 @@ and the tests check it against bfcl's own code.
 
 The file is an append-only log so a killed run loses at most the conversation
 in flight: a rerun appends what is not yet :meth:`ResultStore.completed`, readers
-keep the last complete entry per id, and :meth:`ResultStore.compact` rewrites the
+keep the last entry per id (BFCL's rule), and :meth:`ResultStore.compact` rewrites the
 log into the duplicate-free, id-sorted file ``bfcl evaluate`` expects.
 """
 
@@ -24,12 +24,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._bfcl import CATEGORIES
+
+if TYPE_CHECKING:
+    from .results import InputProblem, LoggedEntry
 
 VERSION_PREFIX = "BFCL_v4"  # bfcl_eval.constants.category_mapping.VERSION_PREFIX
 GROUP_DIR = "multi_turn"  # get_directory_structure_by_category() for every category we run
@@ -66,31 +69,28 @@ class ResultStore:
 
     # -- reading -----------------------------------------------------------
 
-    def _entries(self, category: str) -> Iterator[dict[str, Any]]:
-        """Every parseable entry of the category's file, in file order.
+    def read(self, category: str) -> tuple[dict[str, LoggedEntry], list[InputProblem]]:
+        """The category's entries by id, and the problems of its other lines.
 
-        Lines that are not JSON objects with a string id of this category are
-        skipped: a torn line is what a killed writer leaves behind, and it is
-        retried, not fatal.
+        Read exactly as ``--careful-results`` reads a file
+        (:func:`pytest_careful.results.read_result_file`): a torn line (what a
+        killed writer leaves behind), a line of another category or no
+        conversation, one with more turns than its conversation has or that
+        cannot be read at all is a problem with its line, never an entry, so
+        its conversation is retried, not served. Of several entries of an id
+        the last one counts, as everywhere (:func:`~pytest_careful.results.keep_last`).
         """
-        try:
-            data = self.path(category).read_bytes()
-        except FileNotFoundError:
-            return
-        for raw in data.split(b"\n"):
-            if not raw.strip():
-                continue
-            try:
-                entry = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                continue
-            if (isinstance(entry, dict) and isinstance(entry.get("id"), str)
-                    and entry["id"].rsplit("_", 1)[0] == category):
-                yield entry
+        from .results import read_result_file
+
+        path = self.path(category)
+        if not os.path.lexists(path):
+            return {}, []
+        entries, problems = read_result_file(path, category)
+        return {e.id: e for e in entries}, problems
 
     def completed(self, category: str) -> dict[str, dict[str, Any]]:
-        """Finished conversations already on disk, by id (the last complete entry wins)."""
-        return {e["id"]: e for e in self._entries(category) if is_complete(e)}
+        """Finished conversations already on disk, by id (an id's last entry, when complete)."""
+        return {i: e.raw for i, e in self.read(category)[0].items() if is_complete(e.raw)}
 
     # -- writing -----------------------------------------------------------
 
@@ -105,13 +105,15 @@ class ResultStore:
         """
         if not isinstance(entry.get("id"), str) or entry["id"].rsplit("_", 1)[0] != category:
             raise ValueError(f"entry id {entry.get('id')!r} does not belong to {category}")
-        line = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+        line = serialise(entry)
         path = self.path(category)
         path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             # O_RDWR: the torn-line check below reads the last byte.
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise OSError(f"{path} is not a regular file; the result is not written")
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 # compact() may have replaced the file while we waited for the
                 # lock; appending to the old inode would lose the line.
@@ -135,28 +137,29 @@ class ResultStore:
     def compact(self, category: str) -> None:
         """Rewrite the file atomically as ``bfcl evaluate`` wants it.
 
-        One entry per id (the last complete one; an id that never completed
-        keeps its last errored entry, which BFCL scores as a failure), torn
-        lines dropped, in BFCL's id order.  Holds the append lock so no line
-        lands in the file being replaced.
+        One entry per id (its last, as :meth:`read` reads it: an id that never
+        completed keeps its errored entry, which BFCL scores as a failure), in
+        BFCL's id order; lines that are no entry of this category (torn,
+        foreign, unreadable) are dropped. Holds the append lock so no line
+        lands in the file being replaced. Anything but a regular file is left
+        alone (opening a FIFO would block).
         """
         path = self.path(category)
-        if not path.exists():
-            return
-        fd = os.open(path, os.O_RDONLY)
         try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return
             fcntl.flock(fd, fcntl.LOCK_EX)
-            latest: dict[str, dict[str, Any]] = {}
-            for entry in self._entries(category):
-                if is_complete(entry) or not is_complete(latest.get(entry["id"], {})):
-                    latest[entry["id"]] = entry
-            text = "".join(json.dumps(latest[i], ensure_ascii=False) + "\n"
-                           for i in sorted(latest, key=sort_key))
+            entries, _ = self.read(category)
+            data = b"".join(serialise(entries[i].raw) for i in sorted(entries, key=sort_key))
             # Temp file in the same directory so os.replace is an atomic rename.
             tmp_fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
             try:
-                with os.fdopen(tmp_fd, "w", encoding="utf-8") as tmp:
-                    tmp.write(text)
+                with os.fdopen(tmp_fd, "wb") as tmp:
+                    tmp.write(data)
                     tmp.flush()
                     os.fsync(tmp.fileno())
                 os.chmod(tmp_name, 0o644)
@@ -167,6 +170,20 @@ class ResultStore:
             _fsync_dir(path.parent)  # make the rename itself durable
         finally:
             os.close(fd)
+
+
+def serialise(entry: dict[str, Any]) -> bytes:
+    """``entry`` as one line, as bfcl's ``write_list_of_dicts_to_file`` writes it.
+
+    ``ensure_ascii=False`` as bfcl writes, except where the text cannot be
+    UTF-8 (a lone surrogate in model text): then escaped, so the line is still
+    written and reads back to the same entry. A value JSON cannot hold becomes
+    its ``str``, as bfcl's ``make_json_serializable`` does.
+    """
+    try:
+        return (json.dumps(entry, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(entry, ensure_ascii=True, default=str) + "\n").encode("ascii")
 
 
 def _write_all(fd: int, data: bytes) -> None:

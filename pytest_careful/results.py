@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -41,7 +42,17 @@ class InputProblem:
     def __str__(self) -> str:
         where = self.file + (f":{self.line}" if self.line is not None else "")
         who = f" [{self.conversation}]" if self.conversation else ""
-        return f"{where}{who}: {self.message}"
+        # Printable whatever the file held: a lone surrogate (or a non-UTF-8 file
+        # name) would make the terminal's encoder raise, a control character
+        # would reach it raw.
+        return printable(f"{where}{who}: {self.message}")
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character (controls, surrogates, U+2028) escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 @dataclass
@@ -78,42 +89,67 @@ def find_result_files(directory: Path) -> tuple[dict[str, Path], list[InputProbl
 
 
 def read_result_file(path: Path, category: str | None = None) -> tuple[list[LoggedEntry], list[InputProblem]]:
-    """Entries of one result file, and the problems found in it."""
-    entries: list[LoggedEntry] = []
-    problems: list[InputProblem] = []
-    seen: dict[str, int] = {}
+    """Entries of one result file, and the problems found in it.
+
+    Every line that cannot be an entry (not UTF-8, not JSON, nested too deep,
+    an integer too long to read, an unknown or foreign id, a shape BFCL could
+    not have written) is an :class:`InputProblem` of its own; the others are read.
+    Of several entries with one id the last one counts (:func:`keep_last`).
+    """
     name = str(path)
     try:
         lines = _lines(Path(path))
     except OSError as exc:
         return [], [InputProblem(name, None, None, f"cannot read file: {exc}")]
+    parsed: list[LoggedEntry] = []
+    problems: list[InputProblem] = []
     for number, raw in enumerate(lines, start=1):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            problems.append(InputProblem(name, number, _id_in(raw), f"not valid UTF-8 ({exc.reason} at byte "
-                                         f"{exc.start} of the line); the rest of the file is still read"))
-            continue
-        if not text.strip():
-            continue
-        entry, problem = _parse_line(name, number, text, category)
-        if problem:
+        entry, problem = parse_raw_line(name, number, raw, category)
+        if problem is not None:
             problems.append(problem)
-            continue
-        assert entry is not None
-        if entry.id in seen:
-            first = entries[seen[entry.id]]
-            if isinstance(first.result, str) and not isinstance(entry.result, str):
-                # An errored conversation retried later (a live run's append-only log
-                # before compaction): the finished entry is the one to score.
-                entries[seen[entry.id]] = entry
-                continue
-            problems.append(InputProblem(name, number, entry.id,
-                                         f"duplicate entry (first at line {first.line}); this one is ignored"))
-            continue
-        seen[entry.id] = len(entries)
-        entries.append(entry)
-    return entries, problems
+        elif entry is not None:
+            parsed.append(entry)
+    entries, superseded = keep_last(parsed)
+    return entries, sorted(problems + superseded, key=lambda p: p.line or 0)
+
+
+def parse_raw_line(file: str, number: int, raw: bytes, category: str | None) -> tuple[LoggedEntry | None, InputProblem | None]:
+    """One line of a result file as bytes: its entry, its problem, or neither (a blank line)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, InputProblem(file, number, _id_in(raw), f"not valid UTF-8 ({exc.reason} at byte "
+                                  f"{exc.start} of the line); the rest of the file is still read")
+    if not text.strip(" \t\r"):  # JSON's whitespace only: a line of U+2028 is not blank to BFCL
+        return None, None
+    return _parse_line(file, number, text, category)
+
+
+def keep_last(entries: Iterable[LoggedEntry]) -> tuple[list[LoggedEntry], list[InputProblem]]:
+    """One entry per id: the last one in the file, as BFCL keeps it.
+
+    ``bfcl evaluate`` scores no file with two entries of one id (it stops on
+    the length mismatch); BFCL's only rule that picks between them is
+    ``BaseHandler.write(update_mode=True)``, where the entry written last
+    replaces the earlier one. Rescoring, live resume and compaction all apply
+    it. An earlier errored entry replaced later is a live run's retry, not a
+    problem; any other earlier entry is reported.
+    """
+    kept: dict[str, LoggedEntry] = {}
+    problems: list[InputProblem] = []
+    for entry in entries:
+        earlier = kept.get(entry.id)
+        if earlier is not None and not _errored(earlier):
+            problems.append(InputProblem(entry.file, entry.line, entry.id,
+                                         f"duplicate entry (an earlier one at line {earlier.line}); "
+                                         "the last entry of an id counts, as in BFCL"))
+        kept[entry.id] = entry
+    return list(kept.values()), problems
+
+
+def _errored(entry: LoggedEntry) -> bool:
+    """BFCL's inference-error form (a string ``result``), or a live run's error marker."""
+    return isinstance(entry.result, str) or bool(entry.raw.get("error"))
 
 
 def _lines(path: Path) -> list[bytes]:
@@ -136,34 +172,99 @@ def _id_in(raw: bytes) -> str | None:
     return match.group(1).decode("ascii") if match else None
 
 
+#: The deepest nesting a line may have. Python's JSON reader gives up near 1,000 levels
+#: (less the caller's stack, so where exactly depends on who reads); a fixed bound
+#: makes the outcome the same everywhere, and leaves every reader of the entry
+#: (decoders, transcripts, xdist's serialiser) stack to spare. Real entries nest < 10.
+MAX_NESTING = 500
+
+#: At most this much of a value from the file is quoted in a message.
+QUOTE_CHARS = 80
+
+
 def _parse_line(file: str, number: int, text: str, category: str | None) -> tuple[LoggedEntry | None, InputProblem | None]:
+    """One line's entry, or the line's problem: no line raises, whatever it holds."""
+    try:
+        return _parse_entry(file, number, text, category)
+    except Exception as exc:  # noqa: BLE001 - any exception a line causes is that line's problem
+        return None, InputProblem(file, number, _id_seen(text), f"cannot be read ({_reason(exc)})")
+
+
+def _parse_entry(file: str, number: int, text: str, category: str | None) -> tuple[LoggedEntry | None, InputProblem | None]:
+    def problem(message: str, conversation: str | None = None) -> tuple[None, InputProblem]:
+        return None, InputProblem(file, number, conversation, message)
+
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        guess = re.search(r'"id":\s*"([^"]+)"', text)
-        return None, InputProblem(file, number, guess.group(1) if guess else None,
-                                  f"not valid JSON ({exc.msg} at column {exc.colno}); truncated line?")
+        return problem(f"not valid JSON ({exc.msg} at column {exc.colno}); truncated line?", _id_seen(text))
+    except (RecursionError, ValueError, MemoryError) as exc:  # deep nesting, integers past the digit limit
+        return problem(f"not readable as JSON ({_reason(exc)})", _id_seen(text))
+    if _nested_deeper(data, text, MAX_NESTING):
+        return problem(f"nested more than {MAX_NESTING} levels deep (not read)", _id_seen(text))
     if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-        return None, InputProblem(file, number, None, "expected a JSON object with a string 'id'")
+        return problem("expected a JSON object with a string 'id'")
     entry_id = data["id"]
+    if not _DISPLAYABLE_ID.fullmatch(entry_id):
+        return problem(f"unknown conversation id {_quote(entry_id)}")
     try:
         conversation = dataset.get(entry_id)
     except dataset.UnknownConversation as exc:
-        return None, InputProblem(file, number, entry_id, str(exc))
+        return problem(str(exc), entry_id)
     if category and conversation.category != category:
-        return None, InputProblem(file, number, entry_id,
-                                  f"belongs to {conversation.category}, not to this file's {category}")
+        return problem(f"belongs to {conversation.category}, not to this file's {category}", entry_id)
     if "result" not in data:
-        return None, InputProblem(file, number, entry_id, "entry has no 'result'")
+        return problem("entry has no 'result'", entry_id)
     shape = _shape_problem(data["result"], conversation)
     if shape:
-        return None, InputProblem(file, number, entry_id, shape)
+        return problem(shape, entry_id)
     return LoggedEntry(
         id=entry_id, result=data["result"], file=file, line=number,
         input_token_count=data.get("input_token_count"),
         output_token_count=data.get("output_token_count"),
         latency=data.get("latency"), inference_log=data.get("inference_log"), raw=data,
     ), None
+
+
+# Ids shown as the conversation of a problem: what a conversation id can look like.
+_DISPLAYABLE_ID = re.compile(r"[A-Za-z0-9_\-:.]{1,100}")
+_ID_TEXT = re.compile(r'"id"\s*:\s*"(multi_turn_[a-z_]+_\d{1,6})"')
+
+
+def _id_seen(text: str) -> str | None:
+    """The conversation id of a line that cannot be read, when it can still be seen."""
+    match = _ID_TEXT.search(text[:100_000])
+    return match.group(1) if match else None
+
+
+def _nested_deeper(data: Any, text: str, limit: int) -> bool:
+    """Whether ``data`` nests more than ``limit`` containers deep (walked without recursion)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False  # cannot nest deeper than it has brackets
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+    return False
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return f"nested more than Python's JSON reader allows, over {MAX_NESTING} levels"
+    if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
+        return f"an integer of more than {sys.get_int_max_str_digits()} digits, past Python's limit"
+    return f"{type(exc).__name__}: {_quote(str(exc))}"
+
+
+def _quote(value: str) -> str:
+    """``value`` for a message: escaped, and cut to :data:`QUOTE_CHARS` characters."""
+    cut = value[:QUOTE_CHARS]
+    return ascii(cut) + (f" ... ({len(value)} characters)" if len(value) > QUOTE_CHARS else "")
 
 
 def _shape_problem(result: Any, conversation: Conversation) -> str | None:

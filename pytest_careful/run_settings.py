@@ -38,8 +38,8 @@ def made_under(path: Path) -> str:
     """The protocol a settings file records (its ``condition``)."""
     try:
         settings = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise SettingsError(f"cannot read {path}: {exc}") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # planted: any bytes
+        raise SettingsError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     condition = settings.get("condition") if isinstance(settings, dict) else None
     if not isinstance(condition, str):
         raise SettingsError(f"{path} does not say which protocol the run was made under "

@@ -45,7 +45,7 @@ def test_each_problem_is_located_and_the_rest_is_scored(tmp_path):
     assert "unknown conversation id 'multi_turn_base_999'" in text
     assert "belongs to multi_turn_miss_func" in text
     assert "has 9 turns but multi_turn_base_4 has" in text
-    assert "duplicate entry (first at line 1)" in text
+    assert f"{path}:9 [multi_turn_base_0]: duplicate entry (an earlier one at line 1)" in text
 
 
 def test_fewer_turns_is_bfcls_force_termination_not_an_input_problem(tmp_path):

@@ -12,6 +12,7 @@ the file and scores them without calling the model; errored ones are retried.
 from __future__ import annotations
 
 import json
+import os
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,8 @@ from typing import Any
 from ..dataset import Conversation
 from ..declarations import Declarations
 from ..decoding import Decoder
-from ..result_store import ResultStore, is_complete
-from ..results import LoggedEntry, _parse_line
+from ..result_store import ResultStore, is_complete, serialise
+from ..results import InputProblem, LoggedEntry, parse_raw_line
 from ..run_settings import SETTINGS_FILE
 from ..sources import Source
 from . import runner
@@ -60,7 +61,7 @@ class LiveSource(Source):
     stopped: str | None = None
     _handler: Any = None
     _decoder: Decoder | None = None
-    _completed: dict[tuple[str, str], dict[str, dict[str, Any]]] = field(default_factory=dict)
+    _completed: dict[tuple[str, str], dict[str, LoggedEntry]] = field(default_factory=dict)
     runs: dict[tuple[str, str], runner.LiveRun] = field(default_factory=dict)
     resumed: set[tuple[str, str]] = field(default_factory=set)
 
@@ -90,9 +91,9 @@ class LiveSource(Source):
         folder is simply taken over.
         """
         path, wanted = self.settings_file(condition), self.settings(condition)
-        try:
-            made = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        try:  # whatever bytes the folder holds (open_live refused anything but a regular file)
+            made = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        except (OSError, ValueError, RecursionError):
             made = None
         store = self.store(condition)
         finished = any(store.completed(c) for c in categories) if made not in (None, wanted) else False
@@ -135,24 +136,34 @@ class LiveSource(Source):
     def result(self, condition: str, conversation: Conversation) -> tuple[Any, LoggedEntry | None]:
         store = self.store(condition)
         done = self._done(store, condition, conversation.category)
-        data = done.get(conversation.id)
-        if data is not None:
+        entry = done.get(conversation.id)
+        if entry is not None:  # read back as --careful-results reads it, with its real line
             self.resumed.add((condition, conversation.id))
-        else:
-            data = self._run(store, condition, conversation)
-            done[conversation.id] = data
-        entry, problem = _parse_line(str(store.path(conversation.category)), 0, json.dumps(data),
-                                     conversation.category)
+            return entry.result, entry
+        data = self._run(store, condition, conversation)
+        # Scored from the bytes written (what --careful-results would read).
+        entry, problem = parse_raw_line(str(store.path(conversation.category)), 0, serialise(data),
+                                        conversation.category)
         if problem is not None:
             raise LiveError(f"the model's result entry is unusable: {problem}")
         assert entry is not None
+        done[conversation.id] = entry
         return entry.result, entry
 
-    def _done(self, store: ResultStore, condition: str, category: str) -> dict[str, dict[str, Any]]:
+    def _done(self, store: ResultStore, condition: str, category: str) -> dict[str, LoggedEntry]:
         key = (condition, category)
-        if key not in self._completed:
-            self._completed[key] = store.completed(category)  # read once per process
+        if key not in self._completed:  # read once per process
+            entries, _ = store.read(category)  # the controller reports the problems (open_live)
+            self._completed[key] = {i: e for i, e in entries.items() if is_complete(e.raw)}
         return self._completed[key]
+
+    def stored_problems(self, categories: tuple[str, ...], conditions: tuple[str, ...]) -> list[InputProblem]:
+        """The lines of the output folder's result files that resuming does not read back.
+
+        Their conversations are run again; the lines are reported once, by the
+        controller, with file and line, and dropped when the file is compacted.
+        """
+        return [p for c in conditions for category in categories for p in self.store(c).read(category)[1]]
 
     def _run(self, store: ResultStore, condition: str, conversation: Conversation) -> dict[str, Any]:
         if self.stopped:
@@ -188,7 +199,7 @@ class LiveSource(Source):
     @staticmethod
     def _logged(store: ResultStore, data: dict[str, Any]) -> LoggedEntry | None:
         category = data["id"].rsplit("_", 1)[0]
-        entry, _ = _parse_line(str(store.path(category)), 0, json.dumps(data), category)
+        entry, _ = parse_raw_line(str(store.path(category)), 0, serialise(data), category)
         return entry
 
 
@@ -213,6 +224,13 @@ def open_live(options: Any) -> LiveSource:
 
     configure(source, options)
     if not options.worker:  # checked once, up front
+        paths = [source.store(c).path(category) for c in options.protocols for category in options.categories]
+        paths += [source.settings_file(c) for c in options.protocols]
+        unusable = [str(path) for path in paths if os.path.lexists(path) and not path.is_file()]
+        if unusable:
+            raise pytest.UsageError("--careful-output: not a regular file, results cannot be written to it: "
+                                    + ", ".join(unusable))
+        source.problems.extend(source.stored_problems(options.categories, options.protocols))
         problems = [p for c in options.protocols if (p := source.claim(c, options.categories))]
         if problems:
             raise pytest.UsageError(
