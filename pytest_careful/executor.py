@@ -20,17 +20,20 @@ one replay, never in module globals.
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import functools
 import inspect
+import itertools
 import json
 import operator
 import pickle
 import re
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Callable, Iterable, Mapping
+from typing import AbstractSet, Any, Callable, Iterable, Mapping, NoReturn
 
-from . import _bfcl
+from . import _bfcl, isolation, plain_values
+from .plain_values import Refused
 
 #: bfcl-eval's own deny-list, checked on the rewritten string as BFCL does.
 BLOCKED_NAMES = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")
@@ -41,6 +44,22 @@ _INSTANCE_NAME_SANITIZE = re.compile(r"[-./:]")
 MAX_CALL_CHARS = 200_000
 MAX_NUMBER_MAGNITUDE = 10**100
 ERROR_PREFIX = "Error during execution: "
+#: Deepest expression interpreted (nested brackets, calls, operators, signs); eval goes
+#: deeper (a run of 1,000 signs), but no real call string comes near.
+MAX_EXPRESSION_DEPTH = 100
+#: Names ``eval`` resolves in bfcl-eval's executor besides the builtins and the
+#: instances: ``multi_turn_utils``' globals and ``execute_multi_turn_func_call``'s
+#: locals (``eval`` without namespaces sees both). A call string naming one is
+#: refused, never resolved; ``tests/test_call_parity.py`` checks this list.
+BFCL_SCOPE_NAMES = frozenset({
+    "CLASS_FILE_PATH_MAPPING", "STATELESS_CLASSES", "__builtins__", "__cached__", "__doc__", "__file__",
+    "__loader__", "__name__", "__package__", "__spec__", "_process_method_calls", "copy",
+    "execute_multi_turn_func_call", "importlib", "inspect", "is_empty_execute_response", "json", "re",
+    "func_call_list", "initial_config", "involved_classes", "model_name", "test_entry_id", "long_context",
+    "is_evaL_run", "class_method_name_mapping", "involved_instances", "class_name", "module_name",
+    "instance_name", "module", "class_", "class_instance", "class_initial_config", "method_name", "method",
+    "execution_results", "func_call", "func_call_copy", "func_call_result", "e",
+})
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -50,10 +69,6 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
 }
-
-
-class Refused(Exception):
-    """A construct the safe interpreter does not run."""
 
 
 def instance_name(model_name: str, test_entry_id: str, class_name: str) -> str:
@@ -127,8 +142,10 @@ class Simulators:
         self._names: dict[str, str] = {}  # instance name -> class name
         self._mapping: dict[str, str] = {}  # method name -> instance name
         self._model_name, self._test_entry_id = model_name, test_entry_id
+        #: bfcl-eval's process-wide state (mutable defaults, module globals) as this conversation sees it.
+        self.world = isolation.World()
         fresh = pickle.loads(template) if template is not None else \
-            fresh_instances(involved_classes, initial_config, long_context)
+            fresh_instances(involved_classes, initial_config, long_context, self.world)
         for class_name, instance in fresh.items():
             self._register(class_name, instance)
 
@@ -164,6 +181,7 @@ class Simulators:
 
     def execute(self, call: str) -> Execution:
         """Execute one decoded call string; never raises for bad input."""
+        isolation.activate(self.world)
         interpreter = _Interpreter(self)
         name, arguments = "<invalid>", {}
         try:
@@ -206,10 +224,12 @@ class Simulators:
     def _tree(self, call: str, parsed: "_Parsed") -> ast.Expression:
         """The expression to interpret, with bfcl-eval's checks done first.
 
-        Fast path: a plain ``name(...)`` call whose string literals hold no
-        ``method(`` that bfcl-eval's rewrite would change parses the same before
+        Fast path: a plain ``name(...)`` call in which bfcl-eval's rewrite
+        would change nothing but the calls of plain names it marks (no
+        ``method(`` in a string literal, no instance name) parses the same before
         and after the rewrite, so the cached parse of the raw string serves.
-        Everything else takes the exact path: rewrite, then parse.
+        Everything else takes the exact path: rewrite, then parse, where a call
+        of a plain name is never a method (bfcl-eval's ``eval`` would not find it).
         """
         if parsed.simple and not (parsed.string_calls & self._mapping.keys()) \
                 and not (parsed.names & self._names.keys()):
@@ -217,12 +237,15 @@ class Simulators:
                 raise _Blocked(f"Function call {parsed.head} is not allowed.")
             if parsed.compile_error is not None:
                 raise parsed.compile_error
+            if parsed.refusal is not None:
+                raise Refused(parsed.refusal)
             assert parsed.tree is not None
             return parsed.tree
         rewritten = self.rewrite(call)
         _check_deny_list(rewritten)
-        tree = ast.parse(rewritten, filename="<string>", mode="eval")
+        tree = ast.parse(_eval_source(rewritten), filename="<string>", mode="eval")
         _check_compile_time_errors(tree)
+        _check_supported(tree)
         return tree
 
 
@@ -235,35 +258,77 @@ class _Parsed:
     arguments: Mapping[str, Any]
     simple: bool  # ``ident(...)`` with only plain-name calls inside
     head: str
-    string_calls: frozenset[str]  # identifiers followed by ``(`` inside string literals
+    #: identifiers the rewrite would prefix that are not marked calls (in string literals, comments)
+    string_calls: frozenset[str]
     names: frozenset[str]  # every Name in the expression
     compile_error: SyntaxError | None
+    refusal: str | None = None  # why the interpreter would refuse the tree (``_check_supported``)
 
 
 _SIMPLE_HEAD = re.compile(r"([A-Za-z_]\w*)\(")
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # the tokenizer's line ends
+#: Set on a raw tree's ``Call`` whose plain-name callee bfcl-eval's rewrite prefixes.
+_REWRITE_SITE = "_careful_rewrite_site"
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _parse_raw(call: str) -> _Parsed:
     name, arguments = _describe(call)
     try:
-        tree = ast.parse(call, filename="<string>", mode="eval")
+        tree = ast.parse(_eval_source(call), filename="<string>", mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return _Parsed(None, name, arguments, False, "", frozenset(), frozenset(), None)
     head = _SIMPLE_HEAD.match(call)
     nodes = list(ast.walk(tree))
-    simple = head is not None and all(
-        isinstance(n.func, ast.Name) for n in nodes if isinstance(n, ast.Call))
-    strings = frozenset(
-        m.group(1) for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes))
-        for m in _CALL_NAME.finditer(n.value if isinstance(n.value, str) else n.value.decode("latin-1")))
+    calls = [n for n in nodes if isinstance(n, ast.Call)]
+    simple = head is not None and all(isinstance(n.func, ast.Name) for n in calls)
+    strings: frozenset[str] = frozenset()
+    if simple:  # no leading whitespace: positions in the tree are positions in ``call``
+        sites = {(m.start(1), m.group(1)) for m in _CALL_NAME.finditer(call)}
+        index = _source_index(call)
+        for node in calls:
+            # The rewrite prefixes a name only as spelled in the raw text: a look-alike
+            # that Python normalises (NFKC), ``(ls)(`` and a line continuation stay unprefixed.
+            site = (index(node.func.lineno, node.func.col_offset), node.func.id)  # type: ignore[attr-defined]
+            if site in sites:
+                setattr(node, _REWRITE_SITE, True)
+                sites.discard(site)
+        strings = frozenset(name for _, name in sites)
     names = frozenset(n.id for n in nodes if isinstance(n, ast.Name))
     try:
         _check_compile_time_errors(tree)
         error = None
     except SyntaxError as exc:
         error = exc
-    return _Parsed(tree, name, arguments, simple, head.group(1) if head else "", strings, names, error)
+    try:
+        _check_supported(tree)
+        refusal = None
+    except Refused as exc:
+        refusal = str(exc)
+    return _Parsed(tree, name, arguments, simple, head.group(1) if head else "", strings, names, error,
+                   refusal)
+
+
+def _eval_source(call: str) -> str:
+    """The text ``eval`` compiles: it encodes the string, then skips leading spaces and tabs."""
+    call.encode("utf-8")  # raises eval's UnicodeEncodeError (a lone surrogate)
+    return call.lstrip(" \t")
+
+
+def _source_index(source: str) -> Callable[[int, int], int]:
+    """Maps an ast position (line, UTF-8 byte column) to an index into ``source``."""
+    starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
+    if source.isascii():
+        return lambda lineno, col: starts[lineno - 1] + col
+    columns: dict[int, dict[int, int]] = {}
+
+    def index(lineno: int, col: int) -> int:
+        if lineno not in columns:
+            line = source[starts[lineno - 1]:starts[lineno] if lineno < len(starts) else len(source)]
+            offsets = itertools.accumulate((len(ch.encode("utf-8", "surrogatepass")) for ch in line), initial=0)
+            columns[lineno] = {byte: i for i, byte in enumerate(offsets)}
+        return starts[lineno - 1] + columns[lineno].get(col, -len(source) - 1)
+    return index
 
 
 def independent_of_names(call: str, methods: AbstractSet[str], names: AbstractSet[str]) -> bool:
@@ -282,10 +347,16 @@ def independent_of_names(call: str, methods: AbstractSet[str], names: AbstractSe
 
 
 def fresh_instances(involved_classes: Iterable[str], initial_config: Mapping[str, Any],
-                    long_context: bool) -> dict[str, Any]:
-    """Instances as bfcl-eval creates them: ``_load_scenario`` on a deep copy."""
+                    long_context: bool, world: isolation.World | None = None) -> dict[str, Any]:
+    """Instances as bfcl-eval creates them: ``_load_scenario`` on a deep copy.
+
+    Constructors read bfcl-eval's module state, so they run in ``world`` (a
+    fresh one by default: a pristine process).
+    """
     instances = {}
     stateless = _bfcl.stateless_classes()
+    involved_classes = tuple(involved_classes)
+    (world if world is not None else isolation.World()).building(involved_classes)
     for class_name in involved_classes:
         instance = _bfcl.simulator_class(class_name)()
         if class_name not in stateless:
@@ -320,25 +391,111 @@ def _check_deny_list(rewritten: str) -> None:
 
 
 def _check_compile_time_errors(tree: ast.Expression) -> None:
-    """Raise the SyntaxError that compiling (as eval does) would raise before running."""
-    for node in ast.walk(tree):
+    """Raise the SyntaxError that compiling (as eval does) would raise before running.
+
+    The compiler reports the first it meets, visiting in evaluation order and a
+    call's repeated keywords before anything inside the call.
+    """
+    pending: list[ast.AST] = [tree.body]
+    while pending:
+        node = pending.pop()
         if isinstance(node, ast.Call):
             seen: set[str] = set()
             for keyword in node.keywords:
                 if keyword.arg is not None and keyword.arg in seen:
-                    raise SyntaxError(
-                        f"keyword argument repeated: {keyword.arg}",
-                        ("<string>", keyword.lineno, keyword.col_offset + 1, None),
-                    )
+                    raise SyntaxError(f"keyword argument repeated: {keyword.arg}",
+                                      ("<string>", keyword.lineno, keyword.col_offset + 1, None))
                 if keyword.arg is not None:
                     seen.add(keyword.arg)
+        elif isinstance(node, (ast.Yield, ast.YieldFrom)):
+            raise SyntaxError("'yield' outside function", ("<string>", node.lineno, node.col_offset + 1, None))
+        elif isinstance(node, ast.Await):
+            raise SyntaxError("'await' outside function", ("<string>", node.lineno, node.col_offset + 1, None))
+        if isinstance(node, ast.Dict):  # evaluated key, value, key, value
+            children: list[ast.AST] = [n for pair in zip(node.keys, node.values) for n in pair if n is not None]
+        else:
+            children = list(ast.iter_child_nodes(node))
+        pending.extend(reversed(children))
 
 
 class _Blocked(Exception):
     """bfcl-eval's own deny-list message (reported like an exception)."""
 
 
+#: Node types the interpreter evaluates (``Attribute`` only as ``instance.method``, called).
+_SUPPORTED = (
+    ast.Expression, ast.Constant, ast.Name, ast.Call, ast.keyword, ast.List, ast.Tuple, ast.Set, ast.Dict,
+    ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Subscript, ast.Slice, ast.Attribute,
+    ast.expr_context, ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
+)
+#: CPython's compiler builds a display of up to this many stack items after evaluating
+#: them all, a longer one item by item: that decides which calls run before an
+#: unhashable key or element fails.
+_STACK_USE_GUIDELINE = 30
+
+
+def _check_supported(tree: ast.Expression) -> None:
+    """Refuse, before anything runs, a tree the interpreter would not evaluate to the end.
+
+    An attribute is read only off a plain name (``instance.method``, and what
+    eval fails on before it reads anything: ``Undefined.x``, ``instance.missing``).
+    """
+    pending: list[tuple[ast.AST, int]] = [(tree.body, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > MAX_EXPRESSION_DEPTH:
+            raise Refused(f"expression nested more than {MAX_EXPRESSION_DEPTH} deep")
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and not isinstance(_chain_base(func), ast.Name) \
+                    or not isinstance(func, _SUPPORTED):
+                raise Refused(f"calling a {type(func).__name__} is not allowed")
+            if any(keyword.arg is None for keyword in node.keywords):
+                raise Refused("keyword unpacking (**) is not allowed")
+        elif isinstance(node, ast.Attribute):
+            if not isinstance(_chain_base(node), ast.Name):
+                raise Refused("Attribute expressions are not allowed")
+        elif isinstance(node, ast.Starred):
+            raise Refused("starred arguments are not allowed")
+        elif isinstance(node, ast.Name) and (node.id in BFCL_SCOPE_NAMES or hasattr(builtins, node.id)):
+            raise Refused(f"{node.id!r} is no simulator method (bfcl-eval's eval would resolve it)")
+        elif isinstance(node, ast.Dict) and any(k is None for k in node.keys):
+            raise Refused("dict unpacking (**) is not allowed")
+        elif not isinstance(node, _SUPPORTED):
+            raise Refused(f"{type(node).__name__} expressions are not allowed")
+        pending.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
+def _chain_base(node: ast.Attribute) -> ast.AST:
+    base: ast.AST = node
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    return base
+
+
+def _has_no_attribute(instance: Any, name: str) -> bool:
+    """Whether reading ``instance.name`` raises AttributeError (looked up without running anything)."""
+    classes = [k for k in type(instance).__mro__ if k is not object]
+    if any("__getattr__" in vars(k) or "__getattribute__" in vars(k) for k in classes):
+        return False
+    return name not in getattr(instance, "__dict__", {}) and not any(name in vars(k) for k in type(instance).__mro__)
+
+
+@dataclass(frozen=True)
+class _Method:
+    """A callee that is a public method of one of the conversation's instances."""
+
+    class_name: str
+    method_name: str
+
+
 class _Interpreter:
+    """Evaluates a checked tree (``_check_supported``) as ``eval`` would in bfcl-eval's executor.
+
+    Method calls go to this conversation's instances; operators to
+    :mod:`pytest_careful.plain_values`; a name is never looked up anywhere.
+    """
+
     def __init__(self, simulators: Simulators) -> None:
         self.sim = simulators
         self.invocations: list[Invocation] = []
@@ -348,59 +505,160 @@ class _Interpreter:
             return node.value
         if isinstance(node, ast.Call):
             return self._call(node)
-        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-            items = [self._element(e) for e in node.elts]
-            return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
-        if isinstance(node, ast.Dict):
-            if any(k is None for k in node.keys):
-                raise Refused("dict unpacking (**) is not allowed")
-            return {self.evaluate(k): self.evaluate(v) for k, v in zip(node.keys, node.values) if k is not None}
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            if isinstance(node.operand, ast.UnaryOp) and isinstance(node.operand.operand, ast.UnaryOp):
-                raise Refused("more than two signs in a row")
-            operand = self.evaluate(node.operand)
-            _require_number(operand)
-            return -operand if isinstance(node.op, ast.USub) else +operand
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _arithmetic(node.op, self.evaluate(node.left), self.evaluate(node.right))
         if isinstance(node, ast.Name):
-            # What eval would say for a name it cannot resolve; never resolved here.
-            raise NameError(f"name '{node.id}' is not defined")
+            self._name(node.id)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = [self._element(e) for e in node.elts]
+            return items if isinstance(node, ast.List) else tuple(items)
+        if isinstance(node, ast.Set):
+            return self._set(node)
+        if isinstance(node, ast.Dict):
+            return self._dict(node)
+        if isinstance(node, ast.UnaryOp):
+            return self._unary(node)
+        if isinstance(node, ast.BinOp):
+            return plain_values.binary(node.op, self.evaluate(node.left), self.evaluate(node.right))
+        if isinstance(node, ast.BoolOp):
+            return self._boolean(node)
+        if isinstance(node, ast.Compare):
+            return self._compare(node)
+        if isinstance(node, ast.IfExp):
+            chosen = node.body if plain_values.truth(self.evaluate(node.test)) else node.orelse
+            return self.evaluate(chosen)
+        if isinstance(node, ast.Subscript):
+            value = self.evaluate(node.value)
+            return plain_values.subscript(value, self.evaluate(node.slice))
+        if isinstance(node, ast.Slice):
+            return slice(*(None if part is None else self.evaluate(part)
+                           for part in (node.lower, node.upper, node.step)))
+        if isinstance(node, ast.Attribute):
+            return self._attribute(node)
         raise Refused(f"{type(node).__name__} expressions are not allowed")
+
+    def _name(self, name: str) -> NoReturn:
+        """A name as a value: eval in bfcl-eval's executor finds only what is never handed out here."""
+        if name in self.sim._names:
+            raise Refused("a simulator instance is used only to call its methods")
+        if name in BFCL_SCOPE_NAMES or hasattr(builtins, name):
+            raise Refused(f"{name!r} is no simulator method (bfcl-eval's eval would resolve it)")
+        raise NameError(f"name '{name}' is not defined")
 
     def _element(self, node: ast.AST) -> Any:
         if isinstance(node, ast.Starred):
             raise Refused("starred arguments are not allowed")
         return self.evaluate(node)
 
-    def _call(self, node: ast.Call) -> Any:
+    def _set(self, node: ast.Set) -> set[Any]:
+        if len(node.elts) <= _STACK_USE_GUIDELINE:
+            return set([self.evaluate(e) for e in node.elts])
+        result: set[Any] = set()
+        for element in node.elts:
+            result.add(self.evaluate(element))
+        return result
+
+    def _dict(self, node: ast.Dict) -> dict[Any, Any]:
+        """As CPython 3.11 compiles a display: in parts of 17 pairs, each built
+        pair by pair; a last part of up to 15 built after all its pairs ran."""
+        pairs = list(zip(node.keys, node.values))
+        parts, start = [], 0
+        for i in range(len(pairs)):
+            if (i - start) * 2 > _STACK_USE_GUIDELINE:
+                parts.append(pairs[start:i + 1])
+                start = i + 1
+        parts.append(pairs[start:])
+        result: dict[Any, Any] = {}
+        for part in parts:
+            if len(part) * 2 > _STACK_USE_GUIDELINE:
+                for key, value in part:
+                    evaluated_key = self.evaluate(key)  # type: ignore[arg-type]
+                    result[evaluated_key] = self.evaluate(value)
+            else:
+                result.update([(self.evaluate(k), self.evaluate(v)) for k, v in part])  # type: ignore[arg-type]
+        return result
+
+    def _unary(self, node: ast.UnaryOp) -> Any:
+        operators = []
+        operand: ast.AST = node
+        while isinstance(operand, ast.UnaryOp):
+            operators.append(operand.op)
+            operand = operand.operand
+        value = self.evaluate(operand)
+        for op in reversed(operators):
+            value = plain_values.unary(op, value)
+        return value
+
+    def _boolean(self, node: ast.BoolOp) -> Any:
+        stop_at = isinstance(node.op, ast.Or)  # ``or`` returns the first true value, ``and`` the first false
+        for operand in node.values[:-1]:
+            value = self.evaluate(operand)
+            if plain_values.truth(value) is stop_at:
+                return value
+        return self.evaluate(node.values[-1])
+
+    def _compare(self, node: ast.Compare) -> Any:
+        left = self.evaluate(node.left)
+        result: Any = True
+        for op, comparator in zip(node.ops, node.comparators):
+            right = self.evaluate(comparator)
+            result = plain_values.compare(op, left, right)
+            if not plain_values.truth(result):
+                return result
+            left = right
+        return result
+
+    def _callee(self, node: ast.Call) -> Any:
+        """The method ``node`` calls, or the value it calls (which Python then fails to call)."""
         func = node.func
         if isinstance(func, ast.Name):
-            # Fast path only: a method name bfcl-eval's rewrite would have prefixed.
-            class_name = self.sim.owner(func.id)
-            if class_name is None:
-                raise NameError(f"name '{func.id}' is not defined")
-            method_name = func.id
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            class_name = self.sim._names.get(func.value.id)
-            if class_name is None:
-                raise NameError(f"name '{func.value.id}' is not defined")
-            if self.sim.owner(func.attr) != class_name:
-                raise Refused(f"{func.attr!r} is not a public method of {class_name}")
-            method_name = func.attr
-        else:
-            raise Refused(f"calling a {type(func).__name__} is not allowed")
+            class_name = self.sim.owner(func.id) if getattr(node, _REWRITE_SITE, False) else None
+            if class_name is not None:  # raw tree: a name bfcl-eval's rewrite prefixes
+                return _Method(class_name, func.id)
+            if func.id in self.sim._names:
+                return self.sim.instances[self.sim._names[func.id]]
+            self._name(func.id)
+        if isinstance(func, ast.Attribute):
+            return self._attribute(func, called=True)
+        value = self.evaluate(func)
+        if not plain_values.is_scalar(type(value)) and type(value) not in plain_values.CONTAINERS:
+            raise Refused(f"calling a {type(value).__name__} is not allowed")
+        return value
+
+    def _attribute(self, node: ast.Attribute, called: bool = False) -> Any:
+        """``name.attr...``: an instance's method, called; else eval's error, or refused."""
+        chain: list[str] = []
+        base: ast.AST = node
+        while isinstance(base, ast.Attribute):
+            chain.append(base.attr)
+            base = base.value
+        assert isinstance(base, ast.Name)  # _check_supported
+        class_name = self.sim._names.get(base.id)
+        if class_name is None:
+            self._name(base.id)  # eval fails on the name before it reads an attribute
+        instance = self.sim.instances[class_name]
+        first = chain[-1]
+        if called and len(chain) == 1 and first in _public_methods(instance):
+            return _Method(class_name, first)
+        if _has_no_attribute(instance, first):  # e.g. bfcl's rewrite of ``instance.method(``
+            raise AttributeError(f"'{type(instance).__name__}' object has no attribute '{first}'")
+        raise Refused(f"{first!r} is not a public method of {class_name}, called")
+
+    def _call(self, node: ast.Call) -> Any:
+        callee = self._callee(node)
         args = tuple(self._element(a) for a in node.args)
         kwargs: dict[str, Any] = {}
         for keyword in node.keywords:
             if keyword.arg is None:
                 raise Refused("keyword unpacking (**) is not allowed")
             kwargs[keyword.arg] = self.evaluate(keyword.value)
+        if not isinstance(callee, _Method):  # as in eval: the arguments ran, the call fails
+            raise TypeError(f"'{type(callee).__name__}' object is not callable")
+        class_name, method_name = callee.class_name, callee.method_name
         guard = RESOURCE_GUARDS.get((class_name, method_name))
         if guard is not None:
-            guard(args, kwargs)
+            guard(self.sim.instances[class_name], args, kwargs)
         invocation = Invocation(class_name, method_name, args, kwargs)
         self.invocations.append(invocation)
+        self.sim.world.touch(class_name, method_name)
         method = getattr(self.sim.instances[class_name], method_name)
         try:
             invocation.returned = method(*args, **kwargs)
@@ -412,18 +670,24 @@ class _Interpreter:
 
 # --- resource guards ------------------------------------------------------------
 # A few simulator methods do unbounded work on plain literal arguments (a
-# 10-million-digit power, mpmath at 200,000 digits) or set process-wide
-# precision. Calls beyond these bounds are refused instead of run; no reference
-# call comes near them.
+# 10-million-digit power, mpmath at 200,000 digits), set process-wide precision,
+# or walk every path of a file tree whose folders ``cp`` has shared (2**n paths
+# after n ``cp`` + ``mv`` rounds). Calls beyond these bounds are refused instead
+# of run; no reference call comes near them. What many calls cost together is
+# the conversation's budget (``limits``).
 MAX_RESULT_BITS = 1_000_000
 MAX_PRECISION_DIGITS = 10_000
+#: Entries a ``find`` or ``du`` may walk (the largest reference tree has a few hundred).
+MAX_WALK_ENTRIES = 100_000
+
+Guard = Callable[[Any, tuple[Any, ...], dict[str, Any]], None]
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
     return kwargs.get(name, args[index] if len(args) > index else None)
 
 
-def _guard_power(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _guard_power(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     import math
 
     base, exponent = _argument(args, kwargs, 0, "base"), _argument(args, kwargs, 1, "exponent")
@@ -432,18 +696,36 @@ def _guard_power(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             raise Refused(f"power result of more than {MAX_RESULT_BITS} bits")
 
 
-def _guard_precision(index: int) -> Callable[[tuple[Any, ...], dict[str, Any]], None]:
-    def guard(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _guard_precision(index: int) -> Guard:
+    def guard(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         precision = _argument(args, kwargs, index, "precision")
         if isinstance(precision, (int, float)) and precision > MAX_PRECISION_DIGITS:
             raise Refused(f"precision above {MAX_PRECISION_DIGITS} digits")
     return guard
 
 
-RESOURCE_GUARDS: dict[tuple[str, str], Callable[[tuple[Any, ...], dict[str, Any]], None]] = {
+def _guard_walk(path_index: int | None) -> Guard:
+    """``find(path)`` and ``du()`` visit every path below a folder: count them first."""
+    def guard(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        from . import dag
+
+        path = None if path_index is None else _argument(args, kwargs, path_index, "path")
+        try:  # a pure lookup; whatever it raises, the method itself raises as bfcl-eval's does
+            target = instance._navigate_to_directory(path)
+        except Exception:
+            return
+        if type(target) is dag.directory_class() and \
+                dag.count_paths(target, MAX_WALK_ENTRIES + 1) > MAX_WALK_ENTRIES:
+            raise Refused(f"a walk of more than {MAX_WALK_ENTRIES:,} entries (folders shared by many paths)")
+    return guard
+
+
+RESOURCE_GUARDS: dict[tuple[str, str], Guard] = {
     ("MathAPI", "power"): _guard_power,
     ("MathAPI", "logarithm"): _guard_precision(2),
     ("MathAPI", "square_root"): _guard_precision(1),
+    ("GorillaFileSystem", "find"): _guard_walk(0),
+    ("GorillaFileSystem", "du"): _guard_walk(None),
 }
 
 
@@ -452,23 +734,27 @@ class _process_precision_restored:
 
     Both methods set the precision they use on every call, and the result string
     is made inside this block, so restoring changes no result; a replay cannot
-    change the numbers of anything run after it.
+    change the numbers of anything run after it. Each call starts from the
+    precision of a fresh process (``isolation``), whatever the caller set.
     """
 
     def __enter__(self) -> None:
         import decimal
 
         self._prec = decimal.getcontext().prec
+        decimal.getcontext().prec = isolation.DECIMAL_PRECISION
         mp = _mpmath()
-        self._dps = mp.mp.dps if mp is not None else None
+        self._mp_prec = mp.mp.prec if mp is not None else None
+        if mp is not None:
+            mp.mp.prec = isolation.MPMATH_PRECISION
 
     def __exit__(self, *exc: Any) -> None:
         import decimal
 
         decimal.getcontext().prec = self._prec
         mp = _mpmath()
-        if mp is not None and self._dps is not None:
-            mp.mp.dps = self._dps
+        if mp is not None and self._mp_prec is not None:
+            mp.mp.prec = self._mp_prec
 
 
 def _mpmath() -> Any:
@@ -512,7 +798,7 @@ def _describe(call: Any) -> tuple[str, dict[str, Any]]:
     if not isinstance(call, str) or len(call) > MAX_CALL_CHARS:
         return "<invalid>", {}
     try:
-        node = ast.parse(call, mode="eval").body
+        node = ast.parse(call.lstrip(" \t"), mode="eval").body  # eval skips leading blanks
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "<unparsable>", {}
     if not isinstance(node, ast.Call):

@@ -1,0 +1,203 @@
+"""Python's operators on plain data, as ``eval`` computes them, at a bounded cost.
+
+The safe interpreter (:mod:`pytest_careful.executor`) evaluates ``or``/``and``/
+``not``, conditional expressions, comparisons, arithmetic, ``%``-formatting and
+subscripts over the values a call string builds: literals and what simulator
+methods return. Each operation here is Python's own operator (so results and
+error messages are those ``eval`` gives in bfcl-eval's executor), applied only
+to plain data (builtin scalars in builtin containers: no user-defined method
+can run) and only when its cost is bounded; otherwise it raises
+:class:`Refused` and the call is not executed.
+"""
+
+from __future__ import annotations
+
+import ast
+import decimal
+import operator
+from typing import Any, Callable
+
+#: Longest str, bytes, list or tuple an operator may build (the longest call string).
+MAX_SEQUENCE_LENGTH = 200_000
+#: Largest int an operator may take or build, in bits (Python refuses to print
+#: ints above 4,300 digits, about 14,300 bits, anyway).
+MAX_INT_BITS = 100_000
+#: Largest plain value (nodes) an operator looks into.
+MAX_PLAIN_NODES = 200_000
+#: Largest width or precision in a ``%``-format.
+MAX_FORMAT_WIDTH = 10_000
+
+
+class Refused(Exception):
+    """A construct the safe interpreter does not run."""
+
+
+SCALARS: frozenset[type] = frozenset({
+    type(None), bool, int, float, complex, str, bytes, type(Ellipsis), decimal.Decimal,
+})
+CONTAINERS: frozenset[type] = frozenset({list, tuple, dict, set, frozenset})
+#: MathAPI's results hold mpmath numbers (their precision is the call's: ``executor``).
+_LIBRARY_SCALARS = frozenset({("mpmath.ctx_mp_python", "mpf"), ("mpmath.ctx_mp_python", "mpc")})
+_SEQUENCES = (str, bytes, list, tuple)
+#: Values whose identity ``is`` can test exactly (the same objects here as in eval).
+_SINGLETONS = (None, True, False, Ellipsis)
+
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
+}
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+    ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
+    ast.MatMult: operator.matmul,
+}
+_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.In: lambda a, b: operator.contains(b, a),
+    ast.NotIn: lambda a, b: not operator.contains(b, a),
+}
+
+
+def is_scalar(kind: type) -> bool:
+    """Whether values of ``kind`` are plain scalars."""
+    return kind in SCALARS or (kind.__module__, kind.__name__) in _LIBRARY_SCALARS
+
+
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is builtin scalars in builtin containers, of bounded size (no cycles)."""
+    pending, seen = [value], 0
+    while pending:
+        item = pending.pop()
+        seen += 1
+        if seen > MAX_PLAIN_NODES:
+            return False
+        kind = type(item)
+        if is_scalar(kind):
+            continue
+        if kind is dict:
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif kind in CONTAINERS:
+            pending.extend(item)
+        else:
+            return False
+    return True
+
+
+def truth(value: Any) -> bool:
+    """``bool(value)`` for a builtin value (a container's truth does not look inside)."""
+    if is_scalar(type(value)) or type(value) in CONTAINERS:
+        return bool(value)
+    raise Refused(f"the truth value of a {type(value).__name__} is not evaluated")
+
+
+def unary(op: ast.unaryop, value: Any) -> Any:
+    """``not``, ``-``, ``+`` or ``~`` of ``value``."""
+    if isinstance(op, ast.Not):
+        return not truth(value)
+    _require_plain(value)
+    return _UNARY[type(op)](value)
+
+
+def binary(op: ast.operator, left: Any, right: Any) -> Any:
+    """``left <op> right``, refused where the cost is not bounded."""
+    _require_plain(left)
+    _require_plain(right)
+    _check_cost(op, left, right)
+    result = _BINARY[type(op)](left, right)
+    if type(result) is int and result.bit_length() > MAX_INT_BITS:
+        raise Refused(f"an int of more than {MAX_INT_BITS} bits")
+    return result
+
+
+def compare(op: ast.cmpop, left: Any, right: Any) -> Any:
+    """One comparison of a chain; ``is`` only where identity is the same as in eval."""
+    if isinstance(op, (ast.Is, ast.IsNot)):
+        # Identity of other values depends on how CPython compiles and caches constants.
+        if not any(left is s or right is s for s in _SINGLETONS):
+            raise Refused("'is' compares identity; only None, True, False and ... have one to compare")
+        return (left is right) == isinstance(op, ast.Is)
+    _require_plain(left)
+    _require_plain(right)
+    return _COMPARE[type(op)](left, right)
+
+
+def subscript(value: Any, index: Any) -> Any:
+    """``value[index]`` (``index`` may be a slice)."""
+    _require_plain(value)
+    if type(index) is slice:
+        for part in (index.start, index.stop, index.step):
+            _require_plain(part)
+    else:
+        _require_plain(index)
+    return operator.getitem(value, index)
+
+
+def _require_plain(value: Any) -> None:
+    if not is_plain(value):
+        raise Refused(f"operators apply only to plain data, not to a {type(value).__name__}")
+
+
+def _int_bits(value: Any) -> int:
+    return value.bit_length() if type(value) in (int, bool) else 0
+
+
+def _check_cost(op: ast.operator, left: Any, right: Any) -> None:
+    if max(_int_bits(left), _int_bits(right)) > MAX_INT_BITS:
+        raise Refused(f"an int of more than {MAX_INT_BITS} bits")
+    if isinstance(op, ast.Mult):
+        for seq, count in ((left, right), (right, left)):
+            if isinstance(seq, _SEQUENCES) and type(count) in (int, bool) \
+                    and count > 0 and len(seq) * count > MAX_SEQUENCE_LENGTH:
+                raise Refused(f"result too long (a sequence of more than {MAX_SEQUENCE_LENGTH} items)")
+    elif isinstance(op, ast.Add) and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
+        if len(left) + len(right) > MAX_SEQUENCE_LENGTH:
+            raise Refused(f"result too long (a sequence of more than {MAX_SEQUENCE_LENGTH} items)")
+    elif isinstance(op, ast.Pow) and type(left) in (int, bool) and type(right) in (int, bool):
+        if right > 0 and abs(left) > 1 and right * left.bit_length() > MAX_INT_BITS:
+            raise Refused(f"a power of more than {MAX_INT_BITS} bits")
+    elif isinstance(op, ast.LShift) and type(left) in (int, bool) and type(right) in (int, bool):
+        if left and right > MAX_INT_BITS:
+            raise Refused(f"a shift to more than {MAX_INT_BITS} bits")
+    elif isinstance(op, ast.Mod) and isinstance(left, (str, bytes)):
+        _check_format(left)
+
+
+def _check_format(template: str | bytes) -> None:
+    """Bound the output of ``template % values`` (widths and precisions, as printf-style parses them)."""
+    text = template.decode("latin-1") if isinstance(template, bytes) else template
+    total, i, n = 0, 0, len(text)
+    while True:
+        i = text.find("%", i)
+        if i < 0 or i + 1 >= n:
+            break
+        i += 1
+        if text[i] == "(":  # a mapping key: parentheses nest
+            depth = 0
+            while i < n:
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                i += 1
+                if depth == 0:
+                    break
+        while i < n and text[i] in "-+ #0":
+            i += 1
+        for _part in ("width", "precision"):
+            if i < n and text[i] == "*":
+                raise Refused("a '*' width in a %-format")
+            start = i
+            while i < n and text[i].isdigit() and text[i].isascii():
+                i += 1
+            if i > start:
+                number = int(text[start:i]) if i - start < 8 else MAX_FORMAT_WIDTH + 1
+                if number > MAX_FORMAT_WIDTH:
+                    raise Refused(f"a %-format width or precision above {MAX_FORMAT_WIDTH}")
+                total += number
+            if _part == "width" and i < n and text[i] == ".":
+                i += 1
+            else:
+                break
+        i += 1  # the conversion character (or whatever printf-style rejects)
+    if total > MAX_SEQUENCE_LENGTH:
+        raise Refused(f"result too long (a %-format of more than {MAX_SEQUENCE_LENGTH} characters)")
