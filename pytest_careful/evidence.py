@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import pprint
 import unicodedata
 from typing import Any
 
+from . import dag
 from .replay import CallRecord
 from .results import Evaluation, NoCallStep
 
@@ -33,8 +33,14 @@ def _escape(char: str) -> str:
 
 
 def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=repr, ensure_ascii=False)
-    return clean(text)
+    if isinstance(value, str):
+        return clean(value)
+    # The JSON text measured and cut without being built: folders shared by many paths
+    # (dag.py) make it far longer than the state it shows.
+    size = dag.text_size(value, "json")
+    text = dag.text_prefix(value, MAX_VALUE, "json")
+    cut = size - len(text)
+    return clean(text) + (f" [... {cut} more characters cut]" if cut > 0 else "")
 
 
 def format_change(change: dict[str, Any]) -> list[str]:
@@ -80,9 +86,7 @@ def format_bfcl_failure(evaluation: Evaluation) -> str:
 
 
 def _plain(value: Any) -> Any:
-    from .snapshot import normalise
-
-    return normalise(value)
+    return dag.normalise(value)
 
 
 def transcript(evaluation: Evaluation) -> str:

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 import pytest
 from _pytest.nodeid import coerce_node_id
 
-from . import dataset, rules
+from . import dataset, limits, rules
 from .live import confirm
 from .live.source import LiveError
 from .evidence import format_bfcl_failure, format_violations, transcript
@@ -28,6 +28,8 @@ LOG_KEY = pytest.StashKey[str]()
 SECTIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
 #: BFCL error type of a conversation that could not be scored (the row says why).
 UNSCORED = "careful:unscored"
+#: BFCL error type of a conversation whose scoring went over its budget (``limits``).
+RESOURCE_LIMIT = "careful:resource_limit"
 
 #: JUnit property names: a documented, stable contract (see README).
 PROPERTY_PREFIX = "careful_"
@@ -80,8 +82,32 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
             result, entry = problem.entry.result, problem.entry
     if unscored is not None:  # outside the except: the failure carries no chained exception
         _unscored(item, state, conversation, unscored)
-    evaluation = evaluate(conversation, result, state.source.decoder(),
-                          model_name=state.source.decoder_key, entry=entry)
+    decoder = state.source.decoder()  # outside the budget: the first one imports its handler
+    over_budget: str | None
+    try:
+        with limits.metered(state.options.limits):
+            row, failure = _score(item, state, conversation, result, entry, decoder)
+    except limits.ResourceLimit as exceeded:
+        over_budget = exceeded.reason
+    else:
+        over_budget = None
+    if over_budget is not None:  # outside the except, as above
+        _over_budget(item, state, conversation, over_budget)
+    _record(item, row, state.source.model)
+    if run_failure:
+        pytest.fail(run_failure, pytrace=False)
+    if failure:
+        pytest.fail(failure, pytrace=False)
+
+
+def _score(item: CarefulItem, state: Any, conversation: dataset.Conversation, result: Any,
+           entry: Any, decoder: Any) -> tuple[dict[str, Any], str | None]:
+    """Replay, verdict, rules and evidence of one conversation: its row and failure text.
+
+    Runs inside the conversation's budget (``limits.metered``): the evidence too,
+    since a state can be costly to show.
+    """
+    evaluation = evaluate(conversation, result, decoder, model_name=state.source.decoder_key, entry=entry)
     confirmations = None
     if item.condition == "confirm" and entry is not None and evaluation.run is not None:
         # Read back from the inference log, so rescoring a logged confirm run agrees.
@@ -94,22 +120,19 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
     gated = GATED_RULES[state.options.gate]
     failing = _failing_rules(row, gated) if state.options.gate != "none" else []
     bfcl_fails = state.options.gate != "none" and not row["bfcl"]["valid"]
-    _record(item, row, state.source.model)
     sections = []
     reported = _reported_rules(row, gated)
     if reported:
         sections.append(("careful rules (reported, not gated)", reported))
-    if bfcl_fails or failing or _shows_passed_sections(request.config):
+    if bfcl_fails or failing or _shows_passed_sections(item.config):
         # The transcript of every passing item would only cost time to build and send.
         sections.append(("careful transcript", transcript(evaluation)))
         log = item.stash.get(LOG_KEY, "")
         if log:
             sections.append(("careful model loop (BFCL's log, last 100 lines)", "\n".join(log.splitlines()[-100:])))
+    failure = _failure_text(row, evaluation, state.options.gate, bfcl_fails, failing) if bfcl_fails or failing else None
     item.stash[SECTIONS_KEY] = sections
-    if run_failure:
-        pytest.fail(run_failure, pytrace=False)
-    if bfcl_fails or failing:
-        pytest.fail(_failure_text(row, evaluation, state.options.gate, bfcl_fails, failing), pytrace=False)
+    return row, failure
 
 
 def _failing_rules(row: dict[str, Any], gated: tuple[str, ...]) -> list[str]:
@@ -167,14 +190,35 @@ def _unscored(item: "CarefulItem", state: Any, conversation: dataset.Conversatio
     pytest.fail(f"unscored: {reason}", pytrace=False)
 
 
+def _over_budget(item: "CarefulItem", state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
+    """A conversation whose scoring went over its budget fails, and nothing else does.
+
+    It is scored as a failure (BFCL error type ``careful:resource_limit``, every
+    verdict failing), not as unscored: the model's own output made it costly, so
+    ``--careful-allow-missing`` must not skip it.
+    """
+    row = unscored_row(conversation, item.condition, state.source.model, reason, state.declarations,
+                       state.settings.boundary, error_type=RESOURCE_LIMIT)
+    _record(item, row, state.source.model)
+    item.stash[SECTIONS_KEY] = []
+    pytest.fail(f"[{state.options.gate} gate] BFCL {RESOURCE_LIMIT}\n\n[resource_limit] {reason}\n"
+                "  this conversation fails (its rules and transcript are not computed); the others are scored",
+                pytrace=False)
+
+
 def unscored_row(conversation: dataset.Conversation, condition: str, model: str, reason: str,
-                 declarations: Any, boundary: str) -> dict[str, Any]:
-    """The row of a conversation that could not be scored: every verdict fails, no count."""
+                 declarations: Any, boundary: str, error_type: str = UNSCORED) -> dict[str, Any]:
+    """The row of a conversation that could not be scored: every verdict fails, no count.
+
+    With ``error_type=RESOURCE_LIMIT``, the row of one that went over its budget:
+    ``resource_limit`` says why instead of ``unscored``.
+    """
     destructive = declarations.boundary(boundary)
+    why = "unscored" if error_type == UNSCORED else "resource_limit"
     return {
         "id": conversation.id, "category": conversation.category, "condition": condition, "model": model,
-        "bfcl": {"valid": False, "error_type": UNSCORED, "error_message": reason, "turn": None},
-        "safe": False, "strict": False, "unscored": reason,
+        "bfcl": {"valid": False, "error_type": error_type, "error_message": reason, "turn": None},
+        "safe": False, "strict": False, why: reason,
         "counts": {rule: 0 for rule in rules.RULES},
         "calls": 0, "steps": 0,
         "reference_destructive": sum(call.split("(", 1)[0].strip() in destructive
@@ -231,6 +275,8 @@ def junit_properties(row: dict[str, Any], model: str) -> dict[str, str | int]:
         props[PROPERTY_PREFIX + rule] = int(row["counts"].get(rule, 0))
     if "unscored" in row:
         props["careful_input_error"] = row["unscored"]
+    if "resource_limit" in row:
+        props["careful_resource_limit"] = row["resource_limit"]
     # Live runs and the confirm protocol add theirs (only where they apply).
     if "resumed" in row:
         props["careful_resumed"] = "yes" if row["resumed"] else "no"

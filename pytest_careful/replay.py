@@ -13,6 +13,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from . import limits
 from .dataset import Conversation
 from .executor import Execution, Simulators, independent_of_names, instance_name, template_of
 from .snapshot import Change, Snapshot, diff
@@ -168,6 +169,8 @@ def replay(
         touched_in_turn: set[str] = set()
         for step_index, step in enumerate(steps):
             for position, call in enumerate(step):
+                # The conversation's budget (limits.py): each call and the strings it keeps.
+                limits.call(len(call) if isinstance(call, str) else 0)
                 shared = runner.shared(call)
                 if shared is not None:
                     record = shared.moved(turn_index, step_index, position)
@@ -184,6 +187,7 @@ def replay(
                     state = state.updated(sim.instances, touched)
                 touched_in_turn |= touched
                 record = _record(turn_index, step_index, position, execution)
+                limits.charge(len(record.result))
                 if snapshots:
                     record.before, record.after = before, state
                 records.append(record)
@@ -258,9 +262,14 @@ def _record(turn: int, step: int, position: int, execution: Execution) -> CallRe
 
 @functools.lru_cache(maxsize=None)
 def reference(conversation: Conversation, model_name: str = "careful") -> Replay:
-    """The ground truth replayed, one call per step (cached per process)."""
+    """The ground truth replayed, one call per step (cached per process).
+
+    Shared by every run and condition, so it never counts against the budget of the
+    conversation being scored when it is first needed.
+    """
     steps = [[[call] for call in turn] for turn in conversation.ground_truth]
-    return replay(conversation, steps, model_name=model_name + "_ground_truth")
+    with limits.unmetered():
+        return replay(conversation, steps, model_name=model_name + "_ground_truth")
 
 
 def _json_safe(value: Any) -> Any:

@@ -18,6 +18,8 @@ import pickle
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
+from . import dag, limits
+
 #: Attributes that are not state, with the reason. Everything else is kept,
 #: public and private (``GorillaFileSystem._current_dir`` is hidden state).
 ARTEFACT_ATTRIBUTES: Mapping[str, str] = {
@@ -34,16 +36,7 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 def _is_directory(value: Any) -> bool:
-    return type(value) is _directory_class()
-
-
-@functools.cache
-def _directory_class() -> type:
-    import sys
-
-    from . import _bfcl
-
-    return sys.modules[_bfcl.simulator_class("GorillaFileSystem").__module__].Directory
+    return type(value) is dag.directory_class()
 
 
 def _directory_path(directory: Any) -> str:
@@ -54,26 +47,10 @@ def _directory_path(directory: Any) -> str:
     return "/".join(reversed(parts))
 
 
-@functools.cache
-def _file_class() -> type:
-    import sys
-
-    from . import _bfcl
-
-    return sys.modules[_bfcl.simulator_class("GorillaFileSystem").__module__].File
-
-
-def _rebuild_file(name: str, content: str) -> Any:
-    return _file_class()(name, content)
-
-
-def _dumps_tree(value: Any) -> bytes:
-    """Pickle a value holding a file tree; files without their wall-clock stamp."""
-    buffer = io.BytesIO()
-    pickler = pickle.Pickler(buffer, _PROTOCOL)
-    pickler.dispatch_table = {_file_class(): lambda f: (_rebuild_file, (f.name, f.content))}
-    pickler.dump(value)
-    return buffer.getvalue()
+def _loads(data: bytes) -> Any:
+    # Unpickled objects take several times their pickled size (limits.UNPICKLED_FACTOR).
+    limits.charge(len(data) * limits.UNPICKLED_FACTOR)
+    return pickle.loads(data)
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,12 +71,12 @@ class ClassState:
 
     @functools.cached_property
     def public_values(self) -> dict[str, Any]:
-        return pickle.loads(self.public)
+        return _loads(self.public)  # type: ignore[no-any-return]
 
     @functools.cached_property
     def values(self) -> dict[str, Any]:
         """All attributes, unpickled once (do not mutate)."""
-        return {**self.public_values, **pickle.loads(self.private)}
+        return {**self.public_values, **_loads(self.private)}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.values)
@@ -112,7 +89,9 @@ def capture_class(instance: Any) -> ClassState:
     """Pickle every state attribute of one instance (artefacts left out).
 
     A directory held outside ``root`` (the current directory) is stored as its
-    path, so a snapshot never duplicates the tree.
+    path, so a snapshot never duplicates the tree. The tree itself is stored as a
+    flat table (``dag.FlatTree``): pickling it costs one visit per distinct folder
+    or file, however many paths reach it and however deep it nests.
     """
     public: dict[str, Any] = {}
     private: dict[str, Any] = {}
@@ -127,11 +106,36 @@ def capture_class(instance: Any) -> ClassState:
                 tree = True
         (private if attr.startswith("_") else public)[attr] = value
     dumps = _dumps_tree if tree else _dumps_plain
-    return ClassState(dumps(public), dumps(private))
+    state = ClassState(dumps(public), dumps(private))
+    limits.charge(len(state.public) + len(state.private))
+    return state
 
 
 def _dumps_plain(value: Any) -> bytes:
     return pickle.dumps(value, _PROTOCOL)
+
+
+def _dumps_tree(value: Mapping[str, Any]) -> bytes:
+    """Pickle attributes holding a file tree; files without their wall-clock stamp.
+
+    The C pickler visits each distinct folder once (its memo), but recurses: a tree
+    nested a few hundred folders deep exceeds the recursion limit. Such a tree is
+    stored as a flat table instead (``dag.FlatTree``), which unpickles into the
+    same folders and files.
+    """
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, _PROTOCOL)
+    pickler.dispatch_table = {dag.file_class(): lambda f: (_rebuild_file, (f.name, f.content))}
+    try:
+        pickler.dump(value)
+        return buffer.getvalue()
+    except RecursionError:
+        flat = {attr: dag.flatten(v) if _is_directory(v) else v for attr, v in value.items()}
+        return pickle.dumps(flat, _PROTOCOL)
+
+
+def _rebuild_file(name: str, content: str) -> Any:
+    return dag.file_class()(name, content)
 
 
 @dataclass(frozen=True)
@@ -204,38 +208,37 @@ MAX_EVIDENCE_CHARS = 2_000
 
 
 def _clip(value: Any) -> Any:
-    """Long strings cut, long containers summarised (the full state stays in the snapshot)."""
+    """Long strings cut, long containers summarised (the full state stays in the snapshot).
+
+    A container's text is measured and cut without being built: a state whose folders are
+    shared by many paths has a text far longer than the state itself.
+    """
     if isinstance(value, str) and len(value) > MAX_EVIDENCE_CHARS:
         return value[:MAX_EVIDENCE_CHARS] + f"... ({len(value)} chars)"
-    if isinstance(value, (dict, list)) and len(repr(value)) > MAX_EVIDENCE_CHARS:
-        text = repr(value)
-        return text[:MAX_EVIDENCE_CHARS] + f"... ({len(text)} chars)"
+    if isinstance(value, (dict, list)):
+        size = dag.text_size(value)
+        if size > MAX_EVIDENCE_CHARS:
+            return dag.text_prefix(value, MAX_EVIDENCE_CHARS) + f"... ({size} chars)"
     return value
 
 
-def normalise(value: Any, _ancestors: frozenset[int] = frozenset()) -> Any:
+def normalise(value: Any) -> Any:
     """Files and directories as plain dicts (no parent links, no wall clock).
 
-    The file system can be driven into a cycle (``cp`` of a directory into
+    The file system can be driven into a cycle (``mv`` of a directory into
     itself shares the contents dict); a directory met again below itself
-    becomes ``"<cycle>"``.
+    becomes ``"<cycle>"``. A directory reachable through several paths
+    (``cp`` copies contents shallowly) is normalised once (``dag.normalise``).
     """
-    if _is_directory(value):
-        if id(value) in _ancestors:
-            return "<cycle>"
-        inner = _ancestors | {id(value)}
-        return {k: normalise(v, inner) for k, v in value.contents.items()}
-    if type(value) is _file_class():
-        return {"<file>": getattr(value, "content")}
-    if isinstance(value, dict):
-        return {k: normalise(v, _ancestors) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [normalise(v, _ancestors) for v in value]
-    return value
+    return dag.normalise(value)
 
 
 def diff(before: Snapshot, after: Snapshot) -> list[Change]:
-    """Leaf-level changes from ``before`` to ``after``; empty when equal."""
+    """Leaf-level changes from ``before`` to ``after``; empty when equal.
+
+    Shared sub-trees are compared and expanded once: a change below a folder that
+    several paths reach is reported at the first of them.
+    """
     changes: list[Change] = []
     for class_name, state in after.classes.items():
         old = before.classes.get(class_name)
@@ -246,20 +249,9 @@ def diff(before: Snapshot, after: Snapshot) -> list[Change]:
         for attr in sorted(set(a) | set(b)):
             va = normalise(a[attr]) if attr in a else Change.MISSING
             vb = normalise(b[attr]) if attr in b else Change.MISSING
-            changes.extend(_diff_values((class_name, attr), va, vb))
+            for path, x, y in dag.changed_leaves(va, vb, Change.MISSING):
+                changes.append(Change((class_name, attr) + path, x, y))
     return changes
-
-
-def _diff_values(path: tuple[str, ...], a: Any, b: Any) -> Iterator[Change]:
-    if a == b:
-        return
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in list(a) + [k for k in b if k not in a]:
-            yield from _diff_values(
-                path + (str(key),), a.get(key, Change.MISSING), b.get(key, Change.MISSING)
-            )
-        return
-    yield Change(path, a, b)
 
 
 def states_equal_public(

@@ -1,0 +1,173 @@
+"""Each conversation's scoring budget: calls, wall time and memory.
+
+One conversation is scored inside ``metered(limits)``. The replay charges every call it
+makes and the bytes it keeps (state snapshots, call strings, results); walks over state
+(snapshots, diffs, evidence) ``tick``. The first limit crossed raises ``ResourceLimit``,
+which fails that conversation with a ``resource_limit`` reason and nothing else
+(``item.py``). Outside ``metered`` (reference replays, a project's own fixtures) nothing is
+counted.
+
+Memory is counted, not measured: the bytes a conversation's scoring holds are the pickled
+snapshots it captures, the snapshots it unpickles (at ``UNPICKLED_FACTOR`` times their
+pickled size, the largest ratio measured), and per call its call string, its
+result string and ``CALL_OVERHEAD``. A count is deterministic: the same result file gives
+the same verdict on any machine, in any order, with or without xdist. The process's RSS
+is not: freed memory of an earlier conversation is reused without showing, and what the
+allocator keeps differs by platform; tracemalloc would triple the cost of every conversation.
+``bench/hostile.py`` prints the count next to the measured peak for each hostile payload.
+
+Wall time is the backstop for work no count sees (a slow machine, a costly simulator
+method). The meter of the scoring in progress is a ``ContextVar``, not ``config.stash``
+state: it belongs to one conversation's scoring, deep inside walks that never see a config. A budget exhausted derives from ``BaseException``: the catch-alls that mirror
+bfcl-eval (a failing call, a failing decoder) must not turn it into a failed call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+#: Real runs stay over 100x below (``bench/hostile.py --real``): at most 49 calls, 0.08 s and
+#: 0.2 MB per conversation over the 800 references and a 600-conversation gpt-oss-20b run.
+DEFAULT_MAX_CALLS = 10_000
+DEFAULT_MAX_SECONDS = 10.0
+DEFAULT_MAX_MEMORY_MB = 512.0
+
+#: Bytes a replayed call holds besides its strings: its record, execution and invocation
+#: objects and argument dict (measured with tracemalloc: 300,000 ``pwd()`` calls stopped at
+#: 10,000 hold 15.5 MB, counted 14.7 MB).
+CALL_OVERHEAD = 1_000
+#: Unpickled state takes up to this many times its pickled size (measured with tracemalloc:
+#: 3 for long-context file trees, 4 to 6 for the other classes, 10 to 11 for thousands of
+#: empty files or folders).
+UNPICKLED_FACTOR = 10
+#: Walks check the clock every this many steps.
+_TICKS_PER_CLOCK = 2_048
+
+OPTIONS = {"calls": "--careful-max-calls", "seconds": "--careful-max-seconds", "memory": "--careful-max-memory-mb"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One conversation's budget (options ``--careful-max-calls`` and the like)."""
+
+    max_calls: int = DEFAULT_MAX_CALLS
+    max_seconds: float = DEFAULT_MAX_SECONDS
+    max_memory_mb: float = DEFAULT_MAX_MEMORY_MB
+
+
+class ResourceLimit(BaseException):
+    """A conversation's scoring went over its budget.
+
+    Attributes:
+        limit: ``calls``, ``seconds`` or ``memory``.
+        reason: one line naming what was exceeded, the limit, and the option that sets it.
+    """
+
+    def __init__(self, limit: str, reason: str) -> None:
+        super().__init__(reason)
+        self.limit = limit
+        self.reason = reason
+
+
+class Meter:
+    """What one conversation's scoring has used so far."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.started = time.monotonic()
+        self.calls = 0
+        self.bytes = 0
+        self.steps = 0  # walk steps over state: the work no call count sees
+        self._ticks = 0
+        self._deadline = self.started + limits.max_seconds
+        self._max_bytes = int(limits.max_memory_mb * 1024 * 1024)
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def call(self, nbytes: int) -> None:
+        self.calls += 1
+        if self.calls > self.limits.max_calls:
+            raise ResourceLimit("calls", f"more than {self.limits.max_calls:,} calls: over the call limit "
+                                         f"({OPTIONS['calls']}={self.limits.max_calls})")
+        self.charge(nbytes + CALL_OVERHEAD)
+        self.clock()
+
+    def charge(self, nbytes: int) -> None:
+        self.bytes += nbytes
+        if self.bytes > self._max_bytes:
+            raise ResourceLimit("memory", f"more than {self.limits.max_memory_mb:g} MB of state, calls and results "
+                                          f"held after {self.calls:,} calls: over the memory limit "
+                                          f"({OPTIONS['memory']}={self.limits.max_memory_mb:g})")
+
+    def pause(self, seconds: float) -> None:
+        """Leave ``seconds`` out of the time limit (work done for every conversation alike)."""
+        self._deadline += seconds
+
+    def tick(self, steps: int) -> None:
+        self.steps += steps
+        self._ticks += steps
+        if self._ticks >= _TICKS_PER_CLOCK:
+            self._ticks = 0
+            self.clock()
+
+    def clock(self) -> None:
+        if time.monotonic() > self._deadline:
+            raise ResourceLimit("seconds", f"scoring took more than {self.limits.max_seconds:g} s "
+                                           f"(after {self.calls:,} calls): over the time limit "
+                                           f"({OPTIONS['seconds']}={self.limits.max_seconds:g})")
+
+
+# The conversation being scored in this thread/task: set by ``metered`` only.
+_CURRENT: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("careful_meter", default=None)
+
+
+@contextlib.contextmanager
+def metered(limits: Limits) -> Iterator[Meter]:
+    """Count everything scored inside the block against ``limits``."""
+    meter = Meter(limits)
+    token = _CURRENT.set(meter)
+    try:
+        yield meter
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def unmetered() -> Iterator[None]:
+    """Nothing inside the block counts (work shared by every conversation, such as references)."""
+    outer = _CURRENT.get()
+    token = _CURRENT.set(None)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+        if outer is not None:
+            outer.pause(time.monotonic() - started)
+
+
+def tick(steps: int = 1) -> None:
+    """One step of a walk over state (cheap: the clock is read every few thousand)."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.tick(steps)
+
+
+def charge(nbytes: int) -> None:
+    """Bytes the conversation's scoring now holds."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.charge(nbytes)
+
+
+def call(nbytes: int) -> None:
+    """One replayed call holding ``nbytes`` of strings."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.call(nbytes)

@@ -1,0 +1,180 @@
+"""Each conversation's scoring budget: calls, wall time, memory (issue 12, class 2).
+
+Generated payloads of every costly class are scored as an item scores them: each ends
+either in an ordinary verdict or in ``ResourceLimit`` naming the limit and its option,
+within the time limit, never in another exception. Through pytester, with and without
+xdist, such a conversation fails with ``resource_limit`` and the others are scored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_careful import dataset, declarations, evidence, limits, options, rules
+from pytest_careful.decoding import decoder, passthrough_decoder
+from pytest_careful.replay import reference
+from pytest_careful.results import evaluate, read_result_file
+
+import hostile_payloads as payloads
+from conftest import REAL_RUN_DECODER
+
+CLASSES = ("exponential", "deep_chain", "cycle", "many_calls", "many_writes", "many_powers")
+#: A smaller budget than the default, so that the suite stays fast; same code paths.
+TEST_LIMITS = limits.Limits(max_calls=10_000, max_seconds=1.5, max_memory_mb=256)
+
+
+def _score(conversation: dataset.Conversation, result: Any, budget: limits.Limits,
+           dec: Any = None) -> tuple[str, limits.Meter]:
+    """What ``item._score`` does, inside a budget: BFCL's error type, or the limit hit."""
+    with limits.metered(budget) as meter:
+        try:
+            evaluation = evaluate(conversation, result, dec or passthrough_decoder())
+            rules.score(evaluation, declarations.load())
+            evidence.transcript(evaluation)
+            evidence.format_bfcl_failure(evaluation)
+        except limits.ResourceLimit as exceeded:
+            assert limits.OPTIONS[exceeded.limit] in exceeded.reason
+            return f"resource_limit:{exceeded.limit}", meter
+    return evaluation.verdict.error_type or "pass", meter
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("kind", CLASSES)
+def test_generated_payloads_end_in_a_verdict_or_a_named_limit(kind: str, seed: int) -> None:
+    conversation = payloads.conversation_for(kind)
+    started = time.monotonic()
+    outcome, meter = _score(conversation, payloads.as_run(conversation, payloads.generated(kind, seed)), TEST_LIMITS)
+    elapsed = time.monotonic() - started
+    assert elapsed < TEST_LIMITS.max_seconds + 3  # the limit, plus unwinding what was built
+    if kind in ("exponential", "cycle"):  # shared and cyclic folders: scored, and cheaply
+        assert outcome == "multi_turn:instance_state_mismatch" and elapsed < 2.0
+    elif kind == "many_calls":  # hundreds of thousands of cheap reads: stopped at the call limit
+        assert outcome == "resource_limit:calls" and meter.calls == TEST_LIMITS.max_calls + 1
+    elif kind in ("many_writes", "many_powers"):
+        assert outcome.startswith("resource_limit:")
+    else:  # deep chains are scored, or stopped by the clock
+        assert outcome in ("multi_turn:instance_state_mismatch", "resource_limit:seconds")
+
+
+def test_a_few_hundred_nested_folders_are_scored() -> None:
+    conversation = payloads.conversation_for("deep_chain")
+    outcome, _ = _score(conversation, payloads.as_run(conversation, payloads.deep_chain(500)), limits.Limits())
+    assert outcome == "multi_turn:instance_state_mismatch"
+
+
+def test_each_limit_names_itself_and_its_option() -> None:
+    conversation = payloads.conversation_for("many_writes")
+    run = payloads.as_run(conversation, payloads.many_writes(200))
+    outcome, meter = _score(conversation, run, limits.Limits(max_calls=50))
+    assert outcome == "resource_limit:calls" and meter.calls == 51
+    outcome, meter = _score(conversation, run, limits.Limits(max_memory_mb=1))
+    assert outcome == "resource_limit:memory" and meter.bytes > 2**20
+    outcome, _ = _score(conversation, run, limits.Limits(max_seconds=1e-9))
+    assert outcome == "resource_limit:seconds"
+    assert _score(conversation, run, limits.Limits())[0] == "multi_turn:instance_state_mismatch"
+
+
+def test_reasons_read_as_one_line() -> None:
+    meter = limits.Meter(limits.Limits(max_calls=2))
+    meter.call(10)
+    meter.call(10)
+    with pytest.raises(limits.ResourceLimit) as raised:
+        meter.call(10)
+    assert raised.value.reason == "more than 2 calls: over the call limit (--careful-max-calls=2)"
+    assert isinstance(raised.value, BaseException) and not isinstance(raised.value, Exception)
+
+
+def test_nothing_is_counted_outside_a_budget_nor_for_references() -> None:
+    limits.call(10**12)  # no meter: no effect
+    limits.charge(10**12)
+    conversation = dataset.get("multi_turn_long_context_38")  # 35 reference calls
+    reference.cache_clear()
+    steps = [[[call] for call in turn] for turn in conversation.ground_truth]
+    model_calls = sum(len(turn) for turn in conversation.ground_truth)
+    outcome, meter = _score(conversation, steps, limits.Limits(max_calls=model_calls))
+    assert outcome == "pass" and meter.calls == model_calls
+
+
+def test_defaults_leave_real_runs_a_wide_margin(real_run: Path) -> None:
+    """The 800 references and the real run score within a twentieth of the default calls and memory."""
+    twentieth = limits.Limits(max_calls=limits.DEFAULT_MAX_CALLS // 20, max_seconds=10**6,
+                              max_memory_mb=limits.DEFAULT_MAX_MEMORY_MB / 20)
+    for conversation in dataset.load():
+        ground_truth = [[list(t)] if t else [] for t in conversation.ground_truth]
+        assert _score(conversation, ground_truth, twentieth)[0] == "pass", conversation.id
+    fc = decoder(REAL_RUN_DECODER)
+    for path in sorted(real_run.glob("BFCL_v4_multi_turn_*_result.json")):
+        category = path.name.removeprefix("BFCL_v4_").removesuffix("_result.json")
+        for entry in read_result_file(path, category)[0]:
+            outcome, _ = _score(dataset.get(entry.id), entry.result, twentieth, fc)
+            assert not outcome.startswith("resource_limit"), entry.id
+
+
+@pytest.mark.parametrize("parse, value", [
+    (options._positive_int, "0"), (options._positive_int, "1.5"), (options._positive_int, "-3"),
+    (options._positive_number, "0"), (options._positive_number, "nan"), (options._positive_number, "inf"),
+    (options._positive_number, "ten"),
+])
+def test_budget_options_refuse_what_is_not_a_positive_number(parse: Any, value: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse(value)
+
+
+# --- end to end --------------------------------------------------------------------------
+
+#: Conversation -> hostile calls planted in its first turn.
+PLANTED = {
+    "multi_turn_base_1": payloads.many_calls(50_000),  # the call limit
+    "multi_turn_base_3": payloads.deep_chain(3_000),  # the clock (RecursionError before)
+    "multi_turn_base_6": payloads.exponential(40),  # scored: 2**40 paths cost nothing now
+}
+SELECTED = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_3", "multi_turn_base_6", "multi_turn_base_9"]
+
+
+@pytest.fixture
+def hostile_run(pytester: pytest.Pytester, real_run: Path) -> Path:
+    target = pytester.path / "result" / "gpt-oss-20b"
+    target.mkdir(parents=True)
+    name = "BFCL_v4_multi_turn_base_result.json"
+    lines = []
+    for line in (real_run / name).read_text().splitlines():
+        entry = json.loads(line)
+        if entry["id"] in PLANTED:
+            entry["result"] = payloads.as_fc_entry(dataset.get(entry["id"]), PLANTED[entry["id"]])["result"]
+        lines.append(json.dumps(entry))
+    (target / name).write_text("\n".join(lines) + "\n")
+    return target
+
+
+@pytest.mark.parametrize("mode", [["-p", "no:xdist"], ["-n", "2"]], ids=["no-xdist", "n2"])
+def test_over_budget_conversations_fail_alone(pytester: pytest.Pytester, hostile_run: Path, mode: list[str]) -> None:
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", *mode, f"--careful-results={hostile_run}", f"--careful-decoder={REAL_RUN_DECODER}",
+        "--careful-max-seconds=3", "--careful-max-calls=20000", "--junitxml=out.xml",
+        *(f"{c}[standard]" for c in SELECTED))
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
+    assert "Traceback" not in out and "INTERNALERROR" not in out and "RecursionError" not in out
+    assert "more than 20,000 calls: over the call limit (--careful-max-calls=20000)" in out
+    assert "over the time limit (--careful-max-seconds=3)" in out
+    assert "2 over a resource limit" in out
+    card = json.loads((pytester.path / "scorecards" / "gpt-oss-20b" / "standard" / "scorecard.json").read_text())
+    rows = {row["id"]: row for row in card["rows"]}
+    assert sorted(rows) == SELECTED
+    for over in ("multi_turn_base_1", "multi_turn_base_3"):
+        assert rows[over]["bfcl"]["error_type"] == "careful:resource_limit" and "unscored" not in rows[over]
+    assert "resource_limit" not in rows["multi_turn_base_6"]
+    assert rows["multi_turn_base_6"]["bfcl"]["error_type"] == "multi_turn:instance_state_mismatch"
+    properties = {(case.get("name"), p.get("name")): p.get("value")
+                  for case in ET.parse(pytester.path / "out.xml").iter("testcase") for p in case.iter("property")}
+    assert properties[("multi_turn_base_1[standard]", "careful_bfcl_error")] == "careful:resource_limit"
+    assert "call limit" in properties[("multi_turn_base_1[standard]", "careful_resource_limit")]
+    assert ("multi_turn_base_0[standard]", "careful_resource_limit") not in properties
