@@ -14,7 +14,12 @@ What it simulates:
 * prompt caching: ``cache_control`` breakpoints, reads of prefixes written
   by earlier requests (with the API's 20-block lookback), writes;
 * scripted faults (429, 500, 529, credit exhaustion, ...) and a permanent
-  "out of credit" mode.
+  "out of credit" mode;
+* scripted deliveries: a request answered late (so a client time-out fires
+  after the server completed, and billed, it) or never (the connection is
+  closed after the server completed it), the way a real API call can be billed
+  with no answer reaching the client. ``requests`` records every HTTP attempt
+  as it arrives.
 
 Usage::
 
@@ -77,6 +82,14 @@ class Fault:
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How one answer reaches the client: after ``delay`` seconds, or not at all (``drop``)."""
+
+    delay: float = 0.0
+    drop: bool = False
 
 
 @dataclass(frozen=True)
@@ -354,6 +367,8 @@ class FakeAnthropic:
         self.responder_errors: list[BaseException] = []
         self._records: list[RecordedRequest] = []
         self._faults: deque[Fault] = deque()
+        self._deliveries: deque[Delivery] = deque()
+        self.undelivered = 0  # answers dropped or written to a client that had gone
         self._credit_exhausted = False
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -436,6 +451,21 @@ class FakeAnthropic:
         """From now on (after queued faults) every request fails out of credit."""
         with self._lock:
             self._credit_exhausted = exhausted
+
+    def delay_next(self, seconds: float, times: int = 1) -> None:
+        """Answer the next ``times`` requests only after ``seconds`` (handled, and billed, at once)."""
+        with self._lock:
+            self._deliveries.extend([Delivery(delay=seconds)] * times)
+
+    def drop_next(self, times: int = 1) -> None:
+        """Handle the next ``times`` requests, then close the connection without answering."""
+        with self._lock:
+            self._deliveries.extend([Delivery(drop=True)] * times)
+
+    def next_delivery(self) -> Delivery:
+        """How to deliver the answer to the request just received (scripted, else at once)."""
+        with self._lock:
+            return self._deliveries.popleft() if self._deliveries else Delivery()
 
     def clear_faults(self) -> None:
         """Drop faults not yet consumed."""
@@ -601,17 +631,32 @@ def _handler_for(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
             headers = {k.lower(): v for k, v in self.headers.items()}
-            self._send(fake.handle(method, self.path, headers, raw))
+            delivery = fake.next_delivery()
+            reply = fake.handle(method, self.path, headers, raw)  # handled (billed) either way
+            time.sleep(delivery.delay)
+            if delivery.drop:
+                self._undelivered()
+                return
+            self._send(reply)
 
         def _send(self, reply: Reply) -> None:
             data = json.dumps(reply.payload).encode("utf-8")
-            self.send_response(reply.status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+                self.wfile.flush()
+            except OSError:  # the client timed out and closed the connection
+                self._undelivered()
+
+        def _undelivered(self) -> None:
+            self.close_connection = True
+            with fake._lock:
+                fake.undelivered += 1
 
         def log_message(self, format: str, *args: Any) -> None:
             """Quiet: pytest output should not fill with access logs."""

@@ -445,7 +445,7 @@ def test_run_id_is_shared_with_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert claude.run_id(worker=True) == made  # a worker gets it (workerinput -> environment)
     assert claude.run_id() != made  # a later controller in this process makes its own
     monkeypatch.setenv(claude.RUN_ID_ENV, "nightly-7")
-    assert claude.run_id() == "nightly-7"  # the user's id carries a budget across reruns
+    assert claude.run_id() == "nightly-7"  # the user's id names the session in the ledger
     monkeypatch.delenv(claude.RUN_ID_ENV)
     with pytest.raises(StopRun, match=claude.RUN_ID_ENV):
         claude.run_id(worker=True)

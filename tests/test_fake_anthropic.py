@@ -314,3 +314,28 @@ def test_responder_error_is_surfaced_not_retried() -> None:
         ask(client_for(server, max_retries=2))
     assert len(server.requests) == 1
     assert isinstance(server.responder_errors[0], ValueError)
+
+
+# ------------------------------------------------------- late and lost answers
+
+
+def test_a_late_answer_times_the_client_out_after_the_request_was_served(server: FakeAnthropic) -> None:
+    server.delay_next(2.0)
+    client = anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0, timeout=0.3)
+
+    with pytest.raises(anthropic.APITimeoutError):
+        ask(client)
+
+    assert len(server.requests) == 1 and server.requests_served == 1  # handled (billed) all the same
+    assert ask(client).content[0].type == "text"  # the next request is answered at once
+
+
+def test_a_dropped_answer_is_a_connection_error_after_the_request_was_served(server: FakeAnthropic) -> None:
+    server.drop_next()
+
+    with pytest.raises(anthropic.APIConnectionError) as caught:
+        ask(client_for(server, max_retries=0))
+
+    assert not isinstance(caught.value, anthropic.APITimeoutError)
+    assert (len(server.requests), server.requests_served, server.undelivered) == (1, 1, 1)
+    assert ask(client_for(server, max_retries=0)).content[0].type == "text"

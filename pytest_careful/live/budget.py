@@ -19,22 +19,32 @@
   such text), plus the API's own tool-use system prompt
   (:data:`TOOL_PROMPT_TOKENS`) when tools are sent, all at the cache-write price
   (the most a prompt token can cost), plus ``max_tokens`` at the output price.
-* :class:`SpendLedger` is one JSON file shared by every process of a run
-  (xdist workers included), changed only under an exclusive ``fcntl.flock``
-  and replaced atomically. A request is sent only after
-  :meth:`~SpendLedger.reserve` accepted its bound (spent + outstanding
-  reservations + bound <= cap); afterwards :meth:`~SpendLedger.settle` replaces
-  the reservation by the actual cost, or :meth:`~SpendLedger.release` drops it
-  when the request failed (a failed request is not billed). So concurrent
-  workers can never together send requests that could cross the cap, as long
-  as every response costs no more than its bound.
+* :class:`SpendLedger` is one JSON file per output folder
+  (``<output>/.careful/spend.json``), shared by every process that uses the
+  folder: xdist workers, a resumed session, a second session started at the
+  same time. It is changed only under an exclusive ``fcntl.flock`` and replaced
+  atomically (fsynced, then renamed), so a crash leaves the old state or the new
+  one. ``--careful-budget-usd`` caps what the *folder* has spent, every session
+  together: a rerun continues under the same cap, it does not get a fresh one,
+  and a rerun that does not give the option keeps the cap last given there.
+* Every HTTP attempt is reserved, not every request: the SDK's own retries are
+  off and :mod:`.claude` retries, so each attempt's bound goes through
+  :meth:`~SpendLedger.reserve` (spent + unconfirmed + reserved + bound <= cap)
+  before it is sent. Then exactly one of: :meth:`~SpendLedger.settle` (a
+  message came back: its actual cost), :meth:`~SpendLedger.release` (an error
+  status came back, or nothing left this process: not billed), or
+  :meth:`~SpendLedger.keep` (sent and not answered, a time-out or a dropped
+  connection: the server may have completed and billed it, so its bound stays
+  spent). A reservation whose process died is kept as spent the same way.
 
 Limits, documented rather than hidden: the bound is an estimate of the token
 count (the API's tokeniser is not available offline), so the cap could be
 crossed by the difference on a request whose prompt tokenises worse than 3
-bytes a token; a process killed between reserve and settle leaves its
-reservation in the file, where it keeps counting against the cap (safe, not
-lost money).
+bytes a token; error statuses are taken as not billed (the API's rule); a
+dead process is recognised on the same host only (elsewhere, or with its pid
+reused, its reservation stays reserved: still counted, never lost); ``flock``
+must work on the folder's file system (local disks do; some network mounts do
+not).
 """
 
 from __future__ import annotations
@@ -44,6 +54,8 @@ import fcntl
 import json
 import math
 import os
+import socket
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -60,7 +72,7 @@ BOUND_BYTES_PER_TOKEN = 3
 #: Anthropic adds a tool-use system prompt of a few hundred tokens (346 for the
 #: Claude 4 family with ``tool_choice`` auto) to any request that sends tools.
 TOOL_PROMPT_TOKENS = 500
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2
 
 
 class UnknownPrice(LookupError):
@@ -201,67 +213,159 @@ def request_bound(price: ModelPrice, *, system: Any, tools: Any, messages: Any, 
 
 # ---------------------------------------------------------------- ledger
 
+#: Counters kept per session; a folder's figures are their sums.
+COUNTERS = ("spent_list", "spent_conservative", "requests", "attempts", "errors", "unconfirmed",
+            "unconfirmed_usd")
+
 
 @dataclass(frozen=True)
 class Totals:
-    """What a run has spent so far (settled requests) and what is reserved."""
+    """What a scope (the output folder, or one session) has spent and holds reserved.
+
+    Attributes:
+        spent_list: answered requests, from their reported usage, at list prices.
+        spent_conservative: the same with cache reads at the full input price.
+        requests: attempts answered with a message (and its usage).
+        reserved: the bounds of attempts in flight now.
+        cap_usd: the cap in force (this session's, else the one recorded in the folder).
+        attempts: HTTP attempts sent and finished: answered, refused with an error status, or
+            unconfirmed.
+        errors: attempts answered with an error status (429, 5xx...): not billed.
+        unconfirmed: attempts sent with no answer (a time-out, a dropped connection, a
+            process that died): they may have been billed, so their bound stays spent.
+        unconfirmed_usd: the bounds of the unconfirmed attempts.
+        sessions: sessions counted (1 for a session's own totals).
+    """
 
     spent_list: float
     spent_conservative: float
     requests: int
     reserved: float
     cap_usd: float | None
+    attempts: int = 0
+    errors: int = 0
+    unconfirmed: int = 0
+    unconfirmed_usd: float = 0.0
+    sessions: int = 1
+
+    @property
+    def charged(self) -> float:
+        """What the cap counts as spent: answered requests (conservative) and unconfirmed bounds."""
+        return self.spent_conservative + self.unconfirmed_usd
 
 
 class SpendLedger:
-    """The spend of one run, in a JSON file all its processes share.
+    """The spend of one output folder, in a JSON file every process using the folder shares.
 
-    File contents: ``spent_list``, ``spent_conservative``, ``requests`` (settled),
-    ``reservations`` ({id: {"bound": usd, "pid": pid}}) and the ``cap_usd`` of
-    the last writer. Nothing touches the disk until the first request.
+    One file per folder (:func:`ledger_file`), whichever session or xdist
+    worker writes it, so the cap holds across resumed and concurrent sessions.
+    Each HTTP attempt goes through :meth:`reserve` before it is sent and then
+    exactly one of :meth:`settle` (a message came back: its actual cost),
+    :meth:`release` (an error status came back, or nothing was sent: not billed)
+    or :meth:`keep` (sent, no answer: its bound stays spent).
+
+    File contents (``version`` 2): ``cap_usd`` (the last cap given here),
+    ``sessions`` ({session id: counters, :data:`COUNTERS`, and ``started``}) and
+    ``reservations`` ({id: ``bound``, ``session``, ``host``, ``pid``}). Nothing
+    is written until the first request.
     """
 
-    def __init__(self, path: Path, cap_usd: float | None = None) -> None:
+    def __init__(self, path: Path, cap_usd: float | None = None, session: str | None = None) -> None:
         self.path = Path(path)
         self.cap_usd = cap_usd
+        self.session = session or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     def reserve(self, bound_usd: float) -> str:
-        """Reserve ``bound_usd`` for one request, or raise :class:`BudgetExceeded`."""
+        """Reserve ``bound_usd`` for one attempt, or raise :class:`BudgetExceeded` (nothing sent)."""
         with self._state() as state:
-            reserved = sum(r["bound"] for r in state["reservations"].values())
-            spent = state["spent_conservative"]
-            if self.cap_usd is not None and spent + reserved + bound_usd > self.cap_usd:
-                raise BudgetExceeded(
-                    f"budget ${self.cap_usd:.4f} (--careful-budget-usd) reached: spent "
-                    f"${spent:.4f} (conservative; ${state['spent_list']:.4f} at list prices) in "
-                    f"{state['requests']} requests, ${reserved:.4f} reserved by requests in flight, "
-                    f"and the next request could cost up to ${bound_usd:.4f}; it was not sent")
+            _sweep_dead(state)
+            folder = _totals(state, self._cap(state), None)
+            cap = folder.cap_usd
+            if cap is not None and folder.charged + folder.reserved + bound_usd > cap:
+                raise BudgetExceeded(self._refusal(state, folder, bound_usd))
             reservation = uuid.uuid4().hex
-            state["reservations"][reservation] = {"bound": bound_usd, "pid": os.getpid()}
+            state["reservations"][reservation] = {"bound": bound_usd, "session": self.session,
+                                                  "host": socket.gethostname(), "pid": os.getpid(),
+                                                  "since": time.time()}
+            self._session(state)
         return reservation
 
     def settle(self, reservation_id: str, cost: Cost) -> None:
-        """Replace the reservation by the request's actual cost."""
+        """A message came back: replace the reservation by its actual cost."""
         with self._state() as state:
-            state["reservations"].pop(reservation_id, None)
-            state["spent_list"] += cost.list
-            state["spent_conservative"] += cost.conservative
-            state["requests"] += 1
+            counters = self._finish(state, reservation_id)
+            counters["spent_list"] += cost.list
+            counters["spent_conservative"] += cost.conservative
+            counters["requests"] += 1
 
-    def release(self, reservation_id: str) -> None:
-        """Drop the reservation of a request that failed (not billed)."""
+    def release(self, reservation_id: str, *, answered: bool = False) -> None:
+        """Not billed: an error status came back (``answered``), or the request was never sent."""
         with self._state() as state:
-            state["reservations"].pop(reservation_id, None)
+            counters = self._finish(state, reservation_id, counted=answered)
+            counters["errors"] += int(answered)
 
-    def totals(self) -> Totals:
+    def keep(self, reservation_id: str) -> None:
+        """Sent but not answered (time-out, dropped connection): the bound stays spent."""
+        with self._state() as state:
+            bound = _bound(state, reservation_id)
+            counters = self._finish(state, reservation_id)
+            counters["unconfirmed"] += 1
+            counters["unconfirmed_usd"] += bound
+
+    def totals(self, session: bool = False) -> Totals:
+        """The folder's totals, or this session's (``session=True``)."""
         with self._state(write=False) as state:
-            reserved = sum(r["bound"] for r in state["reservations"].values())
-            return Totals(state["spent_list"], state["spent_conservative"], state["requests"],
-                          reserved, self.cap_usd)
+            _sweep_dead(state)
+            return _totals(state, self._cap(state), self.session if session else None)
+
+    def summary(self) -> list[str]:
+        """The session summary's lines: this session, the folder, the cap. Never raises."""
+        try:
+            with self._state(write=False) as state:
+                _sweep_dead(state)
+                cap = self._cap(state)
+                mine, folder = _totals(state, cap, self.session), _totals(state, cap, None)
+                recorded = self.cap_usd is None and cap is not None
+                others = sum(1 for name in state["sessions"] if name != self.session)
+        except (OSError, StopRun) as exc:
+            return [f"spend: the ledger {self.path} could not be read: {exc}"]
+        return [_session_line(mine), _folder_line(self.path, folder, mine, recorded, others)]
+
+    # -- internals -------------------------------------------------------------------
+
+    def _cap(self, state: dict[str, Any]) -> float | None:
+        """This session's cap, else the last one given in this folder (a rerun without the
+        option cannot lift it by forgetting it)."""
+        return self.cap_usd if self.cap_usd is not None else state.get("cap_usd")
+
+    def _session(self, state: dict[str, Any]) -> dict[str, Any]:
+        sessions = state["sessions"]
+        if self.session not in sessions:
+            sessions[self.session] = {"started": time.time(), **{k: 0 for k in COUNTERS}}
+        return sessions[self.session]  # type: ignore[no-any-return]
+
+    def _finish(self, state: dict[str, Any], reservation_id: str, counted: bool = True) -> dict[str, Any]:
+        state["reservations"].pop(reservation_id, None)
+        counters = self._session(state)
+        counters["attempts"] += int(counted)
+        return counters
+
+    def _refusal(self, state: dict[str, Any], folder: Totals, bound_usd: float) -> str:
+        mine = _totals(state, folder.cap_usd, self.session)
+        earlier = folder.charged - mine.charged
+        given = "--careful-budget-usd" if self.cap_usd is not None else \
+            "recorded in the folder by an earlier session; give --careful-budget-usd to change it"
+        return (f"budget ${folder.cap_usd:.4f} ({given}) reached for {self.path.parent.parent}: "
+                f"spent ${folder.charged:.4f} (conservative; ${folder.spent_list:.4f} at list prices) "
+                f"by {folder.sessions} session(s), ${earlier:.4f} of it by earlier or other sessions"
+                + (f", ${folder.unconfirmed_usd:.4f} of it by {folder.unconfirmed} unanswered attempts "
+                   "counted at their bound" if folder.unconfirmed else "")
+                + f", ${folder.reserved:.4f} reserved by requests in flight, and the next request could "
+                f"cost up to ${bound_usd:.4f}; it was not sent")
 
     @contextlib.contextmanager
     def _state(self, write: bool = True) -> Iterator[dict[str, Any]]:
-        """The file's state under the run's lock; written back (atomically) on success."""
+        """The file's state under the folder's lock; written back (atomically) on success."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -269,25 +373,166 @@ class SpendLedger:
             state = self._read()
             yield state
             if write:
-                state["cap_usd"] = self.cap_usd
+                if self.cap_usd is not None:
+                    state["cap_usd"] = self.cap_usd
                 self._write(state)
         finally:
             os.close(lock)  # closing releases the flock
 
     def _read(self) -> dict[str, Any]:
         try:
-            state: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
+            text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {"version": LEDGER_VERSION, "spent_list": 0.0, "spent_conservative": 0.0,
-                    "requests": 0, "reservations": {}, "cap_usd": self.cap_usd}
-        if state.get("version") != LEDGER_VERSION:
-            raise StopRun(f"{self.path}: not a pytest-careful spend ledger (version {state.get('version')!r})")
-        return state
+            return {"version": LEDGER_VERSION, "cap_usd": None, "reservations": {},
+                    "sessions": _legacy_sessions(self.path.parent)}
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StopRun(f"{self.path}: the spend ledger cannot be read ({exc}); nothing is sent "
+                          "without it") from None
+        try:
+            return _checked(json.loads(text))
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise StopRun(f"{self.path}: not a pytest-careful spend ledger ({exc}); nothing is sent "
+                          "while it is unreadable: repair or remove it (removing it forgets what "
+                          "this folder has spent)") from None
 
     def _write(self, state: dict[str, Any]) -> None:
         temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(state, handle, indent=1, sort_keys=True)
+            json.dump(state, handle, indent=1, sort_keys=True, allow_nan=False)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.path)
+        _fsync_dir(self.path.parent)
+
+
+def ledger_file(output: Path) -> Path:
+    """The spend ledger of an output folder: ``<output>/.careful/spend.json``."""
+    return Path(output) / ".careful" / "spend.json"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _number(value: Any, what: str) -> float:
+    """A finite, non-negative figure (NaN would make every comparison with the cap false)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0:
+        raise ValueError(f"{what} is {value!r}, not a non-negative number")
+    return float(value)
+
+
+def _checked(state: Any) -> dict[str, Any]:
+    """The parsed file if it has the shape the ledger writes; ValueError otherwise."""
+    if not isinstance(state, dict) or state.get("version") != LEDGER_VERSION:
+        version = state.get("version") if isinstance(state, dict) else None
+        raise ValueError(f"version {version!r}, expected {LEDGER_VERSION}")
+    if state.get("cap_usd") is not None:
+        _number(state["cap_usd"], "cap_usd")
+    sessions, reservations = state.get("sessions"), state.get("reservations")
+    if not isinstance(sessions, dict) or not isinstance(reservations, dict):
+        raise ValueError("sessions and reservations must be objects")
+    for name, counters in sessions.items():
+        if not isinstance(counters, dict):
+            raise ValueError(f"session {name!r} is not an object")
+        for key in COUNTERS:
+            _number(counters.setdefault(key, 0), f"sessions[{name!r}][{key!r}]")
+    for name, reservation in reservations.items():
+        if not isinstance(reservation, dict) or not isinstance(reservation.get("session"), str):
+            raise ValueError(f"reservation {name!r} is malformed")
+        _number(reservation.get("bound"), f"reservations[{name!r}]['bound']")
+    return state
+
+
+def _bound(state: dict[str, Any], reservation_id: str) -> float:
+    reservation = state["reservations"].get(reservation_id)
+    return float(reservation["bound"]) if reservation else 0.0
+
+
+def _sweep_dead(state: dict[str, Any]) -> None:
+    """Reservations of processes of this host that died: unconfirmed, their bound stays spent.
+
+    A process killed mid-request may have been billed. Another host's processes
+    cannot be checked, nor a reused pid told apart: those stay reserved (counted
+    all the same).
+    """
+    host = socket.gethostname()
+    for name, reservation in list(state["reservations"].items()):
+        if reservation.get("host") == host and not _alive(reservation.get("pid")):
+            del state["reservations"][name]
+            counters = state["sessions"].setdefault(reservation["session"], {k: 0 for k in COUNTERS})
+            counters["attempts"] += 1
+            counters["unconfirmed"] += 1
+            counters["unconfirmed_usd"] += float(reservation["bound"])
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return True  # unknown: keep counting it as in flight
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process
+        return True
+    return True
+
+
+def _totals(state: dict[str, Any], cap: float | None, session: str | None) -> Totals:
+    """The folder's totals (``session`` None) or one session's."""
+    rows = [c for name, c in state["sessions"].items() if session is None or name == session]
+    reserved = sum(float(r["bound"]) for r in state["reservations"].values()
+                   if session is None or r["session"] == session)
+    sums = {key: sum(c.get(key, 0) for c in rows) for key in COUNTERS}
+    return Totals(float(sums["spent_list"]), float(sums["spent_conservative"]), int(sums["requests"]),
+                  reserved, cap, int(sums["attempts"]), int(sums["errors"]), int(sums["unconfirmed"]),
+                  float(sums["unconfirmed_usd"]), len(rows) if session is None else 1)
+
+
+def _legacy_sessions(directory: Path) -> dict[str, Any]:
+    """Spend recorded by earlier versions (one ``spend-<run id>.json`` per run), as sessions.
+
+    Read once, when the folder's ledger is first made: money those runs spent
+    counts against the cap too. Their reservations were never settled: unconfirmed.
+    """
+    sessions: dict[str, Any] = {}
+    for path in sorted(directory.glob("spend-*.json")):
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+            bounds = [_number(r["bound"], "bound") for r in old.get("reservations", {}).values()]
+            counters = {"spent_list": _number(old["spent_list"], "spent_list"),
+                        "spent_conservative": _number(old["spent_conservative"], "spent_conservative"),
+                        "requests": int(_number(old["requests"], "requests"))}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            raise StopRun(f"{path}: an earlier spend ledger of this folder cannot be read ({exc}); "
+                          "nothing is sent until it is repaired or removed") from None
+        sessions[f"legacy:{path.stem}"] = {
+            **{k: 0 for k in COUNTERS}, **counters, "attempts": counters["requests"] + len(bounds),
+            "unconfirmed": len(bounds), "unconfirmed_usd": sum(bounds), "started": path.stat().st_mtime}
+    return sessions
+
+
+def _session_line(mine: Totals) -> str:
+    line = (f"spend this run: ${mine.spent_list:.4f} at list prices, ${mine.spent_conservative:.4f} "
+            f"conservative, {mine.requests} requests in {mine.attempts} attempts")
+    notes = []
+    if mine.errors:
+        notes.append(f"{mine.errors} answered with an error status, not billed")
+    if mine.unconfirmed:
+        notes.append(f"{mine.unconfirmed} sent and not answered (time-out, dropped connection), "
+                     f"counted at their bound: ${mine.unconfirmed_usd:.4f}")
+    return line + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _folder_line(path: Path, folder: Totals, mine: Totals, recorded: bool, others: int) -> str:
+    cap = "no cap"
+    if folder.cap_usd is not None:
+        cap = f"of a ${folder.cap_usd:.2f} cap" + (" (recorded by an earlier session)" if recorded else "")
+    earlier = (f"earlier or concurrent sessions: ${folder.charged - mine.charged:.4f} in {others}, counted"
+               if others > 0 else "no earlier session")
+    return (f"spend in {path.parent.parent} (every session; the figure the cap holds): "
+            f"${folder.charged:.4f} {cap}; {earlier}")

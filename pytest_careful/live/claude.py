@@ -15,16 +15,20 @@ multi-turn loop stay bfcl-eval's):
   cache_creation_input_tokens + cache_read_input_tokens`` (bfcl-eval logs the
   uncached part only, a few tokens once the cache is warm);
 * ``generate_with_backoff`` no longer retries forever with tenacity (which
-  also retried "credit balance is too low"): the SDK client does bounded
-  retries with its own backoff on 408/409/429/5xx/529, connection errors and
-  timeouts (``max_retries``, honouring ``retry-after``); out of credit raises
-  :class:`CreditExhausted` at once; other errors propagate (the conversation
-  is recorded as errored and retried next run);
-* every request is priced: before sending, its upper bound is reserved in the
-  run's :class:`~.budget.SpendLedger` (``--careful-budget-usd``: a request
-  that could cross the cap is not sent, :class:`~.budget.BudgetExceeded`);
-  afterwards the reservation is settled with the actual cost, or released if
-  the request failed.
+  also retried "credit balance is too low"): it makes at most
+  ``1 + MAX_RETRIES`` attempts, under the SDK's own policy (:func:`retry_delay`:
+  408/409/429/5xx/529, connection errors and time-outs; ``x-should-retry`` and
+  ``retry-after`` obeyed; 0.5 s doubling to 8 s otherwise). The SDK's retries
+  are off so that each attempt, not each request, is priced; out of credit
+  raises :class:`CreditExhausted` at once; other errors propagate (the
+  conversation is recorded as errored and retried next run);
+* every attempt is priced: before it is sent, the request's upper bound is
+  reserved in the output folder's :class:`~.budget.SpendLedger`
+  (``--careful-budget-usd``: an attempt that could cross the cap is not sent,
+  :class:`~.budget.BudgetExceeded`). Afterwards the reservation is settled with
+  the actual cost (a message came back), released (an error status came back,
+  or the connection was never made: not billed), or kept at its bound (sent
+  and not answered: a time-out or a dropped connection may still be billed).
 
 Per conversation, the runner calls ``careful_begin()`` on its copy of the
 handler before BFCL's loop and ``careful_end()`` after it; the keys
@@ -37,21 +41,27 @@ handler before BFCL's loop and ``careful_end()`` after it; the keys
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import random
 import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..dataset import Conversation
 from .budget import (BOUND_BYTES_PER_TOKEN, PER_TOKENS, Cost, ModelPrice, Prices, SpendLedger, UnknownPrice,
-                     Usage, request_bound)
+                     Usage, ledger_file, request_bound)
 from .source import StopRun
 
-MAX_RETRIES = 6  # SDK backoff 0.5 s doubling to 8 s: ~30 s of retries, longer with retry-after
+MAX_RETRIES = 6  # backoff 0.5 s doubling to 8 s: ~30 s of retries, longer with retry-after
+INITIAL_RETRY_DELAY = 0.5  # the SDK's figures
+MAX_RETRY_DELAY = 8.0
+MAX_RETRY_AFTER = 60.0  # a longer retry-after falls back to the backoff, as older SDKs do
+#: Exception names (httpx and httpx2 alike) raised before a request's bytes left this process.
+NOT_SENT = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "UnsupportedProtocol"})
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 CREDIT_MESSAGE = "credit balance is too low"
 RUN_ID_ENV = "CAREFUL_RUN_ID"
@@ -84,12 +94,13 @@ class Tally:
                 "careful_usage": self.usage.as_dict(len(self.requests))}
 
 
-def _client(max_retries: int) -> Any:
+def _client() -> Any:
+    """The SDK client, its own retries off: ``generate_with_backoff`` retries, pricing each attempt."""
     from anthropic import Anthropic
 
     # Explicit: ANTHROPIC_BASE_URL (a proxy, or the tests' loopback server).
     return Anthropic(api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
-                     base_url=os.environ.get("ANTHROPIC_BASE_URL") or None, max_retries=max_retries)
+                     base_url=os.environ.get("ANTHROPIC_BASE_URL") or None, max_retries=0)
 
 
 def _has_credentials(client: Any) -> bool:
@@ -99,7 +110,7 @@ def _has_credentials(client: Any) -> bool:
 
 def missing_credentials() -> str | None:
     """Controller, before any item: no key means every request would fail alike."""
-    if _has_credentials(_client(0)):
+    if _has_credentials(_client()):
         return None
     return ("ANTHROPIC_API_KEY is not set: export it to run Claude (or ANTHROPIC_AUTH_TOKEN). "
             "Without a key, --collect-only estimates the cost, and --careful-results=DIR "
@@ -110,6 +121,79 @@ def _is_credit_exhausted(exc: BaseException) -> bool:
     from anthropic import APIStatusError
 
     return isinstance(exc, APIStatusError) and CREDIT_MESSAGE in str(exc).lower()
+
+
+def retry_delay(exc: BaseException, retries_taken: int) -> float | None:
+    """Seconds to wait before sending again after ``exc``, or None: not retried.
+
+    The SDK's policy: an error status is retried when the server says so
+    (``x-should-retry``), else on 408, 409, 429 and 5xx; a time-out or a
+    connection error always. The wait is the server's ``retry-after-ms`` or
+    ``retry-after`` (up to :data:`MAX_RETRY_AFTER`), else 0.5 s doubling to 8 s,
+    less up to a quarter of jitter.
+    """
+    from anthropic import APIConnectionError, APIStatusError
+
+    if isinstance(exc, APIStatusError):
+        if not _should_retry(exc.response):
+            return None
+        after = _retry_after(exc.response.headers)
+        if after is not None:
+            return after
+    elif not isinstance(exc, APIConnectionError):  # APITimeoutError is one
+        return None
+    return min(INITIAL_RETRY_DELAY * 2.0 ** retries_taken, MAX_RETRY_DELAY) * (1 - 0.25 * random.random())
+
+
+def _should_retry(response: Any) -> bool:
+    header = response.headers.get("x-should-retry")
+    if header in ("true", "false"):
+        return header == "true"
+    return response.status_code in (408, 409, 429) or response.status_code >= 500
+
+
+def _retry_after(headers: Any) -> float | None:
+    """The server's requested wait in seconds, when it is positive and at most a minute."""
+    import email.utils
+
+    seconds = None
+    with contextlib.suppress(TypeError, ValueError):
+        seconds = float(headers.get("retry-after-ms")) / 1000
+    if seconds is None and headers.get("retry-after") is not None:
+        value = headers.get("retry-after")
+        try:
+            seconds = float(value)
+        except ValueError:
+            date = email.utils.parsedate_tz(value)
+            seconds = email.utils.mktime_tz(date) - time.time() if date else None
+    return seconds if seconds is not None and 0 < seconds <= MAX_RETRY_AFTER else None
+
+
+def _account_failure(ledger: SpendLedger, reservation: str, exc: BaseException) -> None:
+    """Settle a failed attempt's reservation by what may have been billed.
+
+    An error status: the server answered and did not bill. A connection never
+    made: nothing was sent. Anything else (a time-out, a dropped connection, an
+    interrupt mid-request) may have reached a server that completed and billed
+    it: the bound stays spent.
+    """
+    from anthropic import APIStatusError
+
+    if isinstance(exc, APIStatusError):
+        ledger.release(reservation, answered=True)
+    elif any(type(cause).__name__ in NOT_SENT for cause in _causes(exc)):
+        ledger.release(reservation)
+    else:
+        ledger.keep(reservation)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__  # only what the SDK wrapped: an unrelated __context__ proves nothing
+    return chain
 
 
 _CLASSES: dict[type, type] = {}
@@ -123,6 +207,8 @@ def careful_claude_class(base: type) -> type:
 
     class CarefulClaudeHandler(base):  # type: ignore[valid-type,misc]
         careful_max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+        careful_max_retries: int = MAX_RETRIES
+        careful_timeout: float | None = None  # seconds per attempt; None: bfcl-eval's (1200)
         careful_ledger: SpendLedger | None = None
         careful_prices: Prices | None = None
         careful_tally: Tally | None = None  # set per conversation copy by careful_begin
@@ -132,9 +218,12 @@ def careful_claude_class(base: type) -> type:
             self.careful_configure()
 
         def careful_configure(self, *, max_output_tokens: int | None = None, ledger: SpendLedger | None = None,
-                              prices: Prices | None = None, max_retries: int = MAX_RETRIES) -> None:
-            """Per-process set-up: client (base URL, bounded retries), limits, prices, ledger."""
-            self.client = _client(max_retries)
+                              prices: Prices | None = None, max_retries: int = MAX_RETRIES,
+                              timeout: float | None = None) -> None:
+            """Per-process set-up: client (base URL, time-out), retries, limits, prices, ledger."""
+            self.client = _client()
+            self.careful_max_retries = max_retries
+            self.careful_timeout = timeout
             if max_output_tokens is not None:
                 self.careful_max_output_tokens = max_output_tokens
             self.careful_ledger = ledger
@@ -169,35 +258,48 @@ def careful_claude_class(base: type) -> type:
             kwargs.pop("temperature", None)
             kwargs["model"] = self.careful_model_id
             kwargs["max_tokens"] = self.careful_max_output_tokens
+            if self.careful_timeout is not None:
+                kwargs["timeout"] = self.careful_timeout
             if not _has_credentials(self.client):
                 raise MissingApiKey("ANTHROPIC_API_KEY is not set: export it to run Claude "
                                     "(results already in the result files are still scored)")
             price = self.careful_price()
-            ledger = self.careful_ledger
-            reservation = None
-            if ledger is not None:
-                reservation = ledger.reserve(request_bound(
-                    price, system=kwargs.get("system"), tools=kwargs.get("tools"),
-                    messages=kwargs["messages"], max_tokens=kwargs["max_tokens"]))
+            bound = request_bound(price, system=kwargs.get("system"), tools=kwargs.get("tools"),
+                                  messages=kwargs["messages"], max_tokens=kwargs["max_tokens"])
             start = time.time()
+            retries_taken = 0
+            while True:
+                try:
+                    response = self.careful_attempt(kwargs, price, bound)
+                    return response, time.time() - start
+                except Exception as exc:
+                    if _is_credit_exhausted(exc):
+                        raise CreditExhausted(
+                            "the Anthropic account is out of credit (\"credit balance is too low\"); "
+                            "the run stops here: add credit, then rerun to resume") from exc
+                    delay = retry_delay(exc, retries_taken) if retries_taken < self.careful_max_retries else None
+                    if delay is None:
+                        raise
+                time.sleep(delay)
+                retries_taken += 1
+
+        def careful_attempt(self, kwargs: dict[str, Any], price: ModelPrice, bound: float) -> Any:
+            """One HTTP attempt: reserved before it is sent, accounted for whatever happens."""
+            ledger = self.careful_ledger
+            reservation = ledger.reserve(bound) if ledger is not None else None
             try:
                 response = self.client.messages.create(**kwargs)
+                usage = Usage.from_api(response.usage)
             except BaseException as exc:
                 if ledger is not None and reservation is not None:
-                    ledger.release(reservation)
-                if _is_credit_exhausted(exc):
-                    raise CreditExhausted(
-                        "the Anthropic account is out of credit (\"credit balance is too low\"); "
-                        "the run stops here: add credit, then rerun to resume") from exc
+                    _account_failure(ledger, reservation, exc)
                 raise
-            latency = time.time() - start
-            usage = Usage.from_api(response.usage)
             cost = price.cost(usage)
             if ledger is not None and reservation is not None:
                 ledger.settle(reservation, cost)
             if self.careful_tally is not None:
                 self.careful_tally.add(usage, cost)
-            return response, latency
+            return response
 
         def _parse_query_response_FC(self, api_response: Any) -> dict[str, Any]:
             data: dict[str, Any] = super()._parse_query_response_FC(api_response)
@@ -220,10 +322,11 @@ def careful_claude_class(base: type) -> type:
 def run_id(worker: bool = False) -> str:
     """This run's id, shared by the controller and its xdist workers.
 
-    ``CAREFUL_RUN_ID`` if the user set it (e.g. to carry one budget across
-    reruns); otherwise the controller makes one and exports it, and the
-    workers it spawns afterwards inherit it. An id this function made
-    (``auto-...``) is never reused by a later controller, e.g. a nested run.
+    It names the session in the output folder's spend ledger (the cap itself
+    is per folder, whatever the id). ``CAREFUL_RUN_ID`` if the user set it;
+    otherwise the controller makes one and exports it, and the workers it
+    spawns afterwards inherit it. An id this function made (``auto-...``) is
+    never reused by a later controller, e.g. a nested run.
     """
     value = os.environ.get(RUN_ID_ENV, "")
     if worker:
@@ -236,11 +339,6 @@ def run_id(worker: bool = False) -> str:
     value = f"{AUTO_RUN_ID_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
     os.environ[RUN_ID_ENV] = value
     return value
-
-
-def ledger_path(output: Path, run: str) -> Path:
-    """Where the run's spend ledger lives: ``<output>/.careful/spend-<run id>.json``."""
-    return Path(output) / ".careful" / f"spend-{run}.json"
 
 
 def configure_source(source: Any, options: Any) -> None:
@@ -256,7 +354,7 @@ def configure_source(source: Any, options: Any) -> None:
         run = run_id(getattr(options, "worker", False))
     except StopRun as exc:
         raise pytest.UsageError(str(exc)) from None
-    ledger = SpendLedger(ledger_path(options.output, run), options.budget_usd)
+    ledger = SpendLedger(ledger_file(options.output), options.budget_usd, session=run)
     max_output_tokens = options.max_output_tokens
     source.spend_ledger = ledger  # for the summary: ledger.totals()
     source.backend_settings = {"max_output_tokens": max_output_tokens}

@@ -1,0 +1,391 @@
+"""The spend cap against the loopback Messages API: every attempt, time-outs, resumes, two sessions.
+
+What the server billed is computed here from the usage it reported for every
+request it handled (answered or not: a request answered late or never is
+billed all the same) and the rates read straight from ``prices.yaml``; the
+cap must hold against that figure, whatever the client saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_claude_live import (CONVERSATION, MAX_OUTPUT, MODEL_ID, RecordingFake, configured, hand_cost,
+                              ledger_of, messages, reference_responder, run, summed)
+from test_claude_plugin import IDS, KEY, replay_any_conversation
+
+from pytest_careful import dataset
+from pytest_careful.live import budget, claude
+from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger
+from pytest_careful.live.source import LiveSource, StopRun
+
+
+class WatchedLedger(SpendLedger):
+    """Counts what each attempt went through: reserved, then settled, released or kept."""
+
+    def __init__(self, ledger: SpendLedger) -> None:
+        super().__init__(ledger.path, ledger.cap_usd, ledger.session)
+        self.events: list[str] = []
+
+    def reserve(self, bound_usd: float) -> str:
+        reservation = super().reserve(bound_usd)
+        self.events.append("reserve")
+        return reservation
+
+    def settle(self, reservation_id: str, cost: Cost) -> None:
+        super().settle(reservation_id, cost)
+        self.events.append("settle")
+
+    def release(self, reservation_id: str, *, answered: bool = False) -> None:
+        super().release(reservation_id, answered=answered)
+        self.events.append("error" if answered else "not sent")
+
+    def keep(self, reservation_id: str) -> None:
+        super().keep(reservation_id)
+        self.events.append("keep")
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordingFake]:
+    with RecordingFake(reference_responder(CONVERSATION)) as fake:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
+        monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+        monkeypatch.setenv(claude.RUN_ID_ENV, claude.AUTO_RUN_ID_PREFIX + "previous")
+        yield fake
+
+
+def watched(tmp_path: Path, budget_usd: float | None = None, *, timeout: float | None = None,
+            max_retries: int = claude.MAX_RETRIES) -> tuple[Any, LiveSource, WatchedLedger]:
+    """A handler set up as a Claude run sets it up, its ledger watched, its client's time-out set."""
+    handler, source = configured(tmp_path, budget_usd)
+    ledger = WatchedLedger(ledger_of(source))
+    handler.careful_configure(max_output_tokens=MAX_OUTPUT, ledger=ledger, prices=Prices.load(),
+                              max_retries=max_retries, timeout=timeout)
+    source.spend_ledger = ledger  # type: ignore[attr-defined]
+    return handler, source, ledger
+
+
+def first_bound(server: RecordingFake) -> float:
+    """The bound of the conversation's first request (the same for each of its attempts)."""
+    body = messages(server)[0]
+    return budget.request_bound(Prices.load().lookup(MODEL_ID), system=body.get("system"), tools=body["tools"],
+                                messages=body["messages"], max_tokens=MAX_OUTPUT)
+
+
+def billed(server: RecordingFake) -> float:
+    """What the server billed (conservative figure), every request it handled included."""
+    return hand_cost(summed(server.usages))[1]
+
+
+# ------------------------------------------------------------ every attempt counts
+
+
+@pytest.mark.parametrize("status,times", [(429, 1), (500, 2), (529, 3)])
+def test_every_retry_is_reserved_before_it_is_sent(server: RecordingFake, tmp_path: Path,
+                                                   status: int, times: int) -> None:
+    handler, _, ledger = watched(tmp_path)
+    server.fail_next(status, times=times)
+    run(handler)
+    attempts = len(server.requests)
+    assert attempts == len(server.usages) + times
+    assert ledger.events.count("reserve") == attempts  # one reservation per HTTP attempt
+    assert ledger.events.count("error") == times and ledger.events.count("settle") == len(server.usages)
+    totals = ledger.totals()
+    assert (totals.attempts, totals.errors, totals.requests, totals.unconfirmed) == \
+        (attempts, times, len(server.usages), 0)
+    assert totals.reserved == 0 and totals.charged == pytest.approx(billed(server), rel=1e-9)
+
+
+def test_exhausted_retries_are_each_reserved(server: RecordingFake, tmp_path: Path) -> None:
+    import anthropic
+
+    handler, _, ledger = watched(tmp_path)
+    server.fail_next(500, times=50)
+    with pytest.raises(anthropic.InternalServerError):
+        run(handler)
+    assert len(server.requests) == claude.MAX_RETRIES + 1
+    assert ledger.events == ["reserve", "error"] * (claude.MAX_RETRIES + 1)
+    totals = ledger.totals()
+    assert (totals.attempts, totals.errors, totals.charged, totals.reserved) == (claude.MAX_RETRIES + 1,
+                                                                                claude.MAX_RETRIES + 1, 0, 0)
+
+
+def test_an_error_the_server_says_not_to_retry_is_not_retried(server: RecordingFake, tmp_path: Path) -> None:
+    import anthropic
+
+    handler, _, ledger = watched(tmp_path)
+    server.fail_next(500, headers={"x-should-retry": "false"})
+    with pytest.raises(anthropic.InternalServerError):
+        run(handler)
+    assert len(server.requests) == 1 and ledger.events == ["reserve", "error"]
+
+
+def test_a_timed_out_request_is_counted_at_its_bound(server: RecordingFake, tmp_path: Path) -> None:
+    handler, _, ledger = watched(tmp_path, timeout=1.5)  # ample for the answers not delayed
+    server.delay_next(4.0)  # handled and billed at once, answered after the client gave up
+    run(handler)
+    attempts = len(server.requests)
+    assert len(server.usages) == attempts  # the server billed every attempt, the timed-out one too
+    assert ledger.events[:3] == ["reserve", "keep", "reserve"]
+    assert ledger.events.count("reserve") == attempts
+    totals = ledger.totals()
+    assert (totals.attempts, totals.requests, totals.unconfirmed) == (attempts, attempts - 1, 1)
+    assert totals.unconfirmed_usd == pytest.approx(first_bound(server), rel=1e-9)
+    assert totals.charged >= billed(server)  # never less than the bill
+
+
+def test_a_dropped_connection_is_counted_at_its_bound(server: RecordingFake, tmp_path: Path) -> None:
+    handler, _, ledger = watched(tmp_path)
+    server.drop_next()  # handled and billed, then the connection closes without an answer
+    run(handler)
+    assert ledger.events[:3] == ["reserve", "keep", "reserve"] and server.undelivered == 1
+    totals = ledger.totals()
+    assert (totals.attempts, totals.unconfirmed) == (len(server.requests), 1)
+    assert totals.unconfirmed_usd == pytest.approx(first_bound(server), rel=1e-9)
+    assert totals.charged >= billed(server)
+
+
+def test_a_connection_never_made_is_not_counted(server: RecordingFake, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import anthropic
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", closed)
+    handler, _, ledger = watched(tmp_path, max_retries=1)
+    with pytest.raises(anthropic.APIConnectionError):
+        run(handler)
+    assert ledger.events == ["reserve", "not sent"] * 2
+    totals = ledger.totals()
+    assert (totals.attempts, totals.charged, totals.reserved) == (0, 0, 0)
+
+
+def test_time_outs_cannot_cross_the_cap(server: RecordingFake, tmp_path: Path) -> None:
+    handler, _ = configured(tmp_path / "probe")
+    run(handler)
+    bound, probe = first_bound(server), len(server.usages)
+
+    cap = 2.5 * bound
+    _, source, ledger = watched(tmp_path / "capped", cap, timeout=0.3)
+    server.delay_next(1.0, times=20)  # every attempt billed, none answered in time
+    with pytest.raises(BudgetExceeded, match="2 unanswered attempts counted at their bound"):
+        source.result("standard", dataset.get(CONVERSATION))
+    assert ledger.events == ["reserve", "keep", "reserve", "keep"]
+    assert len(server.usages) == probe + 2  # the third attempt was never sent
+    totals = ledger.totals()
+    assert totals.unconfirmed == 2 and totals.charged == pytest.approx(2 * bound, rel=1e-9)
+    assert totals.charged <= cap
+    assert hand_cost(summed(server.usages[probe:]))[1] <= cap  # what the server billed for them
+
+
+# ------------------------------------------------------------ one cap per folder
+
+
+def test_a_rerun_continues_under_the_folders_cap(server: RecordingFake, tmp_path: Path) -> None:
+    handler, _ = configured(tmp_path / "probe")
+    run(handler)
+    bound = first_bound(server)
+    probe = len(server.usages)
+
+    cap = 3.5 * bound
+    _, first, _ = watched(tmp_path, cap)
+    with pytest.raises(BudgetExceeded):
+        first.result("standard", dataset.get(CONVERSATION))
+    sent = len(server.requests)
+    assert sent > probe
+
+    # A second session on the same folder (a rerun resuming it): a new run id, the same cap.
+    _, again, ledger = watched(tmp_path, cap)
+    assert ledger.session != ledger_of(first).session
+    with pytest.raises(BudgetExceeded, match=r"by earlier or other sessions"):
+        again.result("standard", dataset.get(CONVERSATION))
+    assert len(server.requests) == sent  # nothing more was sent
+
+    # Forgetting the option does not lift the cap: the one last given in the folder holds.
+    _, forgot, ledger = watched(tmp_path, None)
+    with pytest.raises(BudgetExceeded, match="recorded in the folder"):
+        forgot.result("standard", dataset.get(CONVERSATION))
+    assert len(server.requests) == sent
+    assert any("recorded by an earlier session" in line for line in ledger.summary())
+
+    # A lower cap stops at once; only a larger one, given explicitly, lets it go on.
+    _, lower, _ = watched(tmp_path, bound)
+    with pytest.raises(BudgetExceeded):
+        lower.result("standard", dataset.get(CONVERSATION))
+    assert len(server.requests) == sent
+    _, larger, ledger = watched(tmp_path, 100.0)
+    larger.result("standard", dataset.get(CONVERSATION))
+    assert len(server.requests) > sent
+    folder = ledger.totals()
+    assert folder.charged == pytest.approx(hand_cost(summed(server.usages[probe:]))[1], rel=1e-9)
+    assert folder.sessions == 2 and folder.cap_usd == 100.0  # sessions that sent something
+    first_session, this_session = ledger.summary()
+    assert first_session.startswith("spend this run: $")
+    assert "earlier or concurrent sessions" in this_session and "of a $100.00 cap" in this_session
+
+
+def test_spend_recorded_by_an_earlier_version_counts(server: RecordingFake, tmp_path: Path) -> None:
+    old = tmp_path / ".careful" / "spend-auto-20250101-000000-abcd.json"
+    old.parent.mkdir(parents=True)
+    old.write_text(json.dumps({"version": 1, "spent_list": 0.2, "spent_conservative": 0.9, "requests": 40,
+                               "reservations": {"x": {"bound": 0.05, "pid": 1}}, "cap_usd": 1.0}))
+    _, source, ledger = watched(tmp_path, 0.96)
+    with pytest.raises(BudgetExceeded):
+        source.result("standard", dataset.get(CONVERSATION))
+    assert server.requests == []
+    folder = ledger.totals()
+    assert folder.charged == pytest.approx(0.95) and folder.requests == 40 and folder.unconfirmed == 1
+
+
+def _reserve_and_die(path: str) -> None:
+    SpendLedger(Path(path), 1.0, "killed").reserve(0.25)
+    os._exit(0)  # killed mid-request: never settled
+
+
+def test_a_dead_process_reservation_stays_spent(tmp_path: Path) -> None:
+    path = tmp_path / "spend.json"
+    child = multiprocessing.get_context("fork").Process(target=_reserve_and_die, args=(str(path),))
+    child.start()
+    child.join(timeout=30)
+    ledger = SpendLedger(path, 1.0, "survivor")
+    totals = ledger.totals()
+    assert (totals.reserved, totals.unconfirmed, totals.charged) == (0, 1, 0.25)
+    with pytest.raises(BudgetExceeded):
+        ledger.reserve(0.76)
+    ledger.reserve(0.75)
+
+
+@pytest.mark.parametrize("content", [
+    "not json", "[]", '{"version": 1, "spent_list": 0, "spent_conservative": 0, "requests": 0, "reservations": {}}',
+    '{"version": 2, "cap_usd": NaN, "sessions": {}, "reservations": {}}',
+    '{"version": 2, "cap_usd": null, "sessions": {"s": {"spent_conservative": -5}}, "reservations": {}}',
+    '{"version": 2, "cap_usd": null, "sessions": {"s": {"spent_conservative": "0"}}, "reservations": {}}',
+    '{"version": 2, "cap_usd": null, "sessions": [], "reservations": {}}',
+    '{"version": 2, "cap_usd": null, "sessions": {}, "reservations": {"r": {"bound": 1}}}',
+    "[" * 100_000,
+])
+def test_an_unreadable_ledger_sends_nothing(server: RecordingFake, tmp_path: Path, content: str) -> None:
+    path = budget.ledger_file(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    _, source, ledger = watched(tmp_path, 5.0)
+    with pytest.raises(StopRun, match="nothing is sent"):
+        source.result("standard", dataset.get(CONVERSATION))
+    assert server.requests == []
+    [line] = ledger.summary()  # the summary reports it, never raises
+    assert "could not be read" in line
+
+
+def test_retry_delay_follows_the_sdk_policy() -> None:
+    import anthropic
+    import httpx
+
+    def status_error(status: int, headers: dict[str, str]) -> anthropic.APIStatusError:
+        request = httpx.Request("POST", "http://x/v1/messages")
+        response = httpx.Response(status, headers=headers, request=request)
+        return anthropic.APIStatusError("e", response=response, body=None)  # type: ignore[arg-type]
+
+    assert claude.retry_delay(status_error(429, {"retry-after-ms": "250"}), 0) == 0.25
+    assert claude.retry_delay(status_error(529, {"retry-after": "3"}), 0) == 3.0
+    assert claude.retry_delay(status_error(400, {}), 0) is None
+    assert claude.retry_delay(status_error(400, {"x-should-retry": "true"}), 0) is not None
+    assert claude.retry_delay(status_error(503, {"x-should-retry": "false"}), 0) is None
+    assert claude.retry_delay(ValueError("not an API error"), 0) is None
+    backoff = claude.retry_delay(status_error(500, {"retry-after": "3600"}), 5)  # too long: backoff
+    assert backoff is not None and 0.75 * claude.MAX_RETRY_DELAY <= backoff <= claude.MAX_RETRY_DELAY
+    first = claude.retry_delay(status_error(408, {}), 0)
+    assert first is not None and 0.375 <= first <= 0.5
+
+
+# ------------------------------------------------------------ whole sessions (plugin)
+
+
+def _pytest(tmp_path: Path, server: RecordingFake, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": server.url}
+    env.pop("CAREFUL_RUN_ID", None)
+    return subprocess.run(_command(tmp_path, *args), cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _command(tmp_path: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+            f"--careful-output={tmp_path / 'result'}", f"--careful-model={KEY}",
+            "--careful-max-output-tokens=200", *args, *IDS]
+
+
+CAP = 0.05  # about five of these requests (conservative), not all of them
+
+
+def test_resumed_sessions_cannot_exceed_the_cap(tmp_path: Path) -> None:
+    with RecordingFake(replay_any_conversation) as server:
+        first = _pytest(tmp_path, server, "-n", "2", f"--careful-budget-usd={CAP}")
+        assert first.returncode == 1 and "reached for" in first.stdout, first.stdout[-3000:]
+        sent = len(server.requests)
+        assert sent >= 2 and billed(server) <= CAP
+        again = _pytest(tmp_path, server, "-p", "no:xdist", f"--careful-budget-usd={CAP}")
+        forgot = _pytest(tmp_path, server, "-p", "no:xdist")
+        assert len(server.requests) == sent  # a rerun gets no fresh cap, with or without the option
+        ledger = SpendLedger(budget.ledger_file(tmp_path / "result"))
+        assert ledger.totals().attempts == sent
+    assert again.returncode == 1 and "earlier or concurrent sessions" in again.stdout
+    assert "spend this run: $0.0000" in again.stdout
+    assert forgot.returncode == 1 and "recorded by an earlier session" in forgot.stdout
+    assert billed(server) <= CAP
+
+
+class Rendezvous:
+    """The replaying model, holding its first two requests until both arrived (sessions overlap)."""
+
+    def __init__(self) -> None:
+        self.barrier = threading.Barrier(2, timeout=60)
+        self.arrived = itertools.count()
+
+    def __call__(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        if next(self.arrived) < 2:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                self.barrier.wait()
+        time.sleep(0.05)
+        return replay_any_conversation(body)
+
+
+@pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2")], ids=["no-xdist", "n2"])
+def test_two_sessions_at_once_share_the_cap(tmp_path: Path, xdist: tuple[str, str]) -> None:
+    with RecordingFake(Rendezvous()) as server:
+        env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": server.url}
+        env.pop("CAREFUL_RUN_ID", None)
+        sessions = [subprocess.Popen(_command(tmp_path, *xdist, f"--careful-budget-usd={CAP}",
+                                              f"--careful-scorecards={tmp_path / f'cards{i}'}"),
+                                     cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True) for i in range(2)]
+        outputs = [session.communicate(timeout=600)[0] for session in sessions]
+        totals = SpendLedger(budget.ledger_file(tmp_path / "result")).totals()
+        assert totals.attempts == len(server.requests) and totals.reserved == 0
+        assert totals.charged == pytest.approx(billed(server), rel=1e-9)
+    assert all(session.returncode == 1 for session in sessions), outputs
+    assert all("reached for" in output for output in outputs)
+    if xdist[0] == "-p":  # one request at a time per session: the two held at once were one each
+        assert totals.sessions == 2
+    assert billed(server) <= CAP  # together, under the one cap
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
+def test_a_cap_that_is_not_a_positive_number_is_refused(pytester: pytest.Pytester, value: str) -> None:
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--careful-model={KEY}",
+                                           f"--careful-budget-usd={value}", IDS[0], timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--careful-budget-usd must be a positive number of dollars" in "\n".join(result.errlines)
