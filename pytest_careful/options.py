@@ -12,6 +12,7 @@ import pytest
 
 from ._bfcl import CATEGORIES
 from .declarations import BOUNDARIES
+from .limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS, Limits
 
 PROTOCOLS = ("standard", "hints", "confirm")
 GATES = ("bfcl", "safe", "strict", "rules", "none")
@@ -62,6 +63,26 @@ def _fraction(value: str) -> float:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
     if not 0.0 <= number <= 1.0:
         raise argparse.ArgumentTypeError(f"{value} is not between 0 and 1")
+    return number
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return number
+
+
+def _positive_number(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0.0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} is not a positive, finite number")
     return number
 
 
@@ -129,7 +150,8 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-server-timeout", dest="careful_server_timeout", default=None, type=float,
         metavar="SECONDS", help="vLLM: how long to wait for the server to become healthy")
     add("--careful-budget-usd", dest="careful_budget_usd", default=None, type=float, metavar="USD",
-        help="Claude: hard spending cap for the run; a request that could cross it is not sent")
+        help="Claude: hard spending cap of the output folder, every session together (reruns too); "
+        "a request that could cross it is not sent")
     add("--careful-max-output-tokens", dest="careful_max_output_tokens", default=None, type=int,
         metavar="N", help="Claude: output token limit per request (default 4096)")
     add("--careful-user-script", dest="careful_user_script", default="default",
@@ -138,6 +160,15 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-fail-on-regression", dest="careful_fail_on_regression", default=None,
         type=_fraction, metavar="ALPHA",
         help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA)")
+    add("--careful-max-calls", dest="careful_max_calls", default=DEFAULT_MAX_CALLS, type=_positive_int,
+        metavar="N", help=f"Budget of each conversation's scoring: calls replayed (default {DEFAULT_MAX_CALLS:,}); "
+                          "over it, that conversation fails with a resource_limit reason")
+    add("--careful-max-seconds", dest="careful_max_seconds", default=DEFAULT_MAX_SECONDS, type=_positive_number,
+        metavar="S", help=f"Budget of each conversation's scoring: wall time (default {DEFAULT_MAX_SECONDS:g} s)")
+    add("--careful-max-memory-mb", dest="careful_max_memory_mb", default=DEFAULT_MAX_MEMORY_MB,
+        type=_positive_number, metavar="MB",
+        help=f"Budget of each conversation's scoring: state snapshots, calls and results held, counted "
+             f"(default {DEFAULT_MAX_MEMORY_MB:g} MB)")
     add("--careful-junit-strict", dest="careful_junit_strict", action="store_true",
         help="JUnit XML valid against Jenkins' junit-10.xsd: each conversation's careful_* values go to "
              "<system-out> as name=value lines instead of testcase <properties>")
@@ -179,6 +210,7 @@ class CarefulOptions:
     allow_missing: bool = False
     allow_partial_baseline: bool = False
     junit_strict: bool = False
+    limits: Limits = Limits()  # each conversation's scoring budget
 
     @property
     def live(self) -> bool:
@@ -213,6 +245,7 @@ def read_options(config: pytest.Config) -> CarefulOptions:
         categories_given=get("careful_category") is not None, label=get("careful_label"),
         allow_missing=get("careful_allow_missing"), allow_partial_baseline=get("careful_allow_partial_baseline"),
         junit_strict=get("careful_junit_strict"),
+        limits=Limits(get("careful_max_calls"), get("careful_max_seconds"), get("careful_max_memory_mb")),
     )
     if options.active:
         _validate(options)
@@ -239,8 +272,8 @@ def _validate(options: CarefulOptions) -> None:
                                     "to know which bfcl-eval handler decodes the run")
     if options.live and options.output.exists() and not options.output.is_dir():
         raise pytest.UsageError(f"--careful-output: {options.output} exists and is not a directory")
-    if options.budget_usd is not None and options.budget_usd <= 0:
-        raise pytest.UsageError("--careful-budget-usd must be positive")
+    if options.budget_usd is not None and not 0 < options.budget_usd < float("inf"):  # NaN too
+        raise pytest.UsageError("--careful-budget-usd must be a positive number of dollars")
     if options.max_output_tokens < 1:
         raise pytest.UsageError("--careful-max-output-tokens must be at least 1")
     if options.fail_on_regression is not None and options.baseline is None:

@@ -329,6 +329,9 @@ def headlines(state: CarefulState) -> list[str]:
             line += (f"; {unscored} unscored (input problems: "
                      + ("skipped under --careful-allow-missing)" if state.options.allow_missing
                         else "counted as failures)"))
+        over_budget = sum(1 for r in rows if "resource_limit" in r)
+        if over_budget:
+            line += f"; {over_budget} over a resource limit (failed: see --careful-max-calls, -seconds, -memory-mb)"
         if not_run:
             line += f"; {not_run} selected but not run"
         lines.append(line)
@@ -425,10 +428,7 @@ def _condition_notes(state: CarefulState) -> list[str]:
                          "earlier result files (not rerun)")
     ledger = getattr(state.source, "spend_ledger", None)
     if ledger is not None:
-        spent = ledger.totals()
-        cap = f" of a ${spent.cap_usd:.2f} cap" if spent.cap_usd is not None else ""
-        lines.append(f"spend this run: ${spent.spent_list:.4f} at list prices, "
-                     f"${spent.spent_conservative:.4f} conservative{cap}, {spent.requests} requests")
+        lines.extend(ledger.summary())  # this session, then the output folder against the cap
     output = getattr(state.source, "output", None)
     if output is not None:
         lines.append(f"result files (bfcl generate layout): {output}/<protocol>/")
