@@ -1,6 +1,7 @@
-"""Cost of the worst payloads of issue 12, class 2, against a normal conversation.
+"""Cost of the worst payloads of issue 12, each class, against a normal conversation.
 
     .venv/bin/python bench/hostile.py                # every payload, default budget (~1.5 min)
+    .venv/bin/python bench/hostile.py --inputs       # classes 1, 3-6 only (seconds)
     .venv/bin/python bench/hostile.py --unmetered    # the same with no budget (60 s cap each)
     .venv/bin/python bench/hostile.py --real         # what real runs use: the defaults' margin
 
@@ -160,19 +161,121 @@ def real() -> None:
           f"{limits.DEFAULT_MAX_SECONDS:g} --careful-max-memory-mb={limits.DEFAULT_MAX_MEMORY_MB:g}")
 
 
+def _timed(work: Any, repeat: int = 3) -> float:
+    """Best wall time of ``repeat`` runs, in milliseconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - started)
+    return 1000 * best
+
+
+def inputs() -> None:
+    """Classes 1 and 3-6: hostile lines and files, isolation, call strings, the live store.
+
+    Each row against its normal counterpart, in this process (a warm-up first), so
+    the ratio is what a hostile input adds to the work it replaces.
+    """
+    import stat
+    from pytest_careful import dataset, results
+    from pytest_careful.executor import Simulators
+    from pytest_careful.replay import replay, reference
+    from pytest_careful.decoding import passthrough_decoder
+    from pytest_careful.result_store import ResultStore
+
+    work = Path(tempfile.mkdtemp(prefix="bench-inputs-"))
+    real_lines = (REAL_RUN / "BFCL_v4_multi_turn_base_result.json").read_bytes().split(b"\n")
+    normal_line = real_lines[0]
+
+    def one_line_file(name: str, line: bytes) -> Path:
+        path = work / name / "BFCL_v4_multi_turn_base_result.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(line + b"\n")
+        return path
+
+    rows: list[tuple[str, str, float, float]] = []
+
+    def read(path: Path) -> Any:
+        return lambda: results.read_result_file(path, "multi_turn_base")
+    normal = _timed(read(one_line_file("normal", normal_line)))
+    nested = b'{"id": "multi_turn_base_0", "result": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    rows.append(("1", "line nested 10^5 deep (200 KB)", _timed(read(one_line_file("nested", nested))), normal))
+    huge = b'{"id": "multi_turn_base_0", "result": ' + b"9" * 100_000 + b"}"
+    rows.append(("1", "line with a 10^5-digit integer", _timed(read(one_line_file("huge", huge))), normal))
+    whole = work / "whole" / "BFCL_v4_multi_turn_base_result.json"
+    whole.parent.mkdir()
+    whole.write_bytes(b"\n".join(real_lines))
+    bad = work / "bad" / "BFCL_v4_multi_turn_base_result.json"
+    bad.parent.mkdir()
+    bad.write_bytes(b"\n".join([real_lines[0].replace(b'"result"', b'"res\xff\xfeult"', 1), *real_lines[1:]]))
+    rows.append(("5", "200-line file, one invalid UTF-8 byte", _timed(read(bad)), _timed(read(whole))))
+    sep = b"\n".join(line.replace(b"ls(", "ls(\u2028".encode(), 1) for line in real_lines)
+    u2028 = work / "u2028" / "BFCL_v4_multi_turn_base_result.json"
+    u2028.parent.mkdir()
+    u2028.write_bytes(sep)
+    rows.append(("5", "200-line file, U+2028 in strings", _timed(read(u2028)), _timed(read(whole))))
+    fifo_dir = work / "fifo"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / "BFCL_v4_multi_turn_base_result.json")
+    assert stat.S_ISFIFO(os.stat(fifo_dir / "BFCL_v4_multi_turn_base_result.json").st_mode)
+    rows.append(("5", "a FIFO named like a result file",
+                 _timed(lambda: results.find_result_files(fifo_dir) and read(fifo_dir / "BFCL_v4_multi_turn_base_result.json")()),
+                 _timed(lambda: results.find_result_files(whole.parent))))
+
+    from test_isolation import _hosts, hostile_calls  # the isolation tests' generated payloads
+
+    victim = dataset.get("multi_turn_base_0")
+    host = _hosts()[0]
+    polluting = [[hostile_calls(host, seed=7, n=200)]]
+    reference(victim)
+    victim_run = [[list(t)] if t else [] for t in victim.ground_truth]
+    alone = _timed(lambda: replay(victim, victim_run))
+    after = _timed(lambda: (replay(host, polluting), replay(victim, victim_run)))
+    host_only = _timed(lambda: replay(host, polluting))
+    rows.append(("3", f"after 200 polluting calls ({host.id})", after - host_only, alone))
+
+    sims = Simulators(victim.involved_classes, victim.initial_config, victim.long_context)
+    plain = "ls(a=True)"
+    heavy = "ls(a=" + "(" * 90 + "1 if not 0 or 1 and 2 < 3 <= 4 else 0" + ")" * 90 + ")"
+    formatting = "touch(file_name='%s-%d-%r' % ('x' * 50000, 10 ** 4000 % 7, [1, 2] * 1000))"
+    lookalike = "\uff4c\uff53(a=True)"
+    for label, call in (("call: 90 nested parentheses, boolean ops", heavy),
+                        ("call: %-formatting of 50 KB", formatting), ("call: full-width look-alike name", lookalike)):
+        rows.append(("4", label, _timed(lambda call=call: sims.execute(call)), _timed(lambda: sims.execute(plain))))
+
+    store = ResultStore(work / "store", "bench-model")
+    entry = {"id": "multi_turn_base_0", "result": [[[{"ls": "{}"}]]], "input_token_count": [[1]],
+             "output_token_count": [[1]], "latency": [[0.1]]}
+    surrogate = dict(entry, result=[["text \ud800 lone surrogate " * 1000]])
+    normal_append = _timed(lambda: store.append("multi_turn_base", entry))
+    rows.append(("6", "append: model text with a lone surrogate",
+                 _timed(lambda: store.append("multi_turn_base", surrogate)), normal_append))
+    rows.append(("6", "resume: read back a store of 10 such lines",
+                 _timed(lambda: store.read("multi_turn_base")), normal_append))
+    print(f"{'class':5s} {'payload':44s} {'hostile ms':>11s} {'normal ms':>10s} {'ratio':>7s}")
+    for klass, label, hostile_ms, normal_ms in rows:
+        print(f"{klass:5s} {label:44s} {hostile_ms:11.2f} {normal_ms:10.2f} {hostile_ms / max(normal_ms, 1e-6):7.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", nargs=2, metavar=("KIND", "SIZE"), help=argparse.SUPPRESS)
     parser.add_argument("--unmetered", action="store_true", help="no budget (each payload capped at 60 s)")
     parser.add_argument("--real", action="store_true", help="measure the references and the real run")
+    parser.add_argument("--inputs", action="store_true", help="classes 1 and 3-6 only")
     args = parser.parse_args()
     os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bench-bfcl-"))
     if args.child:
         print(json.dumps(child(args.child[0], int(args.child[1]), args.unmetered)))
     elif args.real:
         real()
+    elif args.inputs:
+        inputs()
     else:
         hostile(args.unmetered)
+        print()
+        inputs()
 
 
 if __name__ == "__main__":
