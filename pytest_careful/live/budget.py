@@ -64,6 +64,7 @@ from typing import Any
 
 import yaml
 
+from ..result_store import _fsync_dir
 from .source import StopRun
 
 PRICES_FILE = Path(__file__).with_name("prices.yaml")
@@ -410,12 +411,6 @@ def ledger_file(output: Path) -> Path:
     return Path(output) / ".careful" / "spend.json"
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _number(value: Any, what: str) -> float:
