@@ -18,12 +18,18 @@ import yaml
 
 from ._bfcl import SIMULATOR_CLASSES
 
+#: The data package that ``declarations/`` is installed as. Not
+#: ``pytest_careful.declarations``: installed, a folder of that name beside this
+#: module would shadow it (the package wins the import).
+DATA_PACKAGE = "pytest_careful.declarations_data"
+
+
 def _declarations_dir() -> Path:
-    # Installed, declarations/ is the data package pytest_careful.declarations;
-    # in a source checkout it is the top-level folder beside the package.
+    # Installed, declarations/ is the data package DATA_PACKAGE; in a source
+    # checkout (editable installs included) it is the top-level folder beside the package.
     import importlib.util
 
-    spec = importlib.util.find_spec("pytest_careful.declarations")
+    spec = importlib.util.find_spec(DATA_PACKAGE)
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
     return Path(__file__).resolve().parent.parent / "declarations"

@@ -1,10 +1,15 @@
 """``careful-declare``: regenerate the effect declarations, print what they say.
 
     careful-declare                      # regenerate declarations/ (sources.yaml names the logged runs)
-    careful-declare --logged DIR --decoder KEY   # add a logged run as a source, regenerate
+    careful-declare --check              # regenerate in memory, fail unless byte-identical to the files
+    careful-declare --logged DIR --decoder KEY   # extract a logged run into declarations/logged/, regenerate
     careful-declare --export-mcp         # {function: {readOnlyHint, destructiveHint, idempotentHint}}
     careful-declare --table              # per-class table (the seed's Table 2) and the signals
     careful-declare --reference-stats    # reference calls and turns by effect kind, per category
+    careful-declare --agreement          # annotator agreement: raw, Cohen's and Fleiss' kappa
+    careful-declare --careful-results DIR --careful-decoder KEY [--careful-results DIR2 ...]
+                                         # asked turns per detector, collateral calls per boundary,
+                                         # Spearman's rho of official vs effect-aware score
 """
 
 from __future__ import annotations
@@ -33,6 +38,13 @@ HEADER = (
 
 
 # --- sources --------------------------------------------------------------------
+#
+# A logged run is shipped as an extract: one JSON line per conversation with the
+# calls its decoder read, per turn and step (all that the inference replays), in
+# declarations/logged/. So `--check` needs nothing outside the package; the run
+# itself is named for provenance, with the fingerprint of its result files.
+
+EXTRACTS_DIR = "logged"
 
 
 def _read_sources(directory: Path) -> list[dict[str, str]]:
@@ -40,6 +52,13 @@ def _read_sources(directory: Path) -> list[dict[str, str]]:
     if not path.exists():
         return []
     return list(yaml.safe_load(path.read_text(encoding="utf-8")).get("logged", []) or [])
+
+
+def _sources_text(sources: list[dict[str, str]]) -> str:
+    return ("# Logged runs used as observation sources: `extract` (relative to this directory) holds\n"
+            "# the decoded calls of `run` (decoded with `decoder`; `run_sha256` fingerprints its\n"
+            "# result files); `sha256` is the extract's. Add a run with `careful-declare --logged`.\n"
+            + yaml.safe_dump({"logged": sources}, sort_keys=False))
 
 
 def _fingerprint(paths: Sequence[Path]) -> str:
@@ -50,25 +69,50 @@ def _fingerprint(paths: Sequence[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _logged_runs(directory: Path, sources: list[dict[str, str]]) -> Iterator[tuple[dataset.Conversation, list]]:
+def extract_run(run_dir: Path, decoder_key: str) -> tuple[str, str]:
+    """A logged run's extract (JSON lines) and its result files' fingerprint."""
     from .decoding import decoder
     from .results import decode_turns, find_result_files, read_result_file
 
+    files, _ = find_result_files(run_dir)
+    if not files:
+        raise SystemExit(f"careful-declare: no BFCL multi-turn result files under {run_dir}")
+    dec = decoder(decoder_key)
+    lines = []
+    for category, path in files.items():
+        entries, _ = read_result_file(path, category)
+        for entry in entries:
+            if isinstance(entry.result, list):
+                turns = decode_turns(dec, entry.result)
+                lines.append(json.dumps({"id": entry.id, "turns": turns}, ensure_ascii=False,
+                                        separators=(",", ":")) + "\n")
+    return "".join(lines), _fingerprint(list(files.values()))
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _logged_runs(directory: Path, sources: list[dict[str, str]], pending: dict[str, str] | None = None,
+                 ) -> Iterator[tuple[dataset.Conversation, list]]:
+    """Conversations and decoded calls from each source's extract (``pending``: not yet written)."""
     for source in sources:
-        run_dir = (directory / source["path"]).resolve()
-        files, _ = find_result_files(run_dir)
-        if not files:
-            raise SystemExit(f"careful-declare: no BFCL multi-turn result files under {run_dir}")
-        fingerprint = _fingerprint(list(files.values()))
-        if source.get("sha256") and source["sha256"] != fingerprint:
-            raise SystemExit(f"careful-declare: {run_dir} changed since it was recorded "
-                             f"({source['sha256']} != {fingerprint}); re-add it with --logged")
-        dec = decoder(source["decoder"])
-        for category, path in files.items():
-            entries, _ = read_result_file(path, category)
-            for entry in entries:
-                if isinstance(entry.result, list):
-                    yield dataset.get(entry.id), decode_turns(dec, entry.result)
+        if "extract" not in source:
+            raise SystemExit(f"careful-declare: source {source} names no extract; re-add it with --logged")
+        name = source["extract"]
+        path = directory / name
+        if pending and name in pending:
+            text = pending[name]
+        elif path.is_file():
+            text = path.read_text(encoding="utf-8")
+        else:
+            raise SystemExit(f"careful-declare: the extract {path} is missing")
+        if _sha256(text) != source["sha256"]:
+            raise SystemExit(f"careful-declare: {path} changed since it was recorded "
+                             f"({source['sha256']} != {_sha256(text)}); re-add the run with --logged")
+        for line in text.splitlines():
+            row = json.loads(line)
+            yield dataset.get(row["id"]), row["turns"]
 
 
 # --- rendering --------------------------------------------------------------------
@@ -112,11 +156,17 @@ def render_class(class_name: str, observer: inference.Observer, reasons: dict[st
 
 
 def regenerate(directory: Path, sources: list[dict[str, str]],
-               progress: Callable[[str, int], Callable[[], None]] | None = None) -> dict[str, str]:
-    """Run the inference and return ``{file name: text}`` (nothing written)."""
+               progress: Callable[[str, int], Callable[[], None]] | None = None,
+               pending: dict[str, str] | None = None) -> dict[str, str]:
+    """Run the inference and return ``{file name: text}`` (nothing written).
+
+    The files are the class declarations and ``sources.yaml``, plus ``pending``:
+    extracts of newly added runs, read from memory rather than from ``directory``.
+    """
     reasons, _ = declarations.load_boundary_file(directory)
-    observer = inference.run(_logged_runs(directory, sources), progress)
-    return {f"{c}.yaml": render_class(c, observer, reasons) for c in SIMULATOR_CLASSES}
+    observer = inference.run(_logged_runs(directory, sources, pending), progress)
+    files = {f"{c}.yaml": render_class(c, observer, reasons) for c in SIMULATOR_CLASSES}
+    return {**files, SOURCES_FILE: _sources_text(sources), **(pending or {})}
 
 
 @contextmanager
@@ -192,7 +242,7 @@ def _print_table(title: str, rows: list[dict[str, Any]]) -> None:
 
     table = Table(title=title)
     for column in rows[0]:
-        table.add_column(column, justify="left" if column in ("class", "category", "function") else "right")
+        table.add_column(column, justify="left" if column in ("class", "category", "function", "pair", "over", "run", "boundary") else "right")
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     Console(width=150).print(table)
@@ -216,8 +266,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reference-stats", action="store_true",
                         help="Print reference calls and turns by effect kind")
     parser.add_argument("--boundary", default="final", choices=declarations.BOUNDARIES)
+    parser.add_argument("--agreement", action="store_true",
+                        help="Print the annotators' raw agreement, Cohen's and Fleiss' kappa")
+    parser.add_argument("--careful-results", type=Path, action="append", default=[],
+                        help="A logged run to re-score under every detector and boundary (repeatable)")
+    parser.add_argument("--careful-decoder", action="append", default=[],
+                        help="Registry key decoding --careful-results (one, or one per run)")
     args = parser.parse_args(argv)
     directory: Path = args.dir
+    if args.agreement or args.careful_results:
+        return _agreement(args, directory)
     if args.export_mcp:
         print(json.dumps(declarations.load(directory).export_mcp(args.boundary), indent=2, sort_keys=True))
         return 0
@@ -233,39 +291,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _regenerate(args, directory)
 
 
+def _agreement(args: argparse.Namespace, directory: Path) -> int:
+    from . import agreement
+
+    decl = declarations.load(directory)
+    if args.agreement:
+        _print_table("Annotator agreement: raw and Cohen's kappa (writes; all functions)",
+                     agreement.agreement_rows(decl))
+        _print_table("Fleiss' kappa of A1-A4", agreement.fleiss_rows(decl))
+    if args.careful_results:
+        decoders = args.careful_decoder
+        if len(decoders) not in (1, len(args.careful_results)):
+            raise SystemExit("careful-declare: give one --careful-decoder, or one per --careful-results")
+        keys = decoders * len(args.careful_results) if len(decoders) == 1 else decoders
+        runs = {str(run): agreement.score_run(run, key, decl) for run, key in zip(args.careful_results, keys)}
+        _print_sensitivity(agreement.sensitivity(runs))
+    return 0
+
+
+def _print_sensitivity(figures: dict[str, Any]) -> None:
+    runs = figures["runs"]
+    _print_table("Asked turns under each detector",
+                 [{"run": r, **t["asked"]} for r, t in runs.items()])
+    _print_table("Collateral destructive calls under each boundary",
+                 [{"run": r, **{b: v["collateral"] for b, v in t["boundary"].items()}} for r, t in runs.items()])
+    _print_table("Official / effect-aware score under each boundary",
+                 [{"run": r, **{b: f"{v['official']:.3f} / {v['effect_aware']:.3f}"
+                                for b, v in t["boundary"].items()}} for r, t in runs.items()])
+    if figures["spearman"]:
+        _print_table("Spearman rho, official vs effect-aware score across runs",
+                     [{"boundary": b, "rho": "-" if rho is None else rho} for b, rho in figures["spearman"].items()])
+
+
 def _regenerate(args: argparse.Namespace, directory: Path) -> int:
     sources = _read_sources(directory)
+    pending: dict[str, str] = {}
     for run in args.logged:
         if not args.decoder:
             raise SystemExit("careful-declare: --logged needs --decoder (a bfcl-eval registry key)")
-        from .results import find_result_files
-
-        run_files, _ = find_result_files(run)
-        relative = Path(_relative(run.resolve(), directory.resolve()))
-        sources = [s for s in sources if s["path"] != str(relative)]
-        sources.append({"path": str(relative), "decoder": args.decoder,
-                        "sha256": _fingerprint(list(run_files.values()))})
+        text, fingerprint = extract_run(run, args.decoder)
+        name = f"{EXTRACTS_DIR}/{run.resolve().name}.jsonl"
+        pending[name] = text
+        sources = [s for s in sources if s.get("extract") != name]
+        sources.append({"extract": name, "sha256": _sha256(text), "run": run.resolve().name,
+                        "run_sha256": fingerprint, "decoder": args.decoder})
     started = time.perf_counter()
     with _progress_bars() as progress:
-        files = regenerate(directory, sources, progress)
+        files = regenerate(directory, sources, progress, pending)
     if args.check:
         stale = [n for n, text in files.items() if not (directory / n).exists()
                  or (directory / n).read_text(encoding="utf-8") != text]
         print(f"careful-declare: {'stale: ' + ', '.join(stale) if stale else 'up to date'}")
         return 1 if stale else 0
     for name, text in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_text(text, encoding="utf-8")
-    (directory / SOURCES_FILE).write_text(
-        "# Logged runs used as observation sources (paths relative to this directory).\n"
-        + yaml.safe_dump({"logged": sources}, sort_keys=False), encoding="utf-8")
     print(f"careful-declare: wrote {len(files)} files to {directory} in {time.perf_counter() - started:.1f} s")
     return 0
-
-
-def _relative(path: Path, start: Path) -> str:
-    import os
-
-    return os.path.relpath(path, start)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,137 @@
+"""Annotator agreement on the destructive boundary, and the seed's sensitivity figures (§3, §7).
+
+Pure functions over label sets (``agreement_rows``, ``fleiss_kappa``) and over
+scored rows (``sensitivity``); ``careful-declare --agreement`` and
+``careful-declare --careful-results`` print them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .declarations import ANNOTATORS, BOUNDARIES, Declarations
+from .detector import MODES
+
+#: The pairs in the order the seed reports them (§3): A1-A3 among themselves, then A4 with each.
+PAIRS: tuple[tuple[str, str], ...] = (("A1", "A2"), ("A1", "A3"), ("A2", "A3"),
+                                      ("A4", "A1"), ("A4", "A2"), ("A4", "A3"))
+
+
+def cohen_kappa(first: Sequence[bool], second: Sequence[bool]) -> float:
+    """Cohen's κ of two binary labellings of the same items."""
+    n = len(first)
+    observed = sum(a == b for a, b in zip(first, second)) / n
+    p_first, p_second = sum(first) / n, sum(second) / n
+    expected = p_first * p_second + (1 - p_first) * (1 - p_second)
+    return 1.0 if expected == 1 else (observed - expected) / (1 - expected)
+
+
+def fleiss_kappa(labels: Sequence[Sequence[bool]]) -> float:
+    """Fleiss' κ of binary labels: one row per item, one column per rater."""
+    items, raters = len(labels), len(labels[0])
+    yes = [sum(row) for row in labels]
+    per_item = [(k * k + (raters - k) ** 2 - raters) / (raters * (raters - 1)) for k in yes]
+    p_yes = sum(yes) / (items * raters)
+    expected = p_yes ** 2 + (1 - p_yes) ** 2
+    return 1.0 if expected == 1 else (sum(per_item) / items - expected) / (1 - expected)
+
+
+def _labels(functions: Sequence[str], chosen: frozenset[str]) -> list[bool]:
+    return [f in chosen for f in functions]
+
+
+def agreement_rows(decl: Declarations) -> list[dict[str, Any]]:
+    """Raw agreement and Cohen's κ per annotator pair and per annotator against the final boundary.
+
+    Over the inferred writes (the seed's 49) and over all functions (128).
+    """
+    writes = sorted(n for n, d in decl.functions.items() if d.is_write)
+    everything = sorted(decl.functions)
+    sets = {**decl.annotators, "final": decl.boundary("final")}
+    pairs = list(PAIRS) + [(a, "final") for a in ANNOTATORS]
+    rows = []
+    for first, second in pairs:
+        row: dict[str, Any] = {"pair": f"{first}-{second}"}
+        for label, functions in (("writes", writes), ("all", everything)):
+            a, b = _labels(functions, sets[first]), _labels(functions, sets[second])
+            row[f"agree_{label}"] = f"{sum(x == y for x, y in zip(a, b))}/{len(functions)}"
+            row[f"kappa_{label}"] = f"{cohen_kappa(a, b):.2f}"
+        rows.append(row)
+    return rows
+
+
+def fleiss_rows(decl: Declarations) -> list[dict[str, Any]]:
+    """Fleiss' κ of the four annotators over the writes and over all functions."""
+    rows = []
+    for label, functions in (("writes", [n for n, d in decl.functions.items() if d.is_write]),
+                             ("all", list(decl.functions))):
+        table = [[f in decl.annotators[a] for a in ANNOTATORS] for f in sorted(functions)]
+        unanimous = sum(all(r) or not any(r) for r in table)
+        rows.append({"over": label, "functions": len(functions), "unanimous": unanimous,
+                     "fleiss_kappa": f"{fleiss_kappa(table):.2f}"})
+    return rows
+
+
+# --- §7: detector and boundary sensitivity of scored runs ---------------------------
+
+
+def sensitivity(runs: Mapping[str, Mapping[str, Mapping[str, Iterable[Mapping[str, Any]]]]]) -> dict[str, Any]:
+    """Asked turns per detector, collateral calls and scores per boundary, rank correlations.
+
+    Args:
+        runs: per run name, ``{"detector": {mode: rows}, "boundary": {name: rows}}``
+            where rows are ``rules.score`` rows of that run scored under that setting.
+    """
+    table: dict[str, Any] = {}
+    for run, scored in runs.items():
+        by_detector = {m: sum(r["counts"].get("asked", 0) for r in rows) for m, rows in scored["detector"].items()}
+        by_boundary = {}
+        for name, rows in scored["boundary"].items():
+            rows = list(rows)
+            n = len(rows) or 1
+            by_boundary[name] = {
+                "collateral": sum(r["counts"].get("collateral_destructive", 0) for r in rows),
+                "official": sum(bool(r["bfcl"].get("valid")) for r in rows) / n,
+                "effect_aware": sum(bool(r["safe"]) for r in rows) / n,
+            }
+        table[run] = {"asked": by_detector, "boundary": by_boundary}
+    return {"runs": table, "spearman": _rank_correlations(table)}
+
+
+def _rank_correlations(table: Mapping[str, Any]) -> dict[str, float | None]:
+    """Spearman's ρ between official and effect-aware score across runs, per boundary."""
+    from scipy.stats import spearmanr
+
+    if len(table) < 2:
+        return {}
+    names = next(iter(table.values()))["boundary"]
+    result: dict[str, float | None] = {}
+    for name in names:
+        official = [t["boundary"][name]["official"] for t in table.values()]
+        aware = [t["boundary"][name]["effect_aware"] for t in table.values()]
+        rho = spearmanr(official, aware).statistic
+        result[name] = None if rho != rho else round(float(rho), 2)  # NaN when a score is constant
+    return result
+
+
+def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Replay a logged run once and score it under every detector and every boundary."""
+    from . import dataset
+    from .decoding import decoder
+    from .results import evaluate, find_result_files, keep_last, read_result_file
+    from .rules import Settings, score
+
+    files, _ = find_result_files(run_dir)
+    if not files:
+        raise SystemExit(f"careful-declare: no BFCL multi-turn result files under {run_dir}")
+    dec = decoder(decoder_key)
+    evaluations = []
+    for category, path in files.items():
+        entries, _ = read_result_file(path, category)
+        for entry in keep_last(entries)[0]:
+            evaluations.append(evaluate(dataset.get(entry.id), entry.result, dec, entry=entry))
+    return {
+        "detector": {m: [score(e, decl, Settings(detector=m)) for e in evaluations] for m in MODES},
+        "boundary": {b: [score(e, decl, Settings(boundary=b)) for e in evaluations] for b in BOUNDARIES},
+    }
