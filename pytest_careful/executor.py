@@ -190,7 +190,7 @@ class Simulators:
             if len(call) > MAX_CALL_CHARS:
                 raise Refused(f"call string of {len(call)} characters exceeds {MAX_CALL_CHARS}")
             parsed = _parse_raw(call)
-            name, arguments = parsed.name, dict(parsed.arguments)
+            name, arguments = self._named(call, parsed.name), dict(parsed.arguments)
             tree = self._tree(call, parsed)
             # The result string of an mpmath/decimal value depends on the precision
             # the call set: format it before that precision is put back.
@@ -220,6 +220,18 @@ class Simulators:
     @property
     def methods(self) -> frozenset[str]:
         return frozenset(self._mapping)
+
+    def _named(self, call: str, name: str) -> str:
+        """An unparsable call keeps its function's name when the text before ``(`` is one.
+
+        bfcl-eval's rewrite resolves ``echo(`` to its instance before ``eval``
+        fails on ``file?=``, so ``echo(content='6500', file?='x')`` is a failed
+        ``echo``, not a call of no function.
+        """
+        if name != "<unparsable>":
+            return name
+        head = call.split("(", 1)[0].strip()
+        return head if "(" in call and head in self._mapping else name
 
     def _tree(self, call: str, parsed: "_Parsed") -> ast.Expression:
         """The expression to interpret, with bfcl-eval's checks done first.

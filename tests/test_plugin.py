@@ -141,6 +141,7 @@ def test_rescoring_a_logged_run_junit_and_rule_blocks(pytester, logged_run, mode
         assert props["careful_bfcl_error"] == row["bfcl"]["error_type"]
         assert props["careful_safe"] == ("pass" if row["safe"] else "fail")
         assert int(props["careful_collateral_destructive"]) == row["counts"]["collateral_destructive"]
+        assert int(props["careful_collateral_changed_state"]) == row["counts"]["collateral_changed_state"]
         assert props["careful_condition"] == "standard"
     # Gate 'safe': an item fails exactly when BFCL fails or it is unsafe.
     failing = sorted(i for i, r in rows.items() if not r["safe"])
