@@ -7,13 +7,17 @@ standard protocol. Rescoring a run under another protocol than it was made
 under writes a scorecard of one protocol's output under the other's name (a
 standard run rescored as ``confirm`` gives a "confirm" scorecard identical to
 the standard one), so it is refused.
+
+A confirm run may be rescored with a stricter ``--careful-user-script`` than it
+was made under: its answers are then re-examined under that script (seed, § 7),
+and the scorecard still says which script the run was made under.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from .result_store import GROUP_DIR
 
@@ -71,3 +75,30 @@ def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path)
             f"protocol; scored as {condition} its scorecard would be mislabelled. Rescore it with "
             f"--careful-protocol={made_as}, or point --careful-results at a run made under {condition}"
             " (with several protocols, each one's run lies in DIR/<protocol>/).")
+
+
+def recorded(result_files: Iterable[Path]) -> dict[str, Any]:
+    """The settings a run recorded (the first settings file of its result files; {} without one)."""
+    paths = sorted({p for p in map(settings_path, result_files) if p is not None})
+    for path in paths:
+        try:
+            settings = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            continue  # protocol_problem has said why already
+        if isinstance(settings, dict):
+            return settings
+    return {}
+
+
+def script_problem(made_with: str, script: str) -> str | None:
+    """Why a confirm run made under ``made_with`` cannot be re-examined under ``script``.
+
+    Re-examining reads the answers the run's user gave; a run made under a
+    stricter script lacks the answers it withheld, so only a ``default`` run
+    (or the same script, which re-examines nothing) can be read so.
+    """
+    if script == made_with or made_with == "default":
+        return None
+    return (f"--careful-user-script={script}: this confirm run was made under {made_with}; its log lacks "
+            f"the yes answers {made_with} withheld, so only a run made under default can be re-examined "
+            f"under another script (or rescore it with --careful-user-script={made_with})")

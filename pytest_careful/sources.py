@@ -13,7 +13,7 @@ from .decoding import Decoder, UnknownModel, decoder, passthrough_decoder, resol
 from .options import REFERENCE_MODEL, CarefulOptions
 from ._bfcl import CATEGORIES
 from .results import InputProblem, LoggedEntry, find_result_files, read_result_file
-from .run_settings import protocol_problem
+from .run_settings import protocol_problem, recorded, script_problem
 
 
 @dataclass
@@ -30,6 +30,8 @@ class Source:
     #: what the user should know before reading the scores (e.g. a decoder that reads
     #: almost none of the run); the run is scored all the same. Controller only.
     warnings: list[str] = field(default_factory=list)
+    #: per condition, the settings a logged run recorded (``careful_settings.json``)
+    recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def is_reference(self) -> bool:
@@ -45,6 +47,17 @@ class Source:
         if entry is None:
             raise LookupError(self.problem_for(condition, conversation.id))
         return entry.result, entry
+
+    def user_script(self, condition: str, default: str = "default") -> str:
+        """The script a confirm run's scripted user answered under.
+
+        A logged run's settings say it (``default`` when they do not); a live
+        run's is the session's own, ``default`` here.
+        """
+        if condition not in self.recorded:
+            return default
+        script = self.recorded[condition].get("user_script")
+        return script if isinstance(script, str) else "default"
 
     def problem_for(self, condition: str, conversation_id: str) -> str:
         located = [str(p) for p in self.problems if p.conversation == conversation_id]
@@ -79,6 +92,10 @@ def open_source(options: CarefulOptions) -> Source:
     source.categories = options.categories if options.categories_given else _present(folders)
     for condition, directory in folders.items():
         _read_condition(source, condition, directory, source.categories)
+    if "confirm" in source.recorded:
+        problem = script_problem(source.user_script("confirm"), options.user_script)
+        if problem:
+            raise pytest.UsageError(problem)
     if not options.worker:  # the controller tells; workers would only pay for it
         source.warnings.extend(_decoder_warnings(source, options))
     return source
@@ -155,6 +172,7 @@ def _read_condition(source: Source, condition: str, directory: Path, categories:
     problem = protocol_problem(condition, [files[c] for c in categories], directory)
     if problem:
         raise pytest.UsageError(problem)
+    source.recorded[condition] = recorded(files[c] for c in categories)
     for category in categories:
         source.files[(condition, category)] = files[category]
         entries, problems = read_result_file(files[category], category)

@@ -1,0 +1,219 @@
+"""The scripted user's answers, read back from a logged confirm run (seed, §§ 6-7).
+
+Everything here is a pure function of one conversation's result entry (its
+``result`` and ``inference_log``) and the dataset: no model runs.
+
+* :func:`logged_answers`: every answer the scripted user gave, with what it
+  saw then (the model's text, the calls executed before it in the turn, the
+  answers given before it), so that the answer can be re-examined.
+* :func:`reexamine`: the yes answers a stricter script would have withheld
+  (seed, § 7 "Sensitivity": every answer of a run re-examined under
+  ``no_failure_yes`` and ``asking_sentences_only``). Each logged answer is
+  re-examined as it stood; what the model would have done without the yes is
+  not simulated.
+* :func:`after_yes`: what followed each yes in its turn, up to the next answer
+  (seed, § 6: "of Qwen3-8B's 38 yes answers, 11 were followed by the
+  destructive call they licensed and 15 by no call at all").
+* :func:`silent_turns`: the turns whose reference makes no call, and what the
+  model did there (calls, destructive calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import scripted_user
+from .dataset import Conversation
+from .live import confirm
+
+if TYPE_CHECKING:
+    from .state import CarefulState
+
+
+@dataclass(frozen=True)
+class LoggedAnswer:
+    """One scripted answer of a logged confirm run.
+
+    Attributes:
+        turn: the turn it was given in.
+        raw_step: the raw step of the model text it answered.
+        kind: ``yes``, ``no`` or ``restate``.
+        text: the model's text it answered.
+        executed: the calls the model had executed in the turn before it.
+        given_before: answers already given in the turn.
+        restated_before: whether the request had been restated in the turn.
+    """
+
+    turn: int
+    raw_step: int
+    kind: str
+    text: str | None
+    executed: tuple[str, ...]
+    given_before: int
+    restated_before: bool
+
+
+def _turn_logs(inference_log: Any) -> list[dict[str, Any]]:
+    """The per-turn logs of an inference log (the dicts that begin a turn)."""
+    if not isinstance(inference_log, list):
+        return []
+    return [t for t in inference_log if isinstance(t, dict) and "begin_of_turn_query" in t]
+
+
+def _steps(turn_log: Mapping[str, Any]) -> list[tuple[int, list[Any]]]:
+    """``(raw index, records)`` of a turn's steps, in order."""
+    steps = []
+    for key, step in turn_log.items():
+        if key.startswith("step_") and isinstance(step, list) and key[5:].isdigit():
+            steps.append((int(key[5:]), step))
+    return sorted(steps, key=lambda s: s[0])
+
+
+def logged_answers(result: Any, inference_log: Any) -> list[LoggedAnswer]:
+    """Every scripted answer of one conversation, in order, with what the user saw."""
+    answers: list[LoggedAnswer] = []
+    turns = result if isinstance(result, list) else []
+    for turn, log in enumerate(_turn_logs(inference_log)):
+        given: list[str] = []
+        steps = _steps(log)
+        for raw, records in steps:
+            kinds = [str(r[confirm.ANSWER_LOG_KEY]) for r in records
+                     if isinstance(r, dict) and isinstance(r.get(confirm.ANSWER_LOG_KEY), str)]
+            if not kinds:
+                continue
+            before = {f"step_{i}": s for i, s in steps if i < raw}
+            responses = turns[turn][raw] if turn < len(turns) and isinstance(turns[turn], list) \
+                and raw < len(turns[turn]) else None
+            for kind in kinds:
+                answers.append(LoggedAnswer(turn, raw, kind, confirm.model_text(responses),
+                                            tuple(confirm.executed_calls(before)), len(given),
+                                            scripted_user.RESTATE in given))
+                given.append(kind)
+    return answers
+
+
+def reexamine(conversation: Conversation, answers: Sequence[LoggedAnswer], boundary: frozenset[str],
+              script: str, detector_mode: str = "strict") -> list[LoggedAnswer]:
+    """The logged yes answers that ``script`` withholds (gives no yes to)."""
+    withheld = []
+    for logged in answers:
+        if logged.kind != scripted_user.YES:
+            continue
+        again = replay_answer(conversation, logged, boundary, script, detector_mode)
+        if again is None or again.kind != scripted_user.YES:
+            withheld.append(logged)
+    return withheld
+
+
+def replay_answer(conversation: Conversation, logged: LoggedAnswer, boundary: frozenset[str],
+                  script: str, detector_mode: str = "strict") -> scripted_user.Answer | None:
+    """What ``script`` answers to the text a logged answer answered, in the same situation."""
+    reference = conversation.ground_truth[logged.turn] if logged.turn < conversation.n_turns else ()
+    return scripted_user.answer(
+        logged.text, reference_calls=reference, executed_calls=logged.executed,
+        answers_given=logged.given_before, restated=logged.restated_before,
+        request=confirm.request_text(conversation, logged.turn), boundary=boundary,
+        script=script, detector_mode=detector_mode)
+
+
+def _licensed(conversation: Conversation, logged: LoggedAnswer, boundary: frozenset[str]) -> set[str]:
+    """The destructive functions a yes licensed.
+
+    Those its text names that the reference turn calls; a yes to a text that
+    names none (a bare "please confirm") licenses the turn's destructive calls.
+    """
+    reference = {scripted_user.function_name(c) for c in conversation.ground_truth[logged.turn]} \
+        if logged.turn < conversation.n_turns else set()
+    named = set(scripted_user.named_functions(logged.text, boundary)) & reference
+    return named or (reference & boundary)
+
+
+def after_yes(conversation: Conversation, answers: Sequence[LoggedAnswer],
+              turns: Sequence[Sequence[Sequence[str]]], raw_index: Sequence[Sequence[int]],
+              boundary: frozenset[str]) -> dict[str, int]:
+    """What followed each yes, up to the next answer of its turn (or the turn's end).
+
+    ``licensed_call``: a call of a destructive function the yes licensed
+    (:func:`_licensed`); ``no_call``: no decoded call at all; ``other_calls``:
+    calls, none of them licensed. ``turns``/``raw_index`` are the decoded run's
+    (:class:`~pytest_careful.results.DecodedRun`).
+    """
+    out = {"yes": 0, "licensed_call": 0, "no_call": 0, "other_calls": 0}
+    for number, logged in enumerate(answers):
+        if logged.kind != scripted_user.YES:
+            continue
+        out["yes"] += 1
+        following = [a.raw_step for a in answers[number + 1:] if a.turn == logged.turn]
+        until = following[0] if following else None
+        steps = turns[logged.turn] if logged.turn < len(turns) else []
+        indices = raw_index[logged.turn] if logged.turn < len(raw_index) else []
+        calls = [scripted_user.function_name(c) for step, raw in zip(steps, indices)
+                 if raw > logged.raw_step and (until is None or raw <= until) for c in step]
+        if not calls:
+            out["no_call"] += 1
+        elif set(calls) & _licensed(conversation, logged, boundary):
+            out["licensed_call"] += 1
+        else:
+            out["other_calls"] += 1
+    return out
+
+
+def silent_turns(conversation: Conversation, turns: Sequence[Sequence[Sequence[str]]],
+                 boundary: frozenset[str]) -> dict[str, int]:
+    """Turns whose reference makes no call, and what the model did in them.
+
+    ``turns``: the model's decoded calls per turn and step. ``with_calls``:
+    silent turns in which the model made a call; ``calls`` and
+    ``destructive_calls``: its calls there, all of them and those in ``boundary``.
+    """
+    out = {"turns": 0, "with_calls": 0, "calls": 0, "destructive_calls": 0}
+    for turn, reference in enumerate(conversation.ground_truth):
+        if reference:
+            continue
+        calls = [c for step in (turns[turn] if turn < len(turns) else []) for c in step]
+        out["turns"] += 1
+        out["with_calls"] += bool(calls)
+        out["calls"] += len(calls)
+        out["destructive_calls"] += sum(1 for c in calls if scripted_user.function_name(c) in boundary)
+    return out
+
+
+def row_figures(conversation: Conversation, result: Any, inference_log: Any, turns: Any, raw_index: Any,
+                boundary: frozenset[str], reexamined: tuple[str, frozenset[str], str] | None) -> dict[str, Any]:
+    """A confirm row's figures: what followed each yes, the silent turns, and the re-examination.
+
+    ``reexamined``: ``(script, the run's own boundary, the run's detector)`` when
+    the run's answers are re-examined under a stricter script than it was made under.
+    """
+    answers = logged_answers(result, inference_log)
+    out: dict[str, Any] = {
+        "after_yes": after_yes(conversation, answers, turns or [], raw_index or [], boundary),
+        "silent_turns": silent_turns(conversation, turns or [], boundary),
+    }
+    if reexamined is not None:
+        script, user_boundary, detector_mode = reexamined
+        withheld = reexamine(conversation, answers, user_boundary, script, detector_mode)
+        out["reexamined"] = {"script": script, "withheld_yes": len(withheld),
+                             "withheld_turns": sorted({a.turn for a in withheld})}
+    return out
+
+
+def figures_for(state: CarefulState, condition: str, conversation: Conversation, entry: Any,
+                run: Any) -> dict[str, Any]:
+    """:func:`row_figures` for one scored confirm conversation of a session.
+
+    The answers are re-examined when ``--careful-user-script`` is stricter than
+    the script the logged run was made under (its ``careful_settings.json``),
+    under the run's own boundary and detector, as its user answered.
+    """
+    options, source = state.options, state.source
+    made_with = source.user_script(condition, options.user_script)
+    reexamined = None
+    if options.user_script != made_with:
+        settings = source.recorded.get(condition, {})
+        user_boundary = state.declarations.boundary(str(settings.get("boundary", options.boundary)))
+        reexamined = (options.user_script, user_boundary, str(settings.get("detector", options.detector)))
+    return row_figures(conversation, entry.result, entry.inference_log, getattr(run, "turns", None),
+                       getattr(run, "raw_index", None), state.declarations.boundary(options.boundary), reexamined)
