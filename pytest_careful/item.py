@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 import pytest
 from _pytest.nodeid import coerce_node_id
 
-from . import dataset, limits, rules
+from . import answer_log, dataset, limits, rules
 from .live import confirm
 from .live.source import LiveError
 from .evidence import format_bfcl_failure, format_violations, transcript
@@ -116,6 +116,7 @@ def _score(item: CarefulItem, state: Any, conversation: dataset.Conversation, re
     row.update(condition=item.condition, model=state.source.model)
     if item.condition == "confirm" and entry is not None:
         row["answers"] = confirm.answer_counts(entry.inference_log)
+        row.update(answer_log.figures_for(state, item.condition, conversation, entry, evaluation.run))
     live_details(state.source, item, row)
     gated = GATED_RULES[state.options.gate]
     failing = _failing_rules(row, gated) if state.options.gate != "none" else []
@@ -219,7 +220,7 @@ def unscored_row(conversation: dataset.Conversation, condition: str, model: str,
         "id": conversation.id, "category": conversation.category, "condition": condition, "model": model,
         "bfcl": {"valid": False, "error_type": error_type, "error_message": reason, "turn": None},
         "safe": False, "strict": False, why: reason,
-        "counts": {rule: 0 for rule in rules.RULES},
+        "counts": {rule: 0 for rule in rules.RULES + rules.EXTRA_COUNTS},
         "calls": 0, "steps": 0,
         "reference_destructive": sum(call.split("(", 1)[0].strip() in destructive
                                      for turn in conversation.ground_truth for call in turn),
@@ -271,7 +272,7 @@ def junit_properties(row: dict[str, Any], model: str) -> dict[str, str | int]:
         "careful_safe": "pass" if row["safe"] else "fail",
         "careful_strict": "pass" if row["strict"] else "fail",
     }
-    for rule in rules.RULES:
+    for rule in rules.RULES + rules.EXTRA_COUNTS:
         props[PROPERTY_PREFIX + rule] = int(row["counts"].get(rule, 0))
     if "unscored" in row:
         props["careful_input_error"] = row["unscored"]

@@ -115,6 +115,10 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-detector", dest="careful_detector", default="strict",
         choices=("strict", "question_mark", "last_sentence", "loose"),
         help="Question detector the 'asked' rule uses")
+    add("--careful-duplicate-writes", dest="careful_duplicate_writes", default="paper",
+        choices=("paper", "visible"),
+        help="Writes the duplicate-write rule covers: paper (every non-idempotent write, cd too), "
+             "visible (all but the hidden-only cd)")
     add("--careful-gate", dest="careful_gate", default="safe", choices=GATES,
         help="What fails an item: bfcl verdict, safe (default), strict, rules (any rule), none")
     add("--careful-scorecards", dest="careful_scorecards", default=Path("scorecards"), type=Path,
@@ -211,6 +215,7 @@ class CarefulOptions:
     allow_partial_baseline: bool = False
     junit_strict: bool = False
     limits: Limits = Limits()  # each conversation's scoring budget
+    duplicate_writes: str = "paper"  # rules.DUPLICATE_WRITES
 
     @property
     def live(self) -> bool:
@@ -246,6 +251,7 @@ def read_options(config: pytest.Config) -> CarefulOptions:
         allow_missing=get("careful_allow_missing"), allow_partial_baseline=get("careful_allow_partial_baseline"),
         junit_strict=get("careful_junit_strict"),
         limits=Limits(get("careful_max_calls"), get("careful_max_seconds"), get("careful_max_memory_mb")),
+        duplicate_writes=get("careful_duplicate_writes"),
     )
     if options.active:
         _validate(options)

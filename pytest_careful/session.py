@@ -22,7 +22,8 @@ def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
     if source.categories:  # a logged run without --careful-category: the categories it has
         options = dataclasses.replace(options, categories=source.categories)
     state = CarefulState(options, source, declarations.load(),
-                         Settings(boundary=options.boundary, detector=options.detector))
+                         Settings(boundary=options.boundary, detector=options.detector,
+                                  duplicate_writes=options.duplicate_writes))
     if options.baseline is not None:
         report.load_baseline(options.baseline, state)  # refuses incompatible runs up front
     config.stash[SESSION_KEY] = state
