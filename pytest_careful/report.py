@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -510,7 +511,8 @@ def _rerun(state: CarefulState, node: str) -> str:
     options = state.options
     parts = ["pytest", f"'{node}'"]
     if options.results is not None:
-        parts += [f"--careful-results={shlex.quote(str(options.results))}",
+        # Absolute and normalised: the command works from any directory, and reads without "../".
+        parts += [f"--careful-results={shlex.quote(os.path.abspath(options.results))}",
                   f"--careful-decoder={state.source.decoder_key}"]
     else:
         parts.append(f"--careful-model={shlex.quote(state.source.model)}")

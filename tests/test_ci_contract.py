@@ -104,6 +104,13 @@ def test_selection_every_spelling(pytester: pytest.Pytester, run_dir: Path, spel
     assert (pytester.path / "scorecards" / "gpt-oss-20b" / "standard" / "scorecard.json").is_file()
 
 
+def test_a_results_path_with_dot_dot_prints_none(pytester: pytest.Pytester, run_dir: Path) -> None:
+    roundabout = run_dir.parent / ".." / run_dir.parent.name / run_dir.name
+    result = _run(pytester, roundabout, "-k", "multi_turn_base_17", "-p", "no:randomly")
+    out = result.stdout.str()
+    assert "pytest 'multi_turn_base_17[standard]' --careful-results=" in out and "../" not in out
+
+
 def test_last_failed_and_exitfirst(pytester: pytest.Pytester, run_dir: Path) -> None:
     first = _run(pytester, run_dir, "-k", "multi_turn_base_1", "--junitxml=first.xml")
     assert first.ret == 1
