@@ -118,19 +118,12 @@ def _rank_correlations(table: Mapping[str, Any]) -> dict[str, float | None]:
 def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Replay a logged run once and score it under every detector and every boundary."""
     from . import dataset
-    from .decoding import decoder
-    from .results import evaluate, find_result_files, keep_last, read_result_file
+    from .declare import run_entries
+    from .results import evaluate
     from .rules import Settings, score
 
-    files, _ = find_result_files(run_dir)
-    if not files:
-        raise SystemExit(f"careful-declare: no BFCL multi-turn result files under {run_dir}")
-    dec = decoder(decoder_key)
-    evaluations = []
-    for category, path in files.items():
-        entries, _ = read_result_file(path, category)
-        for entry in keep_last(entries)[0]:
-            evaluations.append(evaluate(dataset.get(entry.id), entry.result, dec, entry=entry))
+    dec, entries, _ = run_entries(run_dir, decoder_key)
+    evaluations = [evaluate(dataset.get(entry.id), entry.result, dec, entry=entry) for entry in entries]
     return {
         "detector": {m: [score(e, decl, Settings(detector=m)) for e in evaluations] for m in MODES},
         "boundary": {b: [score(e, decl, Settings(boundary=b)) for e in evaluations] for b in BOUNDARIES},

@@ -71,22 +71,30 @@ def _fingerprint(paths: Sequence[Path]) -> str:
 
 def extract_run(run_dir: Path, decoder_key: str) -> tuple[str, str]:
     """A logged run's extract (JSON lines) and its result files' fingerprint."""
+    from .results import decode_turns
+
+    dec, entries, files = run_entries(run_dir, decoder_key)
+    lines = []
+    for entry in entries:
+        if isinstance(entry.result, list):
+            turns = decode_turns(dec, entry.result)
+            lines.append(json.dumps({"id": entry.id, "turns": turns}, ensure_ascii=False,
+                                    separators=(",", ":")) + "\n")
+    return "".join(lines), _fingerprint(files)
+
+
+def run_entries(run_dir: Path, decoder_key: str) -> tuple[Any, list[Any], list[Path]]:
+    """A logged run's decoder, entries (one per id, as rescoring keeps them) and result files."""
     from .decoding import decoder
-    from .results import decode_turns, find_result_files, read_result_file
+    from .results import find_result_files, keep_last, read_result_file
 
     files, _ = find_result_files(run_dir)
     if not files:
         raise SystemExit(f"careful-declare: no BFCL multi-turn result files under {run_dir}")
-    dec = decoder(decoder_key)
-    lines = []
+    entries = []
     for category, path in files.items():
-        entries, _ = read_result_file(path, category)
-        for entry in entries:
-            if isinstance(entry.result, list):
-                turns = decode_turns(dec, entry.result)
-                lines.append(json.dumps({"id": entry.id, "turns": turns}, ensure_ascii=False,
-                                        separators=(",", ":")) + "\n")
-    return "".join(lines), _fingerprint(list(files.values()))
+        entries.extend(keep_last(read_result_file(path, category)[0])[0])
+    return decoder(decoder_key), entries, list(files.values())
 
 
 def _sha256(text: str) -> str:
