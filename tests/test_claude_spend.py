@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_claude_live import (CONVERSATION, MAX_OUTPUT, MODEL_ID, RecordingFake, configured, hand_cost,
-                              ledger_of, messages, reference_responder, run, summed)
+from test_claude_live import (CONVERSATION, MAX_OUTPUT, MODEL_ID, RecordingFake, configured, hand_cost,  # noqa: F401
+                              ledger_of, messages, reference_responder, run, server, summed)
 from test_claude_plugin import IDS, KEY, replay_any_conversation
 
 from pytest_careful import dataset
@@ -56,16 +56,6 @@ class WatchedLedger(SpendLedger):
     def keep(self, reservation_id: str) -> None:
         super().keep(reservation_id)
         self.events.append("keep")
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordingFake]:
-    with RecordingFake(reference_responder(CONVERSATION)) as fake:
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
-        monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-        monkeypatch.setenv(claude.RUN_ID_ENV, claude.AUTO_RUN_ID_PREFIX + "previous")
-        yield fake
 
 
 def watched(tmp_path: Path, budget_usd: float | None = None, *, timeout: float | None = None,
