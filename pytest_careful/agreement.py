@@ -101,8 +101,6 @@ def sensitivity(runs: Mapping[str, Mapping[str, Mapping[str, Iterable[Mapping[st
 
 def _rank_correlations(table: Mapping[str, Any]) -> dict[str, float | None]:
     """Spearman's ρ between official and effect-aware score across runs, per boundary."""
-    from scipy.stats import spearmanr
-
     if len(table) < 2:
         return {}
     names = next(iter(table.values()))["boundary"]
@@ -110,9 +108,37 @@ def _rank_correlations(table: Mapping[str, Any]) -> dict[str, float | None]:
     for name in names:
         official = [t["boundary"][name]["official"] for t in table.values()]
         aware = [t["boundary"][name]["effect_aware"] for t in table.values()]
-        rho = spearmanr(official, aware).statistic
-        result[name] = None if rho != rho else round(float(rho), 2)  # NaN when a score is constant
+        rho = spearman_rho(official, aware)
+        result[name] = None if rho is None else round(rho, 2)
     return result
+
+
+def spearman_rho(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's ρ (ties get their average rank), as ``scipy.stats.spearmanr``; None when a side is constant.
+
+    Written out so that scipy (140 MB) is not a dependency for one statistic.
+    """
+    rx, ry = _ranks(x), _ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    if not sxx or not syy:
+        return None
+    return sum((a - mx) * (b - my) for a, b in zip(rx, ry)) / (sxx * syy) ** 0.5
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for i in order[start:end + 1]:
+            ranks[i] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
 
 
 def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, dict[str, list[dict[str, Any]]]]:

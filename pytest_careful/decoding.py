@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+import importlib
+import importlib.util
 import inspect
 import sys
 import threading
@@ -124,6 +126,105 @@ def _entry(key: str, call: ast.AST, modules: dict[str, str]) -> RegistryEntry | 
     return RegistryEntry(key, name.value, bool(fc.value), modules[handler.id], handler.id)
 
 
+#: Modules of the vendor SDKs installed by an extra, and that extra (pyproject.toml).
+PROVIDER_EXTRAS: dict[str, str] = {
+    "google.genai": "google", "mistralai": "mistral", "cohere": "cohere", "qwen_agent": "qwen",
+    "soundfile": "qwen", "writerai": "writer", "boto3": "bedrock", "botocore": "bedrock",
+    "datamodel_code_generator": "minicpm",
+}
+
+
+class MissingExtra(ImportError):
+    """A handler whose vendor SDK is an extra that is not installed; the message says which."""
+
+
+def missing_extra(key: str) -> str | None:
+    """The ``pip install`` hint when an SDK the handler of ``key`` imports is absent, else None.
+
+    Reads the sources (``_sdk_imports``) and looks the SDKs up with ``find_spec``:
+    nothing is imported, so the controller can refuse a run up front for free.
+    """
+    entry = _registry_source().get(key)
+    if entry is None:  # scripted handles; entries resolved through the imported registry
+        return None
+    for module in _sdk_imports(entry.handler_module):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package that is itself missing
+            found = False
+        if not found:
+            return _extra_hint(entry, module)
+    return None
+
+
+def _provider(module: str, parent: bool = False) -> str | None:
+    """The PROVIDER_EXTRAS module that ``module`` is or is in (or, with ``parent``, a parent package of:
+    ``from google import genai`` fails naming ``google``)."""
+    return next((m for m in PROVIDER_EXTRAS if module == m or module.startswith(m + ".")
+                 or (parent and m.startswith(module + "."))), None)
+
+
+def _extra_hint(entry: RegistryEntry, module: str) -> str:
+    extra = PROVIDER_EXTRAS[module]
+    return (f"{entry.key}'s handler ({entry.handler_module}) needs the {module} package, which is not "
+            f"installed: pip install 'pytest-careful[{extra}]'")
+
+
+@functools.cache
+def _sdk_imports(module: str) -> tuple[str, ...]:
+    """Extra-installed SDK modules that importing bfcl-eval module ``module`` imports.
+
+    Follows bfcl-eval's own module-level imports (a handler's base classes live in
+    other modules); imports inside functions run only when called, so they are left out.
+    """
+    seen, pending, sdks = set(), [module], []
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for imported in _module_level_imports(name):
+            if imported.startswith("bfcl_eval."):
+                pending.append(imported)
+            elif (provider := _provider(imported)) and provider not in sdks:
+                sdks.append(provider)
+    return tuple(sdks)
+
+
+def _module_level_imports(module: str) -> list[str]:
+    parts = module.split(".")[1:]
+    path = _bfcl.package_root().joinpath(*parts)
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    if not path.is_file():
+        return []
+    found: list[str] = []
+    pending: list[ast.stmt] = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while pending:  # module body, including if/try blocks, not function or class bodies
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            # `from google import genai` imports the submodule google.genai
+            found += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, (ast.If, ast.Try)):
+            pending += node.body + node.orelse + getattr(node, "finalbody", [])
+            pending += [s for handler in getattr(node, "handlers", []) for s in handler.body]
+    return found
+
+
+def import_handler_class(entry: RegistryEntry) -> type:
+    """The handler class of ``entry``, importing its module only; MissingExtra names the extra."""
+    _bfcl.contain_project_root()  # handler modules import bfcl's eval_config
+    try:
+        module = importlib.import_module(entry.handler_module)
+    except ImportError as exc:  # also `from google import genai` with another google.* package there
+        provider = _provider(exc.name or "", parent=True)
+        if provider is None:
+            raise
+        raise MissingExtra(_extra_hint(entry, provider)) from None
+    return getattr(module, entry.handler_class)  # type: ignore[no-any-return]
+
+
 @functools.cache
 def registry_keys() -> tuple[str, ...]:
     """The registry's keys, in its order (read from source; see ``_registry_source``)."""
@@ -181,10 +282,7 @@ def decoder(registry_key: str) -> Decoder:
         return Decoder(key, handler)
     entry = _registry_source().get(key)
     if entry is not None:
-        import importlib
-
-        _bfcl.contain_project_root()  # handler modules import bfcl's eval_config
-        handler_class = getattr(importlib.import_module(entry.handler_module), entry.handler_class)
+        handler_class = import_handler_class(entry)
         model_name, is_fc_model = entry.model_name, entry.is_fc_model
     else:
         config = _bfcl.model_registry()[key]

@@ -22,7 +22,9 @@ def clean(text: str, limit: int = MAX_VALUE) -> str:
     """``text`` made safe for a report: at most ``limit`` characters kept, on one
     line, control and invisible characters escaped; a marker says how much was cut."""
     cut = len(text) - limit
-    kept = "".join(map(_escape, text[:limit] if cut > 0 else text))
+    kept = text[:limit] if cut > 0 else text
+    if not (kept.isascii() and kept.isprintable()):  # printable ASCII (the usual case) needs no escape
+        kept = "".join(map(_escape, kept))
     return kept + (f" [... {cut} more characters cut]" if cut > 0 else "")
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from . import dataset
-from .decoding import Decoder, UnknownModel, decoder, passthrough_decoder, resolve_model
+from .decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
 from .options import REFERENCE_MODEL, CarefulOptions
 from ._bfcl import CATEGORIES
 from .results import InputProblem, LoggedEntry, find_result_files, read_result_file
@@ -27,17 +28,50 @@ class Source:
     files: dict[tuple[str, str], Path] = field(default_factory=dict)
     #: the categories this run covers (resolved from --careful-category or the run's files)
     categories: tuple[str, ...] = ()
-    #: what the user should know before reading the scores (e.g. a decoder that reads
-    #: almost none of the run); the run is scored all the same. Controller only.
-    warnings: list[str] = field(default_factory=list)
+    #: see ``warnings``; filled by the format check, which may still be running (``check_in_background``)
+    found_warnings: list[str] = field(default_factory=list)
     #: per condition, the settings a logged run recorded (``careful_settings.json``)
     recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    _checking: threading.Thread | None = field(default=None, repr=False, compare=False)
+    _check_error: BaseException | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the user should know before reading the scores (e.g. a decoder that reads
+        almost none of the run); the run is scored all the same. Controller only."""
+        self._wait_for_check()
+        return self.found_warnings
+
+    def _wait_for_check(self) -> None:
+        if self._checking is not None:
+            self._checking.join()
+            failed, self._check_error = self._check_error, None
+            if failed is not None:  # as if the check had run in the caller's thread
+                raise failed
+
+    def check_in_background(self, check: Callable[[], list[str]]) -> None:
+        """Run ``check`` in a thread; ``warnings`` waits for it.
+
+        The format check imports the decoder's handler (the OpenAI SDK alone takes
+        ~0.6 s). Under xdist the controller decodes nothing else, and the thread
+        lets that import overlap the workers' start instead of delaying it.
+        """
+        def run() -> None:
+            try:
+                self.found_warnings.extend(check())
+            except BaseException as exc:  # noqa: BLE001 -- re-raised by ``warnings``
+                self._check_error = exc
+
+        self._checking = threading.Thread(target=run, name="careful-format-check", daemon=True)
+        self._checking.start()
 
     @property
     def is_reference(self) -> bool:
         return self.model == REFERENCE_MODEL
 
     def decoder(self) -> Decoder:
+        self._wait_for_check()  # one thread builds the decoder (decoding.decoder is cached, not locked)
         return passthrough_decoder() if self.is_reference else decoder(self.decoder_key)
 
     def result(self, condition: str, conversation: dataset.Conversation) -> tuple[Any, LoggedEntry | None]:
@@ -79,6 +113,9 @@ def open_source(options: CarefulOptions) -> Source:
     key = options.decoder or options.model
     try:
         key = resolve_model(key)
+        missing = missing_extra(key)  # its vendor SDK an extra not installed: say so before any item
+        if missing:
+            raise UnknownModel(missing)
     except UnknownModel as exc:
         flag = "--careful-decoder" if options.decoder else "--careful-model"
         raise pytest.UsageError(f"{flag}: {exc}") from None
@@ -97,7 +134,7 @@ def open_source(options: CarefulOptions) -> Source:
         if problem:
             raise pytest.UsageError(problem)
     if not options.worker:  # the controller tells; workers would only pay for it
-        source.warnings.extend(_decoder_warnings(source, options))
+        source.check_in_background(lambda: _decoder_warnings(source, options))
     return source
 
 
