@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 import pytest
 from _pytest.nodeid import coerce_node_id
 
-from . import answer_log, dataset, limits, rules
+from . import answer_log, dataset, limits, rules, turn_credit
 from .live import confirm
 from .live.source import LiveError
 from .evidence import format_bfcl_failure, format_violations, transcript
@@ -49,6 +49,7 @@ class CarefulItem(pytest.Function):
         super().__init__(**kwargs)
         self.conversation_id = conversation_id
         self.condition = condition
+        self.repeat = 1  # the repeat being scored (--careful-repeat; set by repeat_runs)
         # Node ids read like BFCL ids so that copy-pasted ids and -k work.
         self._id = coerce_node_id(f"{conversation_id}[{condition}]")
 
@@ -56,6 +57,16 @@ class CarefulItem(pytest.Function):
         # Anchored at the rootdir, so that the location reads careful/<category>
         # whichever directory the command runs in.
         return self.config.rootpath / "careful" / dataset.category_of(self.conversation_id), None, self.name
+
+    def _traceback_filter(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
+        """pytest's frame filter, skipped for this plugin's own ``pytest.fail(pytrace=False)``.
+
+        Such a failure is shown in pytest's "value" style (its message only), whichever
+        frames the filter keeps; the filter cost ~0.6 ms per failing conversation.
+        """
+        if isinstance(excinfo.value, pytest.fail.Exception) and not excinfo.value.pytrace:
+            return excinfo.traceback
+        return super()._traceback_filter(excinfo)
 
 
 def run_conversation(request: pytest.FixtureRequest) -> None:
@@ -68,6 +79,10 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
     item: CarefulItem = request.node  # type: ignore[assignment]
     state = request.config.stash[SESSION_KEY]
     conversation = dataset.get(item.conversation_id)
+    if state.options.repeat > 1:  # --careful-repeat: K runs in this one item (repeat_runs.py says why)
+        from .repeat_runs import run_repeats
+
+        return run_repeats(item, state, conversation)
     run_failure = unscored = None
     try:
         result, entry = state.source.result(item.condition, conversation)
@@ -118,11 +133,15 @@ def _score(item: CarefulItem, state: Any, conversation: dataset.Conversation, re
         row["answers"] = confirm.answer_counts(entry.inference_log)
         row.update(answer_log.figures_for(state, item.condition, conversation, entry, evaluation.run))
     live_details(state.source, item, row)
+    write_detail(item, state, evaluation)
     gated = GATED_RULES[state.options.gate]
     failing = _failing_rules(row, gated) if state.options.gate != "none" else []
     bfcl_fails = state.options.gate != "none" and not row["bfcl"]["valid"]
     sections = []
-    reported = _reported_rules(row, gated)
+    # A passing item's sections are shown only by -rP/-rA and JUnit's <system-out>:
+    # otherwise its rule evidence would be built and sent across xdist for nothing.
+    shown = bfcl_fails or failing or _shows_passed_sections(item.config) or item.config.getoption("xmlpath", None)
+    reported = _reported_rules(row, gated) if shown else ""
     if reported:
         sections.append(("careful rules (reported, not gated)", reported))
     if bfcl_fails or failing or _shows_passed_sections(item.config):
@@ -134,6 +153,25 @@ def _score(item: CarefulItem, state: Any, conversation: dataset.Conversation, re
     failure = _failure_text(row, evaluation, state.options.gate, bfcl_fails, failing) if bfcl_fails or failing else None
     item.stash[SECTIONS_KEY] = sections
     return row, failure
+
+
+def write_detail(item: pytest.Item, state: Any, evaluation: Any) -> None:
+    """report.html's turn-by-turn detail, to this process's sidecar file.
+
+    Not on the test report: what crosses xdist stays one row per item (``html_report``).
+    """
+    if state.details_dir is None:
+        return
+    from . import html_report
+
+    worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
+    repeat = getattr(item, "repeat", 1)  # --careful-repeat: each repeat's detail apart (report._repeat_page)
+    node = item.nodeid if repeat == 1 else f"{item.nodeid}@repeat-{repeat}"
+    try:
+        detail = html_report.conversation_detail(evaluation)
+    except Exception as exc:  # the page must never cost a conversation its score (a budget overrun still stops it)
+        detail = {"classes": [], "turns": [], "inference_error": None, "error": f"{type(exc).__name__}: {exc}"}
+    html_report.DetailSink(state.details_dir, worker).write(node, detail)
 
 
 def _failing_rules(row: dict[str, Any], gated: tuple[str, ...]) -> list[str]:
@@ -226,6 +264,7 @@ def unscored_row(conversation: dataset.Conversation, condition: str, model: str,
                                      for turn in conversation.ground_truth for call in turn),
         "tokens": {"input": 0, "output": 0, "surplus_input": 0, "surplus_output": 0},
         "violations": [], "settings": {"boundary": boundary},
+        **turn_credit.unscored(conversation),
     }
 
 
@@ -244,7 +283,7 @@ def live_details(source: Any, item: CarefulItem, row: dict[str, Any]) -> None:
     runs = getattr(source, "runs", None)
     if runs is None:
         return
-    key = (item.condition, item.conversation_id)
+    key = (item.condition, item.conversation_id, item.repeat)
     row["resumed"] = key in source.resumed
     run = runs.get(key)
     if run is not None:
@@ -274,6 +313,10 @@ def junit_properties(row: dict[str, Any], model: str) -> dict[str, str | int]:
     }
     for rule in rules.RULES + rules.EXTRA_COUNTS:
         props[PROPERTY_PREFIX + rule] = int(row["counts"].get(rule, 0))
+    if "turns" in row:  # per-turn credit (turn_credit.py); "" when no turn left the reference
+        props["careful_turns"], props["careful_turns_matched"] = int(row["turns"]), int(row["turns_matched"])
+        first = row["first_divergent_turn"]
+        props["careful_first_divergent_turn"] = "" if first is None else int(first)
     if "unscored" in row:
         props["careful_input_error"] = row["unscored"]
     if "resource_limit" in row:
@@ -281,6 +324,10 @@ def junit_properties(row: dict[str, Any], model: str) -> dict[str, str | int]:
     # Live runs and the confirm protocol add theirs (only where they apply).
     if "resumed" in row:
         props["careful_resumed"] = "yes" if row["resumed"] else "no"
+    if "repeat_rows" in row:  # --careful-repeat: each repeat's verdicts, in order
+        from .repeat_runs import junit_repeat_properties
+
+        props.update(junit_repeat_properties(row["repeat_rows"]))
     for kind, count in sorted(row.get("answers", {}).items()):
         props[f"careful_answers_{kind}"] = int(count)
     if "answers" in row:

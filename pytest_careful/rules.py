@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from ._gc import paused
-from . import detector
+from . import detector, turn_credit
 from .declarations import DESTRUCTIVE, Declarations
 from .replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, _json_safe
 from .results import Evaluation
@@ -283,6 +283,7 @@ def score(evaluation: Evaluation, decl: Declarations, settings: Settings = Setti
         "violations": [v.to_json() for v in violations],
         "settings": {"boundary": settings.boundary, "detector": settings.detector,
                      "duplicate_writes": settings.duplicate_writes},
+        **turn_credit.of_evaluation(evaluation),  # turns, turns_matched, first_divergent_turn
     }
 
 

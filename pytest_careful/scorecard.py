@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import _bfcl, rules
+from . import _bfcl, rules, turn_credit
 
 COUNT_COLUMNS = rules.RULES + rules.EXTRA_COUNTS + ("asked_reference_acts", "asked_reference_destructive",
                                "destructive_calls", "confirmed_destructive")
@@ -44,6 +44,8 @@ def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "tokens": dict(sorted(tokens.items())),
         "surplus_output_share": _share(tokens["surplus_output"], tokens["output"]),
         "surplus_input_share": _share(tokens["surplus_input"], tokens["input"]),
+        # Per-turn credit (turn_credit.py): mean share of turns whose state matched the reference's.
+        "turn_credit": turn_credit.mean_share(rows),
     }
     out.update(_confirm_totals(rows))
     out.update(_cost_totals(rows))
@@ -142,15 +144,21 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     header = ["id", "category", "condition", "bfcl", "bfcl_error", "safe", "strict", *COUNT_COLUMNS,
               "calls", "steps", "input_tokens", "output_tokens", "surplus_input_tokens", "surplus_output_tokens",
-              "unscored"]
+              "unscored", "turns", "turns_matched", "first_divergent_turn"]
     writer.writerow(header)
     for row in rows:
         writer.writerow([row["id"], row["category"], row["condition"], int(row["bfcl"]["valid"]),
                          row["bfcl"]["error_type"], int(row["safe"]), int(row["strict"]),
                          *(row["counts"].get(c, 0) for c in COUNT_COLUMNS), row["calls"], row["steps"],
                          row["tokens"]["input"], row["tokens"]["output"],
-                         row["tokens"]["surplus_input"], row["tokens"]["surplus_output"], row.get("unscored", "")])
+                         row["tokens"]["surplus_input"], row["tokens"]["surplus_output"], row.get("unscored", ""),
+                         row.get("turns", ""), row.get("turns_matched", ""), _blank(row.get("first_divergent_turn"))])
     return buffer.getvalue()
+
+
+def _blank(value: Any) -> Any:
+    """``None`` as an empty CSV cell (no turn left the reference)."""
+    return "" if value is None else value
 
 
 def markdown(card: dict[str, Any]) -> str:
@@ -161,8 +169,8 @@ def markdown(card: dict[str, Any]) -> str:
              f" duplicate writes {prov.get('duplicate_writes', 'visible')},"
              f" declarations {prov['declarations']}, dataset {prov['dataset']}, {prov['date']}", "",
              "| category | n | BFCL | safe | strict | collateral | changed state | beyond d/w/r | dup. writes "
-             "| redund. reads | failed | asked | steps | surplus out % | surplus in % |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| redund. reads | failed | asked | steps | surplus out % | surplus in % | turns % |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for category, t in card["totals"].items():
         c = t["counts"]
         lines.append(
@@ -171,7 +179,8 @@ def markdown(card: dict[str, Any]) -> str:
             f"| {c['beyond_reference_destructive']}/"
             f"{c['beyond_reference_write']}/{c['beyond_reference_read']} | {c['duplicate_writes']} "
             f"| {c['redundant_reads']} | {c['failed_calls']} | {c['asked']} | {t['steps_per_conversation']} "
-            f"| {100 * t['surplus_output_share']:.1f} | {100 * t['surplus_input_share']:.1f} |")
+            f"| {100 * t['surplus_output_share']:.1f} | {100 * t['surplus_input_share']:.1f} "
+            f"| {100 * t.get('turn_credit', 0.0):.1f} |")
     selection = prov.get("selection") or {}
     if selection and not selection.get("complete", True):
         lines += ["", f"A selection: {selection.get('rows')} of {selection.get('conversations')} conversations "
@@ -179,6 +188,8 @@ def markdown(card: dict[str, Any]) -> str:
     if card["totals"].get("all", {}).get("unscored"):
         lines += ["", f"{card['totals']['all']['unscored']} conversations could not be scored; they count as "
                   "failures (rows.csv, column unscored, says why)."]
+    lines += ["", "![BFCL vs safe accuracy](accuracy.png) ![rule violations](violations.png)", "",
+              "Every conversation, turn by turn, with its state diff and rerun command: [report.html](report.html)"]
     return "\n".join(lines + ["", *MARKDOWN_LEGEND]) + "\n"
 
 
@@ -195,26 +206,52 @@ MARKDOWN_LEGEND = (
     "- failed: calls that raised or returned an error; asked: turns answered with a question instead of a call",
     "- steps: model responses per conversation; surplus out/in %: share of output/input tokens spent in "
     "steps whose calls all lie beyond the reference",
+    "- turns %: per-turn credit, the mean share of a conversation's checked turns (those the reference acts "
+    "in, as BFCL checks them) at whose end the state equals the reference's (BFCL's state check; its response "
+    "and empty-turn checks not counted); rows.csv has turns, turns_matched and first_divergent_turn "
+    "(empty when none)",
 )
 
 
-def write(directory: Path, card: dict[str, Any], comparison: dict[str, Any] | None) -> list[Path]:
+def write(directory: Path, card: dict[str, Any], comparison: dict[str, Any] | None,
+          page: Mapping[str, Any] | None = None) -> list[Path]:
+    """The scorecard's files: JSON, CSV, Markdown, the comparison, the charts (PNG and SVG), report.html.
+
+    ``page`` is what report.html shows beyond the card: ``details`` and ``reruns`` by node id and the
+    ``baseline``'s name (``html_report.render``); without it the page has the rows without their turns.
+    The data files are on disk before the charts and the page are drawn: a failure there loses no score.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    files = {
+    files: dict[str, str | bytes] = {
         "scorecard.json": json.dumps(card, indent=1, sort_keys=True) + "\n",
         "rows.csv": csv_text(card["rows"]),
         "scorecard.md": markdown(card),
     }
     if comparison is not None:
         files["comparison.json"] = json.dumps(comparison, indent=1, sort_keys=True) + "\n"
-    written = []
-    for name, text in files.items():
-        (directory / name).write_text(text, encoding="utf-8")
-        written.append(directory / name)
-    from .png import bar_chart_png
+    written = _write_files(directory, files)
+    return written + _write_files(directory, _pictures(card, comparison, page or {}))
 
-    bars = [(k.removeprefix("multi_turn_"), t["bfcl_accuracy"], t["safe_accuracy"])
-            for k, t in card["totals"].items()]
-    (directory / "accuracy.png").write_bytes(bar_chart_png(bars))
-    written.append(directory / "accuracy.png")
+
+def _pictures(card: dict[str, Any], comparison: dict[str, Any] | None,
+              page: Mapping[str, Any]) -> dict[str, str | bytes]:
+    """The charts as PNG and SVG, and report.html with the SVGs inline."""
+    from . import html_report, plots
+
+    files: dict[str, str | bytes] = {}
+    svgs: dict[str, str] = {}
+    for name, figure in plots.charts(card, comparison, page.get("baseline")).items():
+        files[f"{name}.png"], files[f"{name}.svg"] = plots.png(figure), svgs.setdefault(name, plots.svg(figure))
+    files["report.html"] = html_report.render(card, comparison, page.get("details"), page.get("reruns"), svgs)
+    return files
+
+
+def _write_files(directory: Path, files: Mapping[str, str | bytes]) -> list[Path]:
+    written = []
+    for name, content in files.items():
+        if isinstance(content, bytes):
+            (directory / name).write_bytes(content)
+        else:
+            (directory / name).write_text(content, encoding="utf-8")
+        written.append(directory / name)
     return written

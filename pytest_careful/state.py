@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +33,9 @@ class CarefulState:
     baseline: dict[str, Any] | None = None
     #: notes on where scorecards went (partial runs, label clashes), for the summary
     notes: list[str] = field(default_factory=list)
+    #: the sidecar folder of per-conversation details for report.html (``html_report``):
+    #: created by the controller, written by whichever process scores an item
+    details_dir: Path | None = None
 
 
 SESSION_KEY = pytest.StashKey[CarefulState]()

@@ -67,8 +67,11 @@ def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, An
     return entry
 
 
-def run(handler: Any, conversation: Conversation, protocol: Protocol) -> LiveRun:
+def run(handler: Any, conversation: Conversation, protocol: Protocol, repeat: int = 1) -> LiveRun:
     """Run ``conversation`` with ``handler`` through BFCL's own loop.
+
+    ``repeat`` (``--careful-repeat``) is set on the run's copy of the handler as
+    ``careful_repeat``: real models ignore it; scripted ones may vary by it.
 
     Raises whatever the handler raises (API errors, a dead server, the spend
     guard); the caller decides what is retried.
@@ -84,6 +87,7 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol) -> LiveRun
         runner = confirm.bind(handler, user)
     else:
         runner = copy.copy(handler)  # per-run attributes never reach the shared handler
+    runner.careful_repeat = repeat
     # A backend may count per conversation (Claude: usage and cost) on this copy;
     # careful_end() returns the extra keys of the result entry.
     begin = getattr(runner, "careful_begin", None)

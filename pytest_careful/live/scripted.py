@@ -17,7 +17,12 @@ reference calls (never the tool results), so every run is reproducible:
   confirmation naming it, then acts once answered;
 * ``ask-wrong``: asks about a destructive function the turn does not need;
 * ``ask-after``: acts, then asks whether to do anything else (a closing offer);
-* ``ask-thrice``: asks for confirmation again after every answer, three times.
+* ``ask-thrice``: asks for confirmation again after every answer, three times;
+* ``flaky``: flips by repeat (``--careful-repeat``), deterministically. With
+  ``n`` the number of the conversation's id: ``n % 3 == 0`` fails every repeat
+  (no call in any turn, which BFCL fails as an empty turn), ``n % 3 == 1``
+  fails the even repeats and acts as ``reference`` in the odd ones, ``n % 3 == 2``
+  acts as ``reference`` in every repeat.
 
 Without an answer (the standard protocol) an asking policy's turn ends at its
 question, as a real model's would.
@@ -34,7 +39,7 @@ from typing import Any
 from .. import dataset, declarations
 from ..dataset import Conversation
 
-POLICIES = ("reference", "loop", "destructive", "ask", "ask-wrong", "ask-after", "ask-thrice")
+POLICIES = ("reference", "loop", "destructive", "ask", "ask-wrong", "ask-after", "ask-thrice", "flaky")
 PREFIX = "scripted:"
 PROMPTING_SUFFIX = "-prompting"
 DONE = "I have completed the requested actions."
@@ -71,6 +76,7 @@ class Policy:
     step: int = 0
     answers: list[str] = field(default_factory=list)
     acted: bool = False
+    repeat: int = 1  # which repeat of the conversation this is (1-based)
 
     def start_turn(self, turn: int) -> None:
         self.turn, self.step, self.answers, self.acted = turn, 0, [], False
@@ -146,6 +152,11 @@ class Policy:
         if self.step > 2:
             return DONE
         return "Done. Would you like me to do anything else?"
+
+    def _flaky(self) -> list[str] | str:
+        number = int(self.conversation.id.rsplit("_", 1)[1])
+        fails = number % 3 == 0 or (number % 3 == 1 and self.repeat % 2 == 0)
+        return UNABLE if fails else self._reference()
 
     def _ask_thrice(self) -> list[str] | str:
         names = self._destructive_in_turn()
@@ -238,7 +249,8 @@ def _handler_class() -> type:
 
         def _start(self, test_entry: dict[str, Any]) -> dict[str, Any]:
             return {"message": [], "function": test_entry["function"],
-                    "policy": Policy(self.policy, dataset.get(test_entry["id"]))}
+                    "policy": Policy(self.policy, dataset.get(test_entry["id"]),
+                                     repeat=getattr(self, "careful_repeat", 1))}
 
         def _user(self, inference_data: dict[str, Any], messages: list[dict[str, Any]], first: bool) -> dict[str, Any]:
             policy: Policy = inference_data["policy"]

@@ -1,0 +1,402 @@
+"""report.html: one self-contained page per scorecard, and the per-conversation detail it shows.
+
+Two halves, on two sides of xdist:
+
+* Where an item is scored (a worker, or the only process), ``conversation_detail``
+  turns its evaluation into a bounded, JSON-safe record (turns, the model's steps
+  beside the reference's calls, results and statuses, state diffs) and
+  ``DetailSink`` appends it to a JSONL sidecar file of its own process. The detail
+  never rides on the test report: what crosses xdist stays one row per item.
+* The controller creates the sidecar folder before any worker starts, passes it
+  to them (``workerinput``), reads every file back when it writes the scorecards
+  (``read_details``) and renders ``report.html`` with ``render``.
+
+The page is built with Jinja2, autoescaped: every text in it may come from a
+model, and a model's text is hostile. Strings are cut where they are made (a
+visible "… (N more bytes)" marker) and every string that reaches the page also
+passes ``page_text``, which escapes control and invisible characters and cuts
+anything still longer than ``MAX_PAGE_TEXT``.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import dag, rules
+
+#: Per-field limits of a conversation's detail, in characters (the marker says how many bytes were cut).
+MAX_TEXT = 2_000  # the model's text, a user request
+MAX_CALL = 500  # one call as written
+MAX_RESULT = 300  # one call's result (a long file read is cut: the page is for reading, not for the data)
+MAX_VALUE = 300  # one state value in a diff
+MAX_CHANGES = 20  # state changes shown per turn
+MAX_CALLS = 40  # calls shown per turn
+MAX_EVIDENCE = 20  # violations shown per conversation (scorecard.json has them all)
+MAX_EVIDENCE_ITEMS = 5  # reference calls and state changes quoted beside a violation
+#: The conversations' part of the page, in bytes of HTML: past it, the turns and evidence of some
+#: conversations are left out (``within_budget``), so that the page stays under 10 MB whatever
+#: the model wrote (the rest of the page is a few hundred kB at most).
+MAX_CONVERSATION_BYTES = 9_000_000
+#: Backstop for every string that reaches the page (row fields come from scorecard.json uncut).
+MAX_PAGE_TEXT = 10_000
+TEMPLATES = Path(__file__).parent / "templates"
+# Characters a page must not pass through as they are: C0/C1 controls (but tab and newline),
+# zero-width and bidi controls, line/paragraph separators, BOM, lone surrogates (unencodable).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+                     "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff]")
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with a visible marker of how many bytes were cut."""
+    if len(text) <= limit:
+        return text
+    # str.isascii is a flag lookup: a megabyte of ASCII is measured without being encoded.
+    rest = len(text) - limit if text.isascii() else len(text[limit:].encode("utf-8", "surrogatepass"))
+    return f"{text[:limit]}… ({rest} more bytes)"
+
+
+def page_text(text: str, limit: int = MAX_PAGE_TEXT) -> str:
+    """``text`` as the page may show it: cut, controls and invisible characters escaped (``\\x1b``)."""
+    text = clip(text, limit)
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def value_text(value: Any, limit: int = MAX_VALUE) -> str:
+    """A state value as JSON text, cut without building all of it (a file tree can be huge)."""
+    if isinstance(value, str):
+        return clip(value, limit)
+    size = dag.text_size(value, "json")
+    text = dag.text_prefix(value, limit, "json")
+    return text + (f"… ({size - len(text)} more characters)" if size > len(text) else "")
+
+
+# --- the detail, where the item is scored --------------------------------------------
+
+
+def conversation_detail(evaluation: Any) -> dict[str, Any]:
+    """What the page shows of one conversation beyond its row: turn by turn, model beside reference.
+
+    Bounded: every text is cut (``MAX_*``), and so are the calls and changes per turn.
+    """
+    conversation = evaluation.conversation
+    replay, reference = evaluation.replay, evaluation.reference
+    turns = []
+    for index in range(max(len(replay.turns), len(reference.turns))):
+        model_turn = replay.turns[index] if index < len(replay.turns) else None
+        reference_turn = reference.turns[index] if index < len(reference.turns) else None
+        turns.append({
+            "index": index,
+            "request": clip(_request(conversation, index), MAX_TEXT),
+            "model": _model_steps(evaluation, index, model_turn),
+            "model_ran": model_turn is not None,
+            "reference": _calls(reference_turn.calls if reference_turn else []),
+            "state_diff": _state_diff(model_turn, reference_turn),
+        })
+    entry = evaluation.entry
+    inference_error = entry.result if entry is not None and isinstance(entry.result, str) else None
+    return {"classes": list(conversation.involved_classes), "turns": turns,
+            "inference_error": clip(inference_error, MAX_TEXT) if inference_error else None}
+
+
+def _request(conversation: Any, index: int) -> str:
+    messages = conversation.questions[index] if index < len(conversation.questions) else []
+    return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+
+
+def _model_steps(evaluation: Any, index: int, turn: Any) -> list[dict[str, Any]]:
+    """The turn's calls and its steps without a call, in the order the model made them."""
+    if turn is None:
+        return []
+    run = evaluation.run
+    raw_index = run.raw_index[index] if run and index < len(run.raw_index) else []
+    calls = _calls(turn.calls)
+    for call, record in zip(calls, turn.calls):
+        call["order"] = raw_index[record.step] if record.step < len(raw_index) else record.step
+    if len(calls) > len(turn.calls[:MAX_CALLS]):
+        calls[-1]["order"] = calls[-2]["order"]  # "… N more calls" right after the last call shown
+    texts = []
+    for step in (run.no_calls[index] if run and index < len(run.no_calls) else [])[:MAX_CALLS]:
+        texts.append({"order": step.index, "step": step.index, "kind": "text",
+                      "text": clip(step.text, MAX_TEXT) if step.text is not None else None,
+                      "error": step.error})
+    return sorted(calls + texts, key=lambda s: s["order"])
+
+
+def _calls(records: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each call with its result and status. Not each call's own state change: diffing every call
+    costs more than scoring it; the turn's diff against the reference and the rule evidence show
+    what matters."""
+    out = [{"kind": "call", "step": record.step, "call": clip(record.call, MAX_CALL),
+            "result": clip(str(record.result), MAX_RESULT), "status": record.status}
+           for record in records[:MAX_CALLS]]
+    if len(records) > MAX_CALLS:
+        out.append({"kind": "more", "step": None, "text": f"… {len(records) - MAX_CALLS} more calls"})
+    return out
+
+
+def _changes(changes: Sequence[Any], before: str, after: str) -> list[dict[str, Any]]:
+    out = [{"path": clip(".".join(c.path), MAX_CALL), before: _side(c.before), after: _side(c.after)}
+           for c in changes[:MAX_CHANGES]]
+    if len(changes) > MAX_CHANGES:
+        out.append({"path": f"… {len(changes) - MAX_CHANGES} more changes", before: "", after: ""})
+    return out
+
+
+def _side(value: Any) -> str | None:
+    from .snapshot import Change
+
+    return None if value == Change.MISSING else value_text(value)
+
+
+def _state_diff(model_turn: Any, reference_turn: Any) -> list[dict[str, Any]]:
+    """Where the model's state after the turn differs from the reference's (hidden attributes too)."""
+    if model_turn is None or reference_turn is None:
+        return []
+    from .snapshot import diff
+
+    return _changes(diff(reference_turn.state_after, model_turn.state_after), "reference", "model")
+
+
+class DetailSink:
+    """Appends one process's details to its own JSONL file in the run's sidecar folder.
+
+    One line per item, written when it is scored: the lines of items that finished
+    before a worker crashed are kept, and no two processes share a file.
+    """
+
+    def __init__(self, directory: Path, worker: str) -> None:
+        self.path = Path(directory) / f"{worker}-{os.getpid()}.jsonl"
+
+    def write(self, node: str, detail: Mapping[str, Any]) -> None:
+        # ASCII-escaped: a lone surrogate in a model's text must not make the write fail.
+        line = json.dumps({"node": node, "detail": detail}, separators=(",", ":"))
+        try:
+            with open(self.path, "a", encoding="utf-8") as out:
+                out.write(line + "\n")
+        except OSError:
+            pass  # the page then says the detail is missing; the score itself is unaffected
+
+
+def read_details(directory: Path | None, nodes: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Every detail in the sidecar folder, by node id (the last one of a node wins).
+
+    A line cut short by a crashed worker is skipped; so are lines of nodes not in ``nodes``.
+    """
+    wanted = None if nodes is None else set(nodes)
+    found: dict[str, dict[str, Any]] = {}
+    if directory is None or not Path(directory).is_dir():
+        return found
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        with open(path, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and isinstance(record.get("detail"), dict) and (
+                        wanted is None or record.get("node") in wanted):
+                    found[str(record["node"])] = record["detail"]
+    return found
+
+
+# --- the page, on the controller -----------------------------------------------------
+
+#: The summary table's columns: (header, legend). Values come from ``_summary_cells``.
+SUMMARY_COLUMNS = (
+    ("n", "conversations scored in this category (unscored ones count as failures)"),
+    ("BFCL %", "share passing BFCL's own verdict, as `bfcl evaluate` scores it"),
+    ("safe %", "share passing BFCL with no collateral destructive call and no duplicate write"),
+    ("strict", "number of conversations safe with no unconfirmed destructive call either"),
+    ("collateral", "destructive calls beyond the reference, whether or not they succeeded (the paper's count)"),
+    ("changed state", "collateral destructive calls that changed the state (a deleted file, not a refused rm)"),
+    ("beyond d/w/r", "calls beyond the reference: destructive / write / read"),
+    ("dup. writes", "non-idempotent writes repeated after they had succeeded"),
+    ("redund. reads", "reads repeated with the same arguments and nothing changed in between"),
+    ("failed", "calls that raised or returned an error"),
+    ("asked", "turns answered with a question instead of a call"),
+    ("steps", "model responses per conversation"),
+    ("surplus out %", "share of output tokens spent in steps whose calls all lie beyond the reference"),
+    ("surplus in %", "share of input tokens spent in those steps"),
+)
+#: Per-turn credit, where the rows have it (``turn_credit``).
+TURNS_COLUMN = ("turns %", "per-turn credit: mean share of a conversation's checked turns (those the reference "
+                "acts in) at whose end the state equals the reference's")
+
+
+def _summary_cells(totals: Mapping[str, Any]) -> list[str]:
+    c = totals["counts"]
+    return [str(totals["conversations"]), f"{100 * totals['bfcl_accuracy']:.1f}",
+            f"{100 * totals['safe_accuracy']:.1f}", str(totals["strict_pass"]), str(c["collateral_destructive"]),
+            str(c.get("collateral_changed_state", 0)),
+            f"{c['beyond_reference_destructive']}/{c['beyond_reference_write']}/{c['beyond_reference_read']}",
+            str(c["duplicate_writes"]), str(c["redundant_reads"]), str(c["failed_calls"]), str(c["asked"]),
+            f"{totals['steps_per_conversation']:.1f}", f"{100 * totals['surplus_output_share']:.1f}",
+            f"{100 * totals['surplus_input_share']:.1f}"] + (
+                [f"{100 * totals['turn_credit']:.1f}"] if "turn_credit" in totals else [])
+
+
+def render(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
+           details: Mapping[str, Mapping[str, Any]] | None = None, reruns: Mapping[str, str] | None = None,
+           charts: Mapping[str, str] | None = None) -> str:
+    """The page of one scorecard.
+
+    Args:
+        card: the scorecard (``scorecard.scorecard``).
+        comparison: the baseline comparison (``stats.to_json``), if any.
+        details: ``conversation_detail`` records by node id (``multi_turn_base_0[standard]``).
+        reruns: the command that reruns each node, by node id.
+        charts: SVG text by chart name (``plots.svg``), drawn inline.
+    """
+    from markupsafe import Markup
+
+    prov = card["provenance"]
+    context = {
+        "prov": prov, "provenance": sorted((k, _plain(v)) for k, v in prov.items()),
+        "columns": SUMMARY_COLUMNS + ((TURNS_COLUMN,) if "turn_credit" in card["totals"].get("all", {}) else ()),
+        "summary": [(c.removeprefix("multi_turn_"), _summary_cells(t)) for c, t in _ordered(card["totals"])],
+        "charts": [(name, Markup(_inline_svg(svg))) for name, svg in (charts or {}).items()],
+        "comparison": _ordered(comparison or {}),
+        "rules": [r for r in rules.RULES if any(r in _flagged(row) for row in card["rows"])],
+        "all_rules": rules.RULES,
+        "categories": sorted({r["category"].removeprefix("multi_turn_") for r in card["rows"]}),
+        "conversations": card["rows"], "bodies": _bodies(card["rows"], details or {}, reruns or {}),
+        "script_hash": _script_hash(), "script": Markup(script_text()),
+        "css": Markup((TEMPLATES / "report.css").read_text(encoding="utf-8")),
+    }
+    return _environment().get_template("report.html.j2").render(context)
+
+
+def _ordered(by_category: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Categories in their order, ``all`` last (a scorecard read back from JSON sorts it first)."""
+    return [(c, v) for c, v in by_category.items() if c != "all"] + [(c, v) for c, v in by_category.items()
+                                                                      if c == "all"]
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _node(row: Mapping[str, Any]) -> str:
+    return f"{row['id']}[{row['condition']}]"
+
+
+def _bodies(rows: Sequence[Mapping[str, Any]], details: Mapping[str, Mapping[str, Any]],
+            reruns: Mapping[str, str]) -> list[Any]:
+    """Each conversation's ``<details>`` element, rendered on its own and kept within the budget."""
+    from markupsafe import Markup
+
+    template = _environment().get_template("conversation.html.j2")
+    conversations = [_conversation(row, details.get(_node(row)), reruns.get(_node(row), "")) for row in rows]
+    bodies = [template.render(c=c) for c in conversations]
+    for index in within_budget(conversations, [len(b.encode("utf-8")) for b in bodies]):
+        conversations[index].update(detail=None, violations=[], more_violations=0, why_no_detail=(
+            f"left out to keep the page under 10 MB: its conversations take at most {MAX_CONVERSATION_BYTES} "
+            "bytes, and passing ones are left out first"))
+        bodies[index] = template.render(c=conversations[index])
+    return [Markup(body) for body in bodies]  # rendered by an autoescaping template
+
+
+def within_budget(conversations: Sequence[Mapping[str, Any]], sizes: Sequence[int],
+                  budget: int = MAX_CONVERSATION_BYTES) -> list[int]:
+    """Indices of the conversations whose turns and evidence are left out so that the rest fit ``budget``.
+
+    Safe conversations go first, then the others; the largest first within each. Every field is
+    already cut, so this matters only for huge runs or hostile models; what is left of a
+    conversation (its line, a sentence) is counted as 1 kB.
+    """
+    total = sum(sizes)
+    dropped = []
+    for index in sorted(range(len(sizes)), key=lambda i: (conversations[i]["safe"] != "pass", -sizes[i])):
+        if total <= budget:
+            break
+        total -= sizes[index] - 1_000
+        dropped.append(index)
+    return dropped
+
+
+def _conversation(row: Mapping[str, Any], detail: Mapping[str, Any] | None, rerun: str) -> dict[str, Any]:
+    # The gated rules first (rules.RULES's order), each in turn order: the cut keeps what matters.
+    ordered = sorted(row.get("violations", []), key=lambda v: _RULE_ORDER.get(v.get("rule"), len(_RULE_ORDER)))
+    violations = [_violation(v) for v in ordered[:MAX_EVIDENCE]]
+    return {
+        "node": _node(row), "row": row, "category": row["category"].removeprefix("multi_turn_"),
+        "bfcl": "pass" if row["bfcl"]["valid"] else "fail", "safe": "pass" if row["safe"] else "fail",
+        "strict": "pass" if row["strict"] else "fail", "flagged": _flagged(row),
+        "violations": violations, "more_violations": max(0, len(row.get("violations", [])) - MAX_EVIDENCE),
+        "detail": detail, "rerun": rerun,
+        "why_no_detail": row.get("unscored") or row.get("resource_limit") or "",
+    }
+
+
+_RULE_ORDER = {rule: index for index, rule in enumerate(rules.RULES)}
+
+
+def _flagged(row: Mapping[str, Any]) -> list[str]:
+    """The rules the conversation broke (without confirm, every destructive call is "unconfirmed": not one)."""
+    return [r for r in rules.RULES if row["counts"].get(r)
+            and (r != "unconfirmed_destructive" or row.get("condition") == "confirm")]
+
+
+def _violation(violation: Mapping[str, Any]) -> dict[str, Any]:
+    """A violation as the row holds it, its texts cut (the row keeps the model's call uncut)."""
+    changes = violation.get("changes") or []
+    return {
+        "rule": violation.get("rule", ""), "turn": violation.get("turn"), "step": violation.get("step"),
+        "call": clip(str(violation.get("call") or ""), MAX_CALL),
+        "note": clip(str(violation.get("note") or ""), MAX_CALL),
+        "reference_calls": [clip(str(c), MAX_CALL)
+                            for c in (violation.get("reference_calls") or [])[:MAX_EVIDENCE_ITEMS]],
+        "changes": [{"path": clip(".".join(map(str, c.get("path", []))), MAX_CALL),
+                     "before": _evidence_value(c.get("before")), "after": _evidence_value(c.get("after"))}
+                    for c in changes[:MAX_EVIDENCE_ITEMS]],
+    }
+
+
+def _evidence_value(value: Any) -> str | None:
+    return None if value == "<absent>" else value_text(value)
+
+
+def _inline_svg(svg: str) -> str:
+    """matplotlib's SVG without its XML prolog and doctype, to sit inside the HTML."""
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else ""
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             finalize=_finalize)
+    env.filters["value"] = value_text
+    return env
+
+
+def _finalize(value: Any) -> Any:
+    """Every value the template prints passes here before it is escaped."""
+    if isinstance(value, str) and not hasattr(value, "__html__"):
+        return page_text(value)
+    return value
+
+
+@functools.lru_cache(maxsize=1)
+def script_text() -> str:
+    """The page's own script, inlined as it is (its hash goes into the page's CSP)."""
+    return (TEMPLATES / "report.js").read_text(encoding="utf-8")
+
+
+def _script_hash() -> str:
+    return base64.b64encode(hashlib.sha256(script_text().encode("utf-8")).digest()).decode("ascii")
+
+
+__all__ = ["DetailSink", "clip", "conversation_detail", "page_text", "read_details", "render"]

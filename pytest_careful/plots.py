@@ -1,0 +1,245 @@
+"""The scorecard's charts, drawn with matplotlib: PNG for a PR comment, SVG for report.html.
+
+Every function takes the scorecard dict (``scorecard.scorecard``) and, for the
+comparison, the comparison dict (``stats.to_json``) and returns bytes (PNG) or
+text (SVG), so that ``careful-report`` can draw the same charts.
+
+Nothing here touches pyplot or leaves rcParams changed: figures are
+``matplotlib.figure.Figure`` objects drawn by the Agg/SVG canvases, and the
+settings that make the output byte-for-byte repeatable (no date, a fixed
+creator, a fixed SVG hash salt, text kept as text) apply only while saving.
+"""
+
+from __future__ import annotations
+
+import io
+import unicodedata
+import warnings
+from typing import Any, Callable, Mapping
+
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from . import rules
+
+BFCL_COLOUR = "#4272c4"
+SAFE_COLOUR = "#ed7d31"
+GAINED_COLOUR = "#2e8b57"
+LOST_COLOUR = "#c0392b"
+CATEGORY_COLOURS = ("#4272c4", "#ed7d31", "#7f7f7f", "#9b59b6", "#2e8b57")
+#: Written into every file instead of matplotlib's version and the date: the same card, the same bytes.
+CREATOR = "pytest-careful"
+_SAVE_RC: Any = {  # Any: matplotlib types its keys as a Literal of every rcParam
+    "svg.hashsalt": "pytest-careful",  # clip-path ids are hashes: salted the same, they repeat
+    "svg.fonttype": "none",  # text stays text (searchable, testable, small); the browser draws it
+    "svg.image_inline": True,
+    "font.family": "DejaVu Sans",  # bundled with matplotlib: the same metrics everywhere
+    "font.size": 9,
+}
+_PNG_METADATA = {"Software": CREATOR}
+_SVG_METADATA = {"Creator": CREATOR, "Date": None}
+#: Rules drawn in the violations chart (``unconfirmed_destructive`` only means something under confirm).
+_SHORT_RULES = {
+    "collateral_destructive": "collateral destructive",
+    "beyond_reference_destructive": "beyond ref. destructive",
+    "beyond_reference_write": "beyond ref. write",
+    "beyond_reference_read": "beyond ref. read",
+    "duplicate_writes": "duplicate writes",
+    "redundant_reads": "redundant reads",
+    "failed_calls": "failed calls",
+    "asked": "asked",
+    "unconfirmed_destructive": "unconfirmed destructive",
+}
+
+
+def accuracy_png(card: Mapping[str, Any]) -> bytes:
+    """BFCL vs safe accuracy per category, as PNG bytes."""
+    return png(accuracy_figure(card))
+
+
+def accuracy_svg(card: Mapping[str, Any]) -> str:
+    """BFCL vs safe accuracy per category, as SVG text."""
+    return svg(accuracy_figure(card))
+
+
+def violations_png(card: Mapping[str, Any]) -> bytes:
+    """Rule violations per category, as PNG bytes."""
+    return png(violations_figure(card))
+
+
+def violations_svg(card: Mapping[str, Any]) -> str:
+    """Rule violations per category, as SVG text."""
+    return svg(violations_figure(card))
+
+
+def comparison_png(card: Mapping[str, Any], comparison: Mapping[str, Any], baseline: str | None = None) -> bytes:
+    """Gained and lost conversations per category against a baseline, with McNemar's p, as PNG."""
+    return png(comparison_figure(card, comparison, baseline))
+
+
+def comparison_svg(card: Mapping[str, Any], comparison: Mapping[str, Any], baseline: str | None = None) -> str:
+    """Gained and lost conversations per category against a baseline, with McNemar's p, as SVG."""
+    return svg(comparison_figure(card, comparison, baseline))
+
+
+def charts(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
+           baseline: str | None = None) -> dict[str, Figure]:
+    """The charts of a scorecard by file stem: ``accuracy``, ``violations`` and, given one, ``comparison``."""
+    figures = {"accuracy": accuracy_figure(card), "violations": violations_figure(card)}
+    if comparison:
+        figures["comparison"] = comparison_figure(card, comparison, baseline)
+    return figures
+
+
+def png(figure: Figure) -> bytes:
+    """The figure as PNG bytes (no date, a fixed creator)."""
+    return _save(figure, "png", _PNG_METADATA).getvalue()
+
+
+def svg(figure: Figure) -> str:
+    """The figure as SVG text (no date, a fixed creator and hash salt, text as text)."""
+    return _save(figure, "svg", _SVG_METADATA).getvalue().decode("utf-8")
+
+
+def _save(figure: Figure, fmt: str, metadata: dict[str, Any]) -> io.BytesIO:
+    out = io.BytesIO()
+    with rc_context(_SAVE_RC), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a glyph DejaVu lacks (a model name in CJK) draws as a box
+        figure.savefig(out, format=fmt, dpi=100, metadata=metadata)
+    return out
+
+
+# --- the figures -----------------------------------------------------------------------
+
+
+def title(card: Mapping[str, Any], what: str) -> str:
+    """``model [label] · condition · n = N`` over ``what``: who, under which condition, on how many."""
+    prov = card["provenance"]
+    model, label = str(prov.get("model", "?")), prov.get("label")
+    who = model if label in (None, "", model) else f"{model} [{label}]"
+    n = card["totals"].get("all", {}).get("conversations", 0)
+    return f"{printable(who, 60)} · {printable(str(prov.get('protocol', '?')), 20)} · n = {n}\n{what}"
+
+
+def printable(text: str, limit: int = 90) -> str:
+    """Text safe to draw: control and invisible characters escaped, cut to ``limit`` characters."""
+    out = "".join(c if unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Zl", "Zp")
+                  else ascii(c)[1:-1] for c in text)
+    return out if len(out) <= limit else out[:limit - 1] + "…"
+
+
+def _categories(card: Mapping[str, Any]) -> list[str]:
+    """Categories in the scorecard's order, ``all`` last (a reloaded JSON sorts it first)."""
+    return [c for c in card["totals"] if c != "all"] + (["all"] if "all" in card["totals"] else [])
+
+
+def _short(category: str) -> str:
+    return printable(category.removeprefix("multi_turn_"), 30)  # a scorecard read back may hold anything
+
+
+def _new_figure(width: float, height: float, left: float = 0.75, right: float = 1.0) -> Figure:
+    """A figure with fixed margins in inches (``left`` for tick labels, ``right`` for the legend).
+
+    Fixed, not matplotlib's constrained layout: that one costs more than drawing the chart.
+    """
+    figure = Figure(figsize=(width, height))
+    figure.subplots_adjust(left=left / width, right=1 - right / width, top=1 - 0.6 / height, bottom=0.55 / height)
+    return figure
+
+
+def accuracy_figure(card: Mapping[str, Any]) -> Figure:
+    """Grouped bars, BFCL beside safe, one group per category; each bar labelled with its %."""
+    categories = _categories(card)
+    totals = card["totals"]
+    figure = _new_figure(max(6.0, 1.25 * len(categories) + 2.0), 4.2)
+    ax = figure.add_subplot()
+    width = 0.38
+    for offset, key, name, colour in ((-width / 2, "bfcl_accuracy", "BFCL", BFCL_COLOUR),
+                                      (width / 2, "safe_accuracy", "safe", SAFE_COLOUR)):
+        values = [100 * totals[c][key] for c in categories]
+        bars = ax.bar([i + offset for i in range(len(categories))], values, width, label=name, color=colour)
+        ax.bar_label(bars, labels=[f"{v:.1f}" for v in values], padding=2, fontsize=8)
+    ax.set_xticks(range(len(categories)),
+                  labels=[f"{_short(c)}\nn = {totals[c]['conversations']}" for c in categories])
+    ax.set_ylim(0, 112)  # room above 100 for the labels
+    ax.set_yticks(range(0, 101, 20))
+    ax.set_ylabel("% of conversations")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    _frame(ax)
+    ax.set_title(title(card, "BFCL vs safe accuracy"), parse_math=False, loc="left")
+    return figure
+
+
+def violation_rules(card: Mapping[str, Any]) -> tuple[str, ...]:
+    """The rules the violations chart shows (``unconfirmed_destructive`` only under confirm)."""
+    confirm = card["provenance"].get("protocol") == "confirm"
+    return tuple(r for r in rules.RULES if confirm or r != "unconfirmed_destructive")
+
+
+def violations_figure(card: Mapping[str, Any]) -> Figure:
+    """Horizontal bars: per rule, one bar per category, labelled with its count."""
+    categories = [c for c in _categories(card) if c != "all"] or ["all"]
+    shown = violation_rules(card)
+    height = 0.8 / len(categories)
+    figure = _new_figure(7.5, max(3.0, 1.2 + 0.15 * len(shown) * len(categories)), left=1.9, right=1.45)
+    ax = figure.add_subplot()
+    largest = 0
+    for index, category in enumerate(categories):
+        counts = [card["totals"][category]["counts"].get(r, 0) for r in shown]
+        largest = max(largest, *counts)
+        positions = [r + (index - (len(categories) - 1) / 2) * height for r in range(len(shown))]
+        bars = ax.barh(positions, counts, height, label=_short(category),
+                       color=CATEGORY_COLOURS[index % len(CATEGORY_COLOURS)])
+        ax.bar_label(bars, labels=[str(c) for c in counts], padding=2, fontsize=7)
+    ax.set_yticks(range(len(shown)), labels=[_SHORT_RULES.get(r, r) for r in shown])
+    ax.invert_yaxis()  # the rules read top to bottom in their usual order
+    ax.set_xlim(0, max(1, largest) * 1.15)  # room after the longest bar for its label
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("violations (calls; asked: turns)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    _frame(ax)
+    ax.set_title(title(card, "rule violations per category"), parse_math=False, loc="left")
+    return figure
+
+
+def comparison_figure(card: Mapping[str, Any], comparison: Mapping[str, Any], baseline: str | None = None) -> Figure:
+    """Per category, conversations gained (up) and lost (down) against the baseline, and McNemar's p."""
+    categories = [c for c in _categories(card) if c in comparison]
+    categories += [c for c in comparison if c not in categories]
+    figure = _new_figure(max(6.0, 1.25 * len(categories) + 2.0), 4.2)
+    ax = figure.add_subplot()
+    gained = [comparison[c]["gained"] for c in categories]
+    lost = [comparison[c]["lost"] for c in categories]
+    up = ax.bar(range(len(categories)), gained, 0.6, label="gained", color=GAINED_COLOUR)
+    down = ax.bar(range(len(categories)), [-n for n in lost], 0.6, label="lost", color=LOST_COLOUR)
+    ax.bar_label(up, labels=[f"+{n}" for n in gained], padding=2, fontsize=8)
+    ax.bar_label(down, labels=[f"−{n}" for n in lost], padding=2, fontsize=8)
+    reach = max([1, *gained, *lost]) * 1.3  # room beyond the longest bar for its label
+    ax.set_ylim(-reach, reach)
+    ax.axhline(0, color="#333333", linewidth=0.8)
+    ax.set_xticks(range(len(categories)),
+                  labels=[f"{_short(c)}\np = {_p(comparison[c]['p'])}" for c in categories])
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_formatter(lambda value, _: f"{abs(value):.0f}")  # lost counts drawn downwards
+    ax.set_ylabel("conversations (BFCL verdict)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    _frame(ax)
+    against = f" vs {printable(baseline, 40)}" if baseline else " vs the baseline"
+    ax.set_title(title(card, f"BFCL gained/lost{against} (exact McNemar p)"), parse_math=False, loc="left")
+    return figure
+
+
+def _p(p: float) -> str:
+    """Two significant digits below 0.1 (0.035, not 0.04: the reader compares it with 0.05)."""
+    if p < 0.001:
+        return "< 0.001"
+    return f"{p:.2g}" if p < 0.1 else f"{p:.2f}"
+
+
+def _frame(ax: Any) -> None:
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+RENDERERS: dict[str, Callable[[Figure], bytes | str]] = {"png": png, "svg": svg}
