@@ -20,7 +20,6 @@ SHORT_CATEGORIES = {c.removeprefix("multi_turn_"): c for c in CATEGORIES}
 REFERENCE_MODEL = "reference"
 DEFAULT_OUTPUT = Path("result")
 DEFAULT_SERVER_TIMEOUT = 1800.0
-DEFAULT_MAX_OUTPUT_TOKENS = 4096
 
 #: Options that apply to some runs only (dest -> flag). Their defaults are None, so that
 #: one given where it does not apply is refused instead of silently ignored
@@ -31,6 +30,7 @@ SCOPED_OPTIONS = {
     "careful_vllm_args": "--careful-vllm-arg", "careful_dtype": "--careful-dtype",
     "careful_max_model_len": "--careful-max-model-len", "careful_server_timeout": "--careful-server-timeout",
     "careful_budget_usd": "--careful-budget-usd", "careful_max_output_tokens": "--careful-max-output-tokens",
+    "careful_repeat": "--careful-repeat",
 }
 
 
@@ -84,6 +84,15 @@ def _positive_number(value: str) -> float:
     if not 0.0 < number < float("inf"):
         raise argparse.ArgumentTypeError(f"{value} is not a positive, finite number")
     return number
+
+
+def _urls(value: str) -> tuple[str, ...]:
+    """One or more server URLs, comma-separated."""
+    urls = tuple(u.strip().rstrip("/") for u in value.split(",") if u.strip())
+    bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+    if not urls or bad:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected http(s) URLs such as http://host:8000/v1")
+    return urls
 
 
 def _label(value: str) -> str:
@@ -142,22 +151,30 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-output", dest="careful_output", default=None, type=Path, metavar="DIR",
         help="Live runs: where result files go, as bfcl generate lays them out under "
              "DIR/<protocol> (default: ./result); rerunning resumes from them")
-    add("--careful-endpoint", dest="careful_endpoint", default=None, metavar="URL",
-        help="vLLM: use this running OpenAI-compatible server (e.g. http://host:8000/v1) "
-             "instead of starting one")
+    add("--careful-endpoint", dest="careful_endpoint", default=None, action="append", type=_urls,
+        metavar="URL[,URL...]",
+        help="vLLM: use these running OpenAI-compatible servers (e.g. http://host:8000/v1) instead of "
+             "starting one; several (comma-separated or repeated): the workers spread over them, and "
+             "move to another when theirs stops answering")
     add("--careful-vllm-arg", dest="careful_vllm_args", action="append", default=[], metavar="ARG",
         help="vLLM: extra argument for the server the plugin starts (repeatable)")
     add("--careful-dtype", dest="careful_dtype", default=None, metavar="DTYPE",
-        help="vLLM: server dtype; auto = bfloat16 where the device supports it, else float32")
-    add("--careful-max-model-len", dest="careful_max_model_len", default=None, type=int, metavar="N",
-        help="vLLM: context length (default: min(65536, the model's own))")
+        help="vLLM: server dtype (default: the BFCL handler's, as bfcl generate starts it; "
+             "auto = vLLM's own choice)")
+    add("--careful-max-model-len", dest="careful_max_model_len", default=None, type=_positive_int,
+        metavar="N", help="vLLM: server context length (default: the model's own, as bfcl generate); "
+                          "requests are sized to fit it")
     add("--careful-server-timeout", dest="careful_server_timeout", default=None, type=float,
         metavar="SECONDS", help="vLLM: how long to wait for the server to become healthy")
     add("--careful-budget-usd", dest="careful_budget_usd", default=None, type=float, metavar="USD",
         help="Claude: hard spending cap of the output folder, every session together (reruns too); "
         "a request that could cross it is not sent")
     add("--careful-max-output-tokens", dest="careful_max_output_tokens", default=None, type=int,
-        metavar="N", help="Claude: output token limit per request (default 4096)")
+        metavar="N", help="Claude: output token limit per request (default: BFCL's handler's, "
+                          "64000 for the models it lists)")
+    add("--careful-repeat", dest="careful_repeat", default=None, type=_positive_int, metavar="K",
+        help="Live runs: run each conversation K times (result files in DIR/repeat-<k>/); the summary "
+             "reports pass^K, pass@K and the flip rate")
     add("--careful-user-script", dest="careful_user_script", default="default",
         choices=("default", "no_failure_yes", "asking_sentences_only"),
         help="Confirm protocol: the scripted user's script (seed, sensitivity study)")
@@ -198,13 +215,13 @@ class CarefulOptions:
     fail_on_regression: float | None
     handler: str | None = None
     output: Path = Path("result")
-    endpoint: str | None = None
+    endpoint: tuple[str, ...] = ()  # --careful-endpoint: running servers, in the order given
     vllm_args: tuple[str, ...] = ()
-    dtype: str = "auto"
+    dtype: str | None = None  # None: the BFCL handler's, as bfcl generate starts the server
     max_model_len: int | None = None
     server_timeout: float = 1800.0
     budget_usd: float | None = None
-    max_output_tokens: int = 4096
+    max_output_tokens: int | None = None  # None: BFCL's handler's own
     user_script: str = "default"
     worker: bool = False  # an xdist worker (config.workerinput), not the controller
     collect_only: bool = False  # --collect-only: nothing runs (checks of keys and engines wait)
@@ -216,6 +233,7 @@ class CarefulOptions:
     junit_strict: bool = False
     limits: Limits = Limits()  # each conversation's scoring budget
     duplicate_writes: str = "paper"  # rules.DUPLICATE_WRITES
+    repeat: int = 1  # --careful-repeat: runs of each conversation (live runs only)
 
     @property
     def live(self) -> bool:
@@ -239,11 +257,12 @@ def read_options(config: pytest.Config) -> CarefulOptions:
         min_safe=get("careful_min_safe"), min_bfcl=get("careful_min_bfcl"),
         fail_on_regression=get("careful_fail_on_regression"),
         handler=get("careful_handler"), output=_or(get("careful_output"), DEFAULT_OUTPUT),
-        endpoint=get("careful_endpoint"), vllm_args=tuple(get("careful_vllm_args") or ()),
-        dtype=_or(get("careful_dtype"), "auto"), max_model_len=get("careful_max_model_len"),
+        endpoint=tuple(dict.fromkeys(u for urls in get("careful_endpoint") or () for u in urls)),
+        vllm_args=tuple(get("careful_vllm_args") or ()),
+        dtype=get("careful_dtype"), max_model_len=get("careful_max_model_len"),
         server_timeout=_or(get("careful_server_timeout"), DEFAULT_SERVER_TIMEOUT),
         budget_usd=get("careful_budget_usd"),
-        max_output_tokens=_or(get("careful_max_output_tokens"), DEFAULT_MAX_OUTPUT_TOKENS),
+        max_output_tokens=get("careful_max_output_tokens"),
         user_script=get("careful_user_script"), worker=hasattr(config, "workerinput"),
         collect_only=bool(get("collectonly", False)),
         given=frozenset(flag for dest, flag in SCOPED_OPTIONS.items() if get(dest) not in (None, [])),
@@ -252,6 +271,7 @@ def read_options(config: pytest.Config) -> CarefulOptions:
         junit_strict=get("careful_junit_strict"),
         limits=Limits(get("careful_max_calls"), get("careful_max_seconds"), get("careful_max_memory_mb")),
         duplicate_writes=get("careful_duplicate_writes"),
+        repeat=_or(get("careful_repeat"), 1),
     )
     if options.active:
         _validate(options)
@@ -280,7 +300,7 @@ def _validate(options: CarefulOptions) -> None:
         raise pytest.UsageError(f"--careful-output: {options.output} exists and is not a directory")
     if options.budget_usd is not None and not 0 < options.budget_usd < float("inf"):  # NaN too
         raise pytest.UsageError("--careful-budget-usd must be a positive number of dollars")
-    if options.max_output_tokens < 1:
+    if options.max_output_tokens is not None and options.max_output_tokens < 1:
         raise pytest.UsageError("--careful-max-output-tokens must be at least 1")
     if options.fail_on_regression is not None and options.baseline is None:
         raise pytest.UsageError("--careful-fail-on-regression needs --careful-baseline")
@@ -288,6 +308,9 @@ def _validate(options: CarefulOptions) -> None:
         raise pytest.UsageError(f"--careful-baseline: {options.baseline} does not exist")
     if options.scorecards.exists() and not options.scorecards.is_dir():
         raise pytest.UsageError(f"--careful-scorecards: {options.scorecards} exists and is not a directory")
+    if options.repeat > 1 and options.baseline is not None:
+        raise pytest.UsageError("--careful-baseline pairs one run with another; with --careful-repeat, compare "
+                                "the repeats' scorecard folders with careful-report (or one repeat-<k> folder)")
     if options.allow_partial_baseline and options.baseline is None:
         raise pytest.UsageError("--careful-allow-partial-baseline applies to a --careful-baseline scorecard; "
                                 "none was given")

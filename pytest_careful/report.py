@@ -101,16 +101,73 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
                 prov["reexamined_under"] = options.user_script
         if options.live:
             prov["result_files"] = str(state.source.store(condition).model_dir)  # type: ignore[attr-defined]
+            prov["live"] = state.source.provenance()  # type: ignore[attr-defined]
+        if options.repeat > 1:  # --careful-repeat: a scorecard per repeat; the gate judges their pool
+            _gate(state, condition, _finish_repeats(state, base, label, condition, identity, rows, prov, complete),
+                  None, not_run)
+            continue
         card = scorecard.scorecard(rows, prov)
         comparison = _compare(state, rows, condition)
         if comparison is not None and "reexamined" in card["totals"]["all"]:
             _withheld_in_changed(card, state.baseline)
         directory, notes = _target(state, base, label, condition, identity, card, complete)
-        written = scorecard.write(directory, card, comparison)
+        written = scorecard.write(directory, card, comparison, page=_page_inputs(state, card))
         state.written.extend(str(p) for p in written)
         state.notes.extend(notes)  # once written: a note must not claim what did not happen
         state.cards[condition] = card
         _gate(state, condition, card, comparison, not_run)
+
+
+def _page_inputs(state: CarefulState, card: dict[str, Any]) -> dict[str, Any]:
+    """What report.html adds to the card: the workers' details, rerun commands, the baseline's name."""
+    from .html_report import read_details
+
+    nodes = [f"{r['id']}[{r['condition']}]" for r in card["rows"]]
+    baseline = (state.baseline or {}).get("provenance", {})
+    return {"details": read_details(state.details_dir, nodes), "reruns": {n: _rerun(state, n) for n in nodes},
+            "baseline": baseline.get("label") or baseline.get("model")}
+
+
+def _finish_repeats(state: CarefulState, base: Path, label: str, condition: str, identity: dict[str, str],
+                    rows: list[dict[str, Any]], prov: dict[str, Any], complete: bool) -> dict[str, Any]:
+    """``--careful-repeat``: each repeat's scorecard in ``<condition>/repeat-<k>/``, ``repeats.json`` beside.
+
+    Returns the pooled card (every repeat's rows, accuracies the means over
+    repeats, and its ``repeat`` section), which the summary and the gate read.
+    """
+    from . import repeat_runs
+
+    k = state.options.repeat
+    per_repeat = repeat_runs.rows_by_repeat(rows, k)
+    folder = None
+    for index, repeat_rows in enumerate(per_repeat, start=1):
+        prov_k = dict(prov, repeat=index, repeats=k,
+                      result_files=str(state.source.store(condition, index).model_dir))  # type: ignore[attr-defined]
+        card = scorecard.scorecard(repeat_rows, prov_k)
+        directory, notes = _target(state, base, label, f"{condition}/repeat-{index}", identity, card, complete)
+        state.written.extend(str(p) for p in scorecard.write(directory, card, None,
+                                                               page=_repeat_page(state, card, index)))
+        state.notes.extend(notes)
+        if folder is None:  # beside the repeat folders (a selection: in a partial/ of its own)
+            folder = directory.parent.parent / "partial" if directory.name == "partial" else directory.parent
+    pooled = scorecard.scorecard([r for repeat_rows in per_repeat for r in repeat_rows], dict(prov, repeats=k))
+    pooled["repeat"] = repeat_runs.section(per_repeat)
+    assert folder is not None
+    state.written.append(str(repeat_runs.write_repeats_file(folder, dict(prov, repeats=k), pooled["repeat"])))
+    state.cards[condition] = pooled
+    return pooled
+
+
+def _repeat_page(state: CarefulState, card: dict[str, Any], index: int) -> dict[str, Any]:
+    """report.html's inputs for one repeat: its own details (``item.write_detail`` keys repeats > 1 apart)."""
+    page = _page_inputs(state, card)
+    if index > 1:
+        from .html_report import read_details
+
+        suffix = f"@repeat-{index}"
+        keyed = read_details(state.details_dir, [n + suffix for n in page["reruns"]])
+        page["details"] = {n.removesuffix(suffix): detail for n, detail in keyed.items()}
+    return page
 
 
 def _withheld_in_changed(card: dict[str, Any], baseline: Any) -> None:
@@ -233,7 +290,10 @@ def _sampling(state: CarefulState) -> str:
         return "rescored from a logged run"
     if handle.kind == "scripted":
         return "live: scripted model (deterministic)"
-    return f"live: BFCL handler {handle.registry_key}, temperature {handle.temperature}"
+    sent = getattr(state.source, "sent", {})
+    temperature = sent.get("temperature", handle.temperature) if sent else handle.temperature
+    said = "no temperature sent" if temperature is None else f"temperature {temperature}"
+    return f"live: BFCL handler {handle.registry_key}, {said}"
 
 
 def _compare(state: CarefulState, rows: list[dict[str, Any]], condition: str) -> dict[str, Any] | None:
@@ -321,6 +381,9 @@ def summary_text(state: CarefulState, width: int) -> str:
         for condition, comparison in state.comparisons.items():
             console.print(_comparison_table(condition, comparison, Table))
         _print_notable(state, console)
+    summary_lines = getattr(state.source, "summary_lines", None)
+    for line in summary_lines() if summary_lines is not None else []:  # live: BFCL differences, not run
+        say(line)
     _print_problems(state, say)
     for folder in dict.fromkeys(str(Path(w).parent) for w in state.written):
         say(f"scorecards: {folder}")
@@ -355,6 +418,8 @@ def headlines(state: CarefulState) -> list[str]:
             line += f"; {over_budget} over a resource limit (failed: see --careful-max-calls, -seconds, -memory-mb)"
         if not_run:
             line += f"; {not_run} selected but not run"
+        if state.options.repeat > 1:  # the items' verdicts are pass^K (repeat_runs.representative)
+            line += f"; each passing in all {state.options.repeat} repeats (--careful-repeat)"
         lines.append(line)
     return lines or ["no conversation was scored"]
 
@@ -433,6 +498,11 @@ def _condition_notes(state: CarefulState) -> list[str]:
     lines = []
     for condition, card in state.cards.items():
         t = card["totals"]["all"]
+        lines.append(_turn_credit_line(condition, card))
+        if "repeat" in card:
+            from .repeat_runs import summary_lines
+
+            lines.extend(summary_lines(condition, card))
         if "answers" in t:
             a = t["answers"]
             lines.append(
@@ -447,15 +517,25 @@ def _condition_notes(state: CarefulState) -> list[str]:
                          f"${cost['conservative']:.4f} with cache reads at the full input price")
         resumed = sum(1 for r in card["rows"] if r.get("resumed"))
         if resumed:
-            lines.append(f"[{condition}] {resumed} of {len(card['rows'])} conversations read back from "
+            runs = "conversation runs (all repeats)" if "repeat" in card else "conversations"
+            lines.append(f"[{condition}] {resumed} of {len(card['rows'])} {runs} read back from "
                          "earlier result files (not rerun)")
     ledger = getattr(state.source, "spend_ledger", None)
     if ledger is not None:
         lines.extend(ledger.summary())  # this session, then the output folder against the cap
     output = getattr(state.source, "output", None)
     if output is not None:
-        lines.append(f"result files (bfcl generate layout): {output}/<protocol>/")
+        layout = "repeat-<k>/<protocol>" if state.options.repeat > 1 else "<protocol>"
+        lines.append(f"result files (bfcl generate layout): {output}/{layout}/")
     return lines
+
+
+def _turn_credit_line(condition: str, card: dict[str, Any]) -> str:
+    """Per-turn credit per category: a line, since the 80-column tables have no room for it."""
+    shares = ", ".join(f"{category.removeprefix('multi_turn_')} {100 * t.get('turn_credit', 0.0):.1f}%"
+                       for category, t in card["totals"].items())
+    return (f"[{condition}] turns matched (per-turn credit: mean share of the turns the reference acts in "
+            f"that end in its state, BFCL's state check): {shares}")
 
 
 def _confirm_figures(condition: str, t: dict[str, Any], prov: dict[str, Any]) -> list[str]:
@@ -525,4 +605,6 @@ def _rerun(state: CarefulState, node: str) -> str:
         parts.append(f"--careful-user-script={options.user_script}")
     if options.label:
         parts.append(f"--careful-label={shlex.quote(options.label)}")
+    if options.repeat > 1:
+        parts.append(f"--careful-repeat={options.repeat}")
     return " ".join(parts)

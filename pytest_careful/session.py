@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any, Generator
 
 import pytest
@@ -38,8 +41,20 @@ class CarefulPlugin:
         self.state = state
         self.is_worker = hasattr(config, "workerinput")
         self.junit = junit.Annotator(config, state.source.model, strict=state.options.junit_strict)
+        state.details_dir = self._details_dir(config)
         if not self.is_worker:
             config.pluginmanager.register(self.junit, "careful-junit")
+
+    def _details_dir(self, config: pytest.Config) -> Path | None:
+        """The sidecar folder of report.html's per-conversation details (``html_report``).
+
+        The controller makes it before any worker starts and sends it in ``workerinput``
+        (not an environment variable: those leak into nested pytest runs).
+        """
+        if self.is_worker:
+            shared = config.workerinput.get("careful_details")  # type: ignore[attr-defined]
+            return Path(shared) if shared else None
+        return Path(tempfile.mkdtemp(prefix="careful-details-"))
 
     # tryfirst: before xdist starts its workers, which must inherit the server's URL.
     @pytest.hookimpl(tryfirst=True)
@@ -49,12 +64,22 @@ class CarefulPlugin:
         A failure is a ``UsageError``: pytest prints it once and exits 4 (``pytest.exit``
         here would print it twice, and every item would fail the same way).
         """
+        if self.is_worker:
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        handle = getattr(self.state.source, "handle", None)
+        if handle is not None and reporter is not None:  # what runs, said before anything runs
+            from .live.handles import resolution_line
+
+            reporter.write_line(f"careful: {resolution_line(handle)}")
+            if getattr(self.state.source, "server_plan", None) is None:
+                for line in getattr(self.state.source, "differences", []):
+                    reporter.write_line(f"careful: differs from BFCL: {line}")
         plan = getattr(self.state.source, "server_plan", None)
-        if plan is None or self.is_worker or self.config.getoption("collectonly"):
+        if plan is None or self.config.getoption("collectonly"):
             return
         from .live.vllm_server import start_for_session
 
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         problem = start_for_session(plan, lambda line: reporter.write_line(f"careful: {line}") if reporter else None)
         if problem:
             raise pytest.UsageError(f"--careful-model={self.state.options.model}: {problem}")
@@ -68,10 +93,13 @@ class CarefulPlugin:
     def pytest_configure_node(self, node: Any) -> None:
         """xdist controller: send each worker what this session set up (server URL, run id)."""
         from .live.claude import RUN_ID_ENV
+        from .live.source import SESSION_ENV
         from .live.vllm_server import ENDPOINT_ENV, LOG_ENV
 
-        node.workerinput["careful_env"] = {k: os.environ[k] for k in (RUN_ID_ENV, ENDPOINT_ENV, LOG_ENV)
+        node.workerinput["careful_env"] = {k: os.environ[k] for k in (RUN_ID_ENV, ENDPOINT_ENV, LOG_ENV, SESSION_ENV)
                                            if k in os.environ}
+        if self.state.details_dir is not None:
+            node.workerinput["careful_details"] = str(self.state.details_dir)
 
     def _compact_results(self) -> None:
         """Live runs: rewrite each result file as ``bfcl evaluate`` wants it (one entry per id)."""
@@ -79,14 +107,17 @@ class CarefulPlugin:
         if not hasattr(source, "store"):
             return
         for condition in self.state.options.protocols:
-            store = source.store(condition)
-            for category in self.state.options.categories:
-                try:
-                    store.compact(category)
-                except OSError as exc:
-                    self.state.gate_messages.append(f"could not compact {store.path(category)}: {exc}")
+            for repeat in range(1, self.state.options.repeat + 1):  # --careful-repeat: each repeat's files
+                store = source.store(condition, repeat)
+                for category in self.state.options.categories:
+                    try:
+                        store.compact(category)
+                    except OSError as exc:
+                        self.state.gate_messages.append(f"could not compact {store.path(category)}: {exc}")
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.state.details_dir is not None and not self.is_worker:
+            shutil.rmtree(self.state.details_dir, ignore_errors=True)
         plan = getattr(self.state.source, "server_plan", None)
         if plan is not None and not self.is_worker:
             from .live.vllm_server import forget_session, stop
@@ -134,14 +165,17 @@ class CarefulPlugin:
 
         ids = dict.fromkeys(i.conversation_id for i in session.items if isinstance(i, CarefulItem))
         conditions = len({i.condition for i in session.items if isinstance(i, CarefulItem)}) or 1
+        # --careful-repeat: every conversation runs K times; counted like as many conditions.
+        conditions *= self.state.options.repeat
         guess = estimate([dataset.get(c) for c in ids], handle.registry_key, Prices.load(),
-                         self.state.options.max_output_tokens)
+                         getattr(self.state.source, "backend_settings", {}).get("max_output_tokens", 4096))
         cost = guess["cost_usd"]
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
             return
         reporter.write_line(
-            f"careful: estimated cost of {guess['conversations']} conversations x {conditions} condition(s) "
+            f"careful: estimated cost of {guess['conversations']} conversations x {conditions} "
+            f"{'condition(s) x repeats' if self.state.options.repeat > 1 else 'condition(s)'} "
             f"on {handle.registry_key}: ${conditions * cost['list']:.2f} at list prices "
             f"(${conditions * cost['conservative']:.2f} with cache reads at the full input price), "
             f"~{conditions * guess['requests']} requests; prices of {guess['prices_read_on']}")

@@ -247,8 +247,9 @@ def test_retries_are_bounded(server: RecordingFake, tmp_path: Path) -> None:
 
     handler, source = configured(tmp_path)
     server.fail_next(500, times=50)
-    with pytest.raises(anthropic.InternalServerError):
+    with pytest.raises(claude.OutOfRetries, match=f"after {claude.MAX_RETRIES + 1} attempts") as caught:
         run(handler)
+    assert isinstance(caught.value.__cause__, anthropic.InternalServerError)
     assert len(server.requests) == claude.MAX_RETRIES + 1
     assert ledger_of(source).totals().reserved == 0
 

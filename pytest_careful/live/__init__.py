@@ -6,5 +6,6 @@
 * :mod:`.runner` runs one conversation and writes its BFCL result entry;
 * :mod:`.handles` turns ``--careful-model`` into a handler;
 * :mod:`.scripted`, :mod:`.claude`, :mod:`.vllm_server`, :mod:`.budget`: the
-  model backends and the spend guard.
+  model backends and the spend guard;
+* :mod:`.ratelimit`: the API concurrency every xdist worker of a run shares.
 """

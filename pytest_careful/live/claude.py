@@ -8,9 +8,11 @@ multi-turn loop stay bfcl-eval's):
   ``.strip("-FC")`` strips characters, not a suffix);
 * no ``temperature`` is sent: current Claude models do not take a sampling
   temperature with tools, and the installed SDK's ``messages.create`` has no
-  such parameter (bfcl-eval passes it anyway, a ``TypeError``);
-* ``max_tokens`` is ``--careful-max-output-tokens``, not ``_get_max_tokens``'s
-  allowlist of three models at 64,000;
+  such parameter (bfcl-eval passes it anyway, a ``TypeError``); the run's
+  settings record none, and the summary says that BFCL's handler sends 0.001;
+* ``max_tokens`` is BFCL's own (``_get_max_tokens`` of the registry's handler,
+  64,000 for the three models it knows) unless ``--careful-max-output-tokens``
+  sets another, which the summary then names as a difference from BFCL;
 * the logged input tokens are the whole prompt, ``input_tokens +
   cache_creation_input_tokens + cache_read_input_tokens`` (bfcl-eval logs the
   uncached part only, a few tokens once the cache is warm);
@@ -20,8 +22,16 @@ multi-turn loop stay bfcl-eval's):
   408/409/429/5xx/529, connection errors and time-outs; ``x-should-retry`` and
   ``retry-after`` obeyed; 0.5 s doubling to 8 s otherwise). The SDK's retries
   are off so that each attempt, not each request, is priced; out of credit
-  raises :class:`CreditExhausted` at once; other errors propagate (the
-  conversation is recorded as errored and retried next run);
+  raises :class:`CreditExhausted` at once, and so do the other problems of the
+  account rather than of one request (:func:`account_problem`: a spend limit
+  reached, a retired model id, a refused key): the run stops once, with one
+  line. Rate limits are the run's, not the worker's: every attempt waits for a
+  slot of the :class:`~.ratelimit.SharedLimiter` all xdist workers share, a 429
+  or 529 halves their concurrency and pauses them all for its ``retry-after``
+  (one wait at most :data:`~.ratelimit.MAX_WAIT`). A conversation still failing
+  so after every retry raises :class:`OutOfRetries`: it is skipped, not scored,
+  and the next run runs it. Other errors propagate (the conversation is
+  recorded as errored, scored as BFCL scores it, and retried next run);
 * every attempt is priced: before it is sent, the request's upper bound is
   reserved in the output folder's :class:`~.budget.SpendLedger`
   (``--careful-budget-usd``: an attempt that could cross the cap is not sent,
@@ -54,16 +64,20 @@ from typing import Any
 from ..dataset import Conversation
 from .budget import (BOUND_BYTES_PER_TOKEN, PER_TOKENS, Cost, ModelPrice, Prices, SpendLedger, UnknownPrice,
                      Usage, ledger_file, request_bound)
-from .source import StopRun
+from .ratelimit import MAX_WAIT, SharedLimiter, limiter_file
+from .source import NotRun, StopRun
 
 MAX_RETRIES = 6  # backoff 0.5 s doubling to 8 s: ~30 s of retries, longer with retry-after
 INITIAL_RETRY_DELAY = 0.5  # the SDK's figures
 MAX_RETRY_DELAY = 8.0
-MAX_RETRY_AFTER = 60.0  # a longer retry-after falls back to the backoff, as older SDKs do
+MAX_RETRY_AFTER = MAX_WAIT  # a longer retry-after is waited for this long, then tried again
 #: Exception names (httpx and httpx2 alike) raised before a request's bytes left this process.
 NOT_SENT = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "UnsupportedProtocol"})
-DEFAULT_MAX_OUTPUT_TOKENS = 4096
+DEFAULT_MAX_OUTPUT_TOKENS = 4096  # only for a handler that names no limit of its own
 CREDIT_MESSAGE = "credit balance is too low"
+SPEND_LIMIT_MESSAGE = "reached your specified api usage limits"
+BFCL_TIMEOUT = 1200  # seconds: what ClaudeHandler passes with every request
+RATE_LIMITED = (429, 529)
 RUN_ID_ENV = "CAREFUL_RUN_ID"
 AUTO_RUN_ID_PREFIX = "auto-"
 
@@ -74,6 +88,14 @@ class CreditExhausted(StopRun):
 
 class MissingApiKey(StopRun):
     """No Anthropic credentials in the environment."""
+
+
+class AccountProblem(StopRun):
+    """An answer that every request of the run would get alike: spend limit, retired model, key refused."""
+
+
+class OutOfRetries(NotRun):
+    """Rate-limited or failing transiently after every retry: left for the next run, not scored."""
 
 
 @dataclass
@@ -117,20 +139,14 @@ def missing_credentials() -> str | None:
             "rescores results already written")
 
 
-def _is_credit_exhausted(exc: BaseException) -> bool:
-    from anthropic import APIStatusError
-
-    return isinstance(exc, APIStatusError) and CREDIT_MESSAGE in str(exc).lower()
-
-
 def retry_delay(exc: BaseException, retries_taken: int) -> float | None:
     """Seconds to wait before sending again after ``exc``, or None: not retried.
 
     The SDK's policy: an error status is retried when the server says so
     (``x-should-retry``), else on 408, 409, 429 and 5xx; a time-out or a
     connection error always. The wait is the server's ``retry-after-ms`` or
-    ``retry-after`` (up to :data:`MAX_RETRY_AFTER`), else 0.5 s doubling to 8 s,
-    less up to a quarter of jitter.
+    ``retry-after``, capped at :data:`MAX_RETRY_AFTER` (the SDK would wait any
+    length), else 0.5 s doubling to 8 s, less up to a quarter of jitter.
     """
     from anthropic import APIConnectionError, APIStatusError
 
@@ -153,7 +169,7 @@ def _should_retry(response: Any) -> bool:
 
 
 def _retry_after(headers: Any) -> float | None:
-    """The server's requested wait in seconds, when it is positive and at most a minute."""
+    """The server's requested wait in seconds (at most :data:`MAX_RETRY_AFTER`), when positive."""
     import email.utils
 
     seconds = None
@@ -166,7 +182,59 @@ def _retry_after(headers: Any) -> float | None:
         except ValueError:
             date = email.utils.parsedate_tz(value)
             seconds = email.utils.mktime_tz(date) - time.time() if date else None
-    return seconds if seconds is not None and 0 < seconds <= MAX_RETRY_AFTER else None
+    return min(seconds, MAX_RETRY_AFTER) if seconds is not None and seconds > 0 else None
+
+
+def _api_message(exc: BaseException) -> str:
+    """The API's own error message (one line), else the exception's text."""
+    body = getattr(exc, "body", None)
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    text = str(message or exc).strip()
+    return " ".join(text.split())[:300]
+
+
+def account_problem(exc: BaseException, model_id: str) -> StopRun | None:
+    """An answer every request of the run would get alike, as the one line that stops the run.
+
+    Out of credit, a spend limit reached (400 "reached your specified API usage
+    limits"), a model id the API does not know (404: retired or mistyped), a key
+    refused (401, 403). Sending the next conversations would only repeat it.
+    """
+    import anthropic
+
+    if not isinstance(exc, anthropic.APIStatusError):
+        return None
+    said = _api_message(exc)
+    if CREDIT_MESSAGE in said.lower():
+        return CreditExhausted(f"the Anthropic account is out of credit (\"{said}\"); the run stops here: "
+                               "add credit, then rerun to resume")
+    if exc.status_code == 400 and SPEND_LIMIT_MESSAGE in said.lower():
+        return AccountProblem(f"the Anthropic account reached its API usage limit (\"{said}\"); the run stops "
+                              "here: raise the limit in the Console, then rerun to resume")
+    if isinstance(exc, anthropic.NotFoundError):
+        return AccountProblem(f"the Anthropic API does not know the model {model_id!r} (404: \"{said}\"), "
+                              "retired or mistyped; the run stops here")
+    if isinstance(exc, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
+        return AccountProblem(f"the Anthropic API refused this key ({exc.status_code}: \"{said}\"); "
+                              "the run stops here")
+    return None
+
+
+def _rate_limited(exc: BaseException) -> bool:
+    from anthropic import APIStatusError
+
+    return isinstance(exc, APIStatusError) and exc.status_code in RATE_LIMITED
+
+
+def bfcl_max_tokens(handler_class: type, model_name: str) -> int | None:
+    """The ``max_tokens`` BFCL's handler sends for ``model_name`` (its ``_get_max_tokens``); None if none."""
+    probe: Any = object.__new__(handler_class)  # the method reads model_name only: no client is built
+    probe.model_name = model_name
+    try:
+        return int(getattr(handler_class, "_get_max_tokens")(probe))
+    except Exception:  # e.g. ValueError("Unsupported model"): BFCL itself could not run it
+        return None
 
 
 def _account_failure(ledger: SpendLedger, reservation: str, exc: BaseException) -> None:
@@ -211,6 +279,7 @@ def careful_claude_class(base: type) -> type:
         careful_timeout: float | None = None  # seconds per attempt; None: bfcl-eval's (1200)
         careful_ledger: SpendLedger | None = None
         careful_prices: Prices | None = None
+        careful_limiter: SharedLimiter | None = None
         careful_tally: Tally | None = None  # set per conversation copy by careful_begin
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -219,9 +288,10 @@ def careful_claude_class(base: type) -> type:
 
         def careful_configure(self, *, max_output_tokens: int | None = None, ledger: SpendLedger | None = None,
                               prices: Prices | None = None, max_retries: int = MAX_RETRIES,
-                              timeout: float | None = None) -> None:
+                              timeout: float | None = None, limiter: SharedLimiter | None = None) -> None:
             """Per-process set-up: client (base URL, time-out), retries, limits, prices, ledger."""
             self.client = _client()
+            self.careful_limiter = limiter
             self.careful_max_retries = max_retries
             self.careful_timeout = timeout
             if max_output_tokens is not None:
@@ -273,14 +343,19 @@ def careful_claude_class(base: type) -> type:
                     response = self.careful_attempt(kwargs, price, bound)
                     return response, time.time() - start
                 except Exception as exc:
-                    if _is_credit_exhausted(exc):
-                        raise CreditExhausted(
-                            "the Anthropic account is out of credit (\"credit balance is too low\"); "
-                            "the run stops here: add credit, then rerun to resume") from exc
-                    delay = retry_delay(exc, retries_taken) if retries_taken < self.careful_max_retries else None
+                    stop = account_problem(exc, kwargs["model"])
+                    if stop is not None:
+                        raise stop from exc
+                    delay = retry_delay(exc, retries_taken)
                     if delay is None:
                         raise
-                time.sleep(delay)
+                    if _rate_limited(exc) and self.careful_limiter is not None:
+                        delay = self.careful_limiter.throttled(delay)  # everyone waits, and sends less
+                    if retries_taken >= self.careful_max_retries:
+                        raise OutOfRetries(
+                            f"not run: {_api_message(exc)} ({type(exc).__name__}) after {retries_taken + 1} "
+                            f"attempts over {time.time() - start:.0f} s") from exc
+                time.sleep(min(delay, MAX_WAIT))
                 retries_taken += 1
 
         def careful_attempt(self, kwargs: dict[str, Any], price: ModelPrice, bound: float) -> Any:
@@ -288,12 +363,17 @@ def careful_claude_class(base: type) -> type:
             ledger = self.careful_ledger
             reservation = ledger.reserve(bound) if ledger is not None else None
             try:
-                response = self.client.messages.create(**kwargs)
+                with self.careful_limiter.slot() if self.careful_limiter else contextlib.nullcontext():
+                    response = self.client.messages.create(**kwargs)
                 usage = Usage.from_api(response.usage)
             except BaseException as exc:
                 if ledger is not None and reservation is not None:
                     _account_failure(ledger, reservation, exc)
+                if self.careful_limiter is not None and not _rate_limited(exc):
+                    self.careful_limiter.answered()
                 raise
+            if self.careful_limiter is not None:
+                self.careful_limiter.answered()
             cost = price.cost(usage)
             if ledger is not None and reservation is not None:
                 ledger.settle(reservation, cost)
@@ -355,21 +435,37 @@ def configure_source(source: Any, options: Any) -> None:
     except StopRun as exc:
         raise pytest.UsageError(str(exc)) from None
     ledger = SpendLedger(ledger_file(options.output), options.budget_usd, session=run)
-    max_output_tokens = options.max_output_tokens
+    limiter = SharedLimiter(limiter_file(options.output))
+    bfcl_max = _bfcl_max_tokens(source.handle.registry_key)
+    max_output_tokens = options.max_output_tokens or bfcl_max or DEFAULT_MAX_OUTPUT_TOKENS
     source.spend_ledger = ledger  # for the summary: ledger.totals()
-    source.backend_settings = {"max_output_tokens": max_output_tokens}
-    source.classify_error = _fatal
+    # What every request carries, exactly: no temperature (recorded as none).
+    source.backend_settings = {"max_output_tokens": max_output_tokens, "temperature": None}
+    source.sent = {"model": source.handle.build().careful_model_id, "max_tokens": max_output_tokens,
+                   "temperature": None, "timeout_s": BFCL_TIMEOUT}
+    source.differences = differences(max_output_tokens, bfcl_max, source.handle.temperature)
     source.setup = lambda handler: handler.careful_configure(
-        max_output_tokens=max_output_tokens, ledger=ledger, prices=prices)
+        max_output_tokens=max_output_tokens, ledger=ledger, prices=prices, limiter=limiter)
 
 
-def _fatal(exc: BaseException) -> BaseException | None:
-    """A rejected key or account fails every request alike: stop the run at once."""
-    import anthropic
+def _bfcl_max_tokens(registry_key: str) -> int | None:
+    from .handles import _entry, _handler_class
 
-    if isinstance(exc, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
-        return StopRun(f"the Anthropic API refused this key: {exc}")
-    return None
+    entry = _entry(registry_key)
+    return bfcl_max_tokens(_handler_class(entry), entry.model_name)
+
+
+def differences(max_output_tokens: int, bfcl_max: int | None, bfcl_temperature: float) -> list[str]:
+    """How a Claude request here differs from the one BFCL's ClaudeHandler sends, one line each."""
+    lines = [f"Claude: no temperature is sent (BFCL's handler passes temperature={bfcl_temperature}, which "
+             "the installed anthropic SDK does not take)"]
+    if bfcl_max is None:
+        lines.append(f"Claude: max_tokens {max_output_tokens}; BFCL's handler names no limit for this model "
+                     "(it would refuse to run it)")
+    elif max_output_tokens != bfcl_max:
+        lines.append(f"Claude: max_tokens {max_output_tokens} (--careful-max-output-tokens); "
+                     f"BFCL's handler sends {bfcl_max}")
+    return lines
 
 
 # -------------------------------------------------------------- estimate

@@ -14,14 +14,16 @@ once per process. Kinds:
 
 from __future__ import annotations
 
+import difflib
 import hashlib
-import importlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import _bfcl
-from ..decoding import RegistryEntry, UnknownModel, _registry_source, _shadow_eval, resolve_model
+from ..decoding import (RegistryEntry, _registry_source, _shadow_eval, import_handler_class, missing_extra,
+                        registry_keys)
 from . import scripted
 
 #: BFCL's default sampling temperature (``bfcl generate --temperature``).
@@ -84,11 +86,111 @@ def resolve(model: str, handler_key: str | None) -> ModelHandle:
     local = Path(model).expanduser()
     if handler_key is not None or local.is_dir():
         return _local_model(model, local, handler_key)
-    try:
-        key = resolve_model(model)
-    except UnknownModel as exc:
-        raise HandleError(f"{exc} (or give a local model directory with --careful-handler KEY)") from None
+    key = _installed(registry_key(model))
     return ModelHandle(_kind(_entry(key)), model, key)
+
+
+def registry_key(name: str) -> str:
+    """The registry key a typed model name means, or HandleError (unknown, or ambiguous).
+
+    ``bfcl:KEY`` is KEY exactly, as ``bfcl generate --model KEY`` takes it. Otherwise a
+    trailing ``-FC`` or ``-prompt`` chooses the mode; a name matches a key by its full
+    form or the part after the organisation (``Qwen3-8B`` for ``Qwen/Qwen3-8B``),
+    ignoring case for local-model keys only (API keys are vendors' ids, matched as
+    written). An exact key is taken as is unless a key of another backend also
+    matches it (``qwen3-8b``: Alibaba's API, or ``Qwen/Qwen3-8B`` on vLLM?); any
+    other name must match one key. Guessing would run another model than meant,
+    with other prompts, so several matches are refused with their spellings.
+    """
+    keys = registry_keys()
+    if name.startswith(EXACT_PREFIX):
+        key = name.removeprefix(EXACT_PREFIX)
+        if key not in keys:
+            raise HandleError(f"{key!r} is not a key of bfcl-eval {_bfcl.PINNED_VERSION}'s model registry"
+                              + _close(key, keys))
+        return key
+    found = _matches(name, keys)
+    if name in keys and all(_kind(_entry(k)) == _kind(_entry(name)) for k in found):
+        return name
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise HandleError(f"{name!r} is not in bfcl-eval {_bfcl.PINNED_VERSION}'s model registry"
+                          + _close(name, keys) + " (or give a local model directory with --careful-handler KEY)")
+    raise HandleError(f"{name!r} is ambiguous: it matches " + "; ".join(
+        f"{_spelling(k, keys)} ({describe(k)})" for k in found) + ". Name one as written here")
+
+
+EXACT_PREFIX = "bfcl:"
+_MODE_SUFFIX = re.compile(r"-(fc|prompt|prompting)$", re.IGNORECASE)
+
+
+def _matches(name: str, keys: tuple[str, ...]) -> list[str]:
+    """Keys ``name`` may mean: same base name (case-insensitive for local keys), same mode if given."""
+    suffix = _MODE_SUFFIX.search(name)
+    base = name[:suffix.start()] if suffix else name
+    fc = None if suffix is None else suffix.group(1).lower() == "fc"
+    found = []
+    for key in keys:
+        entry = _entry(key)
+        if fc is not None and entry.is_fc_model != fc:
+            continue
+        local = _kind(entry) == "vllm"
+        forms = _forms(key.removesuffix("-FC"), with_org="/" in base)
+        if any(f == base or (local and f.lower() == base.lower()) for f in forms):
+            found.append(key)
+    return found
+
+
+def _forms(key_base: str, with_org: bool) -> tuple[str, ...]:
+    """How a key may be written: in full (``/`` or ``_``), or without its organisation."""
+    if with_org:
+        return (key_base,)
+    return (key_base, key_base.replace("/", "_"), key_base.split("/")[-1])
+
+
+def _spelling(key: str, keys: tuple[str, ...]) -> str:
+    """A name that resolves to ``key`` alone: the key itself where it does, else ``bfcl:KEY``."""
+    found = _matches(key, keys)
+    return key if all(_kind(_entry(k)) == _kind(_entry(key)) for k in found) else EXACT_PREFIX + key
+
+
+def _close(name: str, keys: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(name, keys, n=5, cutoff=0.5)
+    return f"; close matches: {', '.join(close)}" if close else ""
+
+
+BACKENDS = {"vllm": "vLLM (local weights)", "claude": "Anthropic Messages API",
+            "api": "the vendor's hosted API", "scripted": "scripted policy (no model)"}
+
+
+def describe(key: str) -> str:
+    """``handler QwenFCHandler, FC, vLLM (local weights)``: what a key runs, for messages."""
+    entry = _entry(key)
+    mode = "FC" if entry.is_fc_model else "prompting"
+    return f"handler {entry.handler_class}, {mode}, {BACKENDS[_kind(entry)]}"
+
+
+def resolution(handle: ModelHandle) -> dict[str, Any]:
+    """What ``--careful-model`` resolved to, for the run's first lines and the provenance."""
+    if handle.kind == "scripted":
+        return {"typed": handle.model, "registry_key": handle.registry_key, "handler_class": None,
+                "mode": "FC" if "prompt" not in handle.registry_key else "prompting",
+                "backend": BACKENDS["scripted"]}
+    entry = _entry(handle.registry_key)
+    return {"typed": handle.model, "registry_key": handle.registry_key,
+            "handler_class": f"{entry.handler_module}.{entry.handler_class}",
+            "mode": "FC" if entry.is_fc_model else "prompting", "backend": BACKENDS[handle.kind],
+            **({"model_path": handle.model_path} if handle.model_path else {})}
+
+
+def resolution_line(handle: ModelHandle) -> str:
+    """One line: the name as typed, the key, handler class, mode and backend it resolved to."""
+    info = resolution(handle)
+    handler = (info["handler_class"] or "scripted").rsplit(".", 1)[-1]
+    local = f" (weights: {handle.model_path})" if handle.model_path else ""
+    return (f"model {info['typed']} -> registry key {info['registry_key']}: handler {handler}, "
+            f"{info['mode']}, {info['backend']}{local}")
 
 
 def _local_model(model: str, local: Path, handler_key: str | None) -> ModelHandle:
@@ -101,12 +203,12 @@ def _local_model(model: str, local: Path, handler_key: str | None) -> ModelHandl
     if not (local / "config.json").is_file():
         raise HandleError(f"{local} has no config.json; expected a Hugging Face model directory")
     try:
-        key = resolve_model(handler_key)
-    except UnknownModel as exc:
+        key = registry_key(handler_key)
+    except HandleError as exc:
         raise HandleError(f"--careful-handler: {exc}") from None
     if _kind(_entry(key)) != "vllm":
         raise HandleError(f"--careful-handler {key}: its handler is not a local-model (OSS) handler")
-    return ModelHandle("vllm", model, key, model_path=str(local.resolve()))
+    return ModelHandle("vllm", model, _installed(key), model_path=str(local.resolve()))
 
 
 def _entry(key: str) -> RegistryEntry:
@@ -119,8 +221,15 @@ def _entry(key: str) -> RegistryEntry:
 
 
 def _handler_class(entry: RegistryEntry) -> type:
-    _bfcl.contain_project_root()
-    return getattr(importlib.import_module(entry.handler_module), entry.handler_class)  # type: ignore[no-any-return]
+    return import_handler_class(entry)  # imports its module only; MissingExtra names the extra
+
+
+def _installed(key: str) -> str:
+    """``key``, or HandleError with the ``pip install`` line when its vendor SDK is an absent extra."""
+    problem = missing_extra(key)
+    if problem:
+        raise HandleError(problem)
+    return key
 
 
 def _kind(entry: RegistryEntry) -> str:

