@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -168,3 +169,14 @@ def test_spearman_without_scipy_equals_scipy(x: list[float], y: list[float]) -> 
 
     assert spearman_rho(x, y) == pytest.approx(float(spearmanr(x, y).statistic))
     assert spearman_rho([1, 1, 1], y[:3]) is None  # scipy: NaN (constant input)
+
+
+def test_ci_runs_exactly_the_readme_setup_and_test_commands() -> None:
+    """`.ci/run` is the contract: README's setup and test commands, verbatim, in that order."""
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", readme.split("## Setup, test, run", 1)[1], re.S)
+    setup, test = blocks[0].strip(), blocks[1].strip()
+    ci_lines = [line.strip() for line in (root / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert setup in ci_lines and test in ci_lines
+    assert ci_lines.index(setup) < ci_lines.index(test)
