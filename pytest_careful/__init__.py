@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
-from .dataset import Conversation, load, load_category
-from .executor import Execution, Simulators
-from .replay import CallRecord, Replay, reference
-from .results import Evaluation, InputProblem, evaluate, read_result_file
-from .verdict import Verdict, check
+import importlib
+from typing import Any
+
+# Imported on first use (PEP 562): pytest imports this package in every session where it is
+# installed, through the plugin, and ``executor`` captures bfcl-eval's simulator state at import.
+# A session that does not ask for a run must not pay for that.
+_PUBLIC = {
+    "Conversation": "dataset", "load": "dataset", "load_category": "dataset",
+    "Execution": "executor", "Simulators": "executor",
+    "CallRecord": "replay", "Replay": "replay", "reference": "replay",
+    "Evaluation": "results", "InputProblem": "results", "evaluate": "results", "read_result_file": "results",
+    "Verdict": "verdict", "check": "verdict",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
+
 
 __all__ = [
     "CallRecord",

@@ -24,6 +24,7 @@ import itertools
 import json
 import os
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -104,7 +105,7 @@ def find_scorecards(folders: Sequence[Path]) -> tuple[list[Path], list[str]]:
             here, skipped = _search(folder)
             if not here:
                 raise ReportError(f"{folder}: no scorecard.json in it or in any folder below it")
-            notes.append(f"{folder}: found {len(here)} scorecards below it"
+            notes.append(f"{folder}: found {len(here)} scorecard{'' if len(here) == 1 else 's'} below it"
                          + (f" (skipped {skipped} partial/ selections)" if skipped else ""))
         else:
             raise ReportError(f"{folder}: no such file or folder")
@@ -238,9 +239,16 @@ def _repeat_suffix(run: Run) -> str:
     return f" repeat {index}" if isinstance(index, int) and not isinstance(index, bool) else ""
 
 
+def _visible(text: str) -> str:
+    """Control and invisible characters shown escaped: a label is user input, and its name is printed to
+    the terminal (an ESC sequence there would act) and written to table.md (a newline there breaks the row)."""
+    return "".join(c if unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Zl", "Zp") else ascii(c)[1:-1]
+                   for c in text)
+
+
 def _name_runs(runs: list[Run]) -> None:
     """A short unique name per run: its label and condition, numbered where they repeat."""
-    base = [f"{r.provenance.get('label') or r.model} [{r.condition}]" + _repeat_suffix(r) for r in runs]
+    base = [_visible(f"{r.provenance.get('label') or r.model} [{r.condition}]") + _repeat_suffix(r) for r in runs]
     seen: dict[str, int] = {}
     for run, name in zip(runs, base):
         seen[name] = seen.get(name, 0) + 1
@@ -456,7 +464,8 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
     def pct(key: str) -> str:
         return DASH if row[key] is None else f"{row[key]:.1f}"
     vs = row["vs_standard"]
-    return {"model": row["model"] if row["label"] in (None, "", row["model"]) else f"{row['model']} ({row['label']})",
+    model = row["model"] if row["label"] in (None, "", row["model"]) else f"{row['model']} ({row['label']})"
+    return {"model": _visible(model) + _run_suffix(row),
             "condition": row["condition"],
             **{k: pct(k) for k in ("b", "mf", "mp", "lc", "mean", "safe")},
             "collateral": str(row["collateral"]), "asked": str(row["asked"]),
@@ -465,6 +474,13 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
             "strict": DASH if row["strict"] is None else str(row["strict"]),
             "+ / −": DASH if vs is None else f"{vs['gained']} / {vs['lost']}",
             "p": DASH if vs is None else format_p(vs["p"])}
+
+
+def _run_suffix(row: dict[str, Any]) -> str:
+    """`` repeat 2`` or `` #2``: what tells apart Table 5 rows of the same model, label and condition."""
+    prefix = _visible(f"{row['label'] or row['model']} [{row['condition']}]")
+    name = str(row.get("run") or "")
+    return name[len(prefix):] if name.startswith(prefix) else ""
 
 
 def strict_header(report: dict[str, Any]) -> str:
@@ -524,7 +540,7 @@ def _marks(verdicts: list[bool]) -> str:
 
 def _md_escape(text: str) -> str:
     """Model names and labels are user input: keep them from breaking the table or adding markup."""
-    return "".join("\\" + ch if ch in "\\`*_[]<>|#" else ch for ch in " ".join(text.split()))
+    return "".join("\\" + ch if ch in "\\`*_[]<>|#" else ch for ch in _visible(" ".join(text.split())))
 
 
 def html(report: dict[str, Any]) -> str:
@@ -611,6 +627,9 @@ def _parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str] | None = None) -> list[str]:
     """The command's work; returns the lines to print. ReportError on unusable input."""
     args = _parser().parse_args(argv)
+    if (args.out / "scorecard.json").exists():  # its report.html is the run's own page: never overwrite it
+        raise ReportError(f"{args.out}: holds a scorecard, whose report.html would be replaced; "
+                          "give --out another folder")
     paths, notes = find_scorecards(args.folders)
     from . import dataset, scorecard
 

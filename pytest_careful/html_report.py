@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import dag, rules
+from .stats import p_text
 
 #: Per-field limits of a conversation's detail, in characters (the marker says how many bytes were cut).
 MAX_TEXT = 2_000  # the model's text, a user request
@@ -246,7 +247,7 @@ def _summary_cells(totals: Mapping[str, Any]) -> list[str]:
 
 def render(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
            details: Mapping[str, Mapping[str, Any]] | None = None, reruns: Mapping[str, str] | None = None,
-           charts: Mapping[str, str] | None = None) -> str:
+           charts: Mapping[str, str] | None = None, baseline: str | None = None) -> str:
     """The page of one scorecard.
 
     Args:
@@ -255,6 +256,7 @@ def render(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
         details: ``conversation_detail`` records by node id (``multi_turn_base_0[standard]``).
         reruns: the command that reruns each node, by node id.
         charts: SVG text by chart name (``plots.svg``), drawn inline.
+        baseline: the baseline's name (its label or model), named in the comparison's heading.
     """
     from markupsafe import Markup
 
@@ -264,7 +266,7 @@ def render(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
         "columns": SUMMARY_COLUMNS + ((TURNS_COLUMN,) if "turn_credit" in card["totals"].get("all", {}) else ()),
         "summary": [(c.removeprefix("multi_turn_"), _summary_cells(t)) for c, t in _ordered(card["totals"])],
         "charts": [(name, Markup(_inline_svg(svg))) for name, svg in (charts or {}).items()],
-        "comparison": _ordered(comparison or {}),
+        "comparison": [(c, _comparison_cells(r)) for c, r in _ordered(comparison or {})], "baseline": baseline,
         "rules": [r for r in rules.RULES if any(r in _flagged(row) for row in card["rows"])],
         "all_rules": rules.RULES,
         "categories": sorted({r["category"].removeprefix("multi_turn_") for r in card["rows"]}),
@@ -273,6 +275,19 @@ def render(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
         "css": Markup((TEMPLATES / "report.css").read_text(encoding="utf-8")),
     }
     return _environment().get_template("report.html.j2").render(context)
+
+
+def _comparison_cells(result: Mapping[str, Any]) -> dict[str, Any]:
+    """One category against the baseline: p as a reader reads it, flipped ids in dataset order."""
+    p = float(result["p"])
+    flipped = sorted(result.get("flipped", []), key=lambda pair: _id_number(str(pair[0])))
+    return {**result, "p_text": p_text(p), "flipped": flipped}
+
+
+def _id_number(cid: str) -> tuple[str, int]:
+    """``multi_turn_base_10`` after ``multi_turn_base_9`` (not after ``multi_turn_base_1``)."""
+    stem, _, number = cid.rpartition("_")
+    return (stem, int(number)) if number.isdigit() else (cid, -1)
 
 
 def _ordered(by_category: Mapping[str, Any]) -> list[tuple[str, Any]]:

@@ -75,7 +75,52 @@ def simulator_modules() -> tuple[types.ModuleType, ...]:
 
 
 def imported_module_names(module: types.ModuleType) -> set[str]:
-    """Every module ``module``'s source imports (``import x``, ``from x import y``)."""
+    """Every module ``module`` imports by absolute name (``import x``, ``from x import y``).
+
+    Read from its compiled code, which the import system keeps in ``__pycache__`` and
+    checks against the source: parsing the source instead cost 60-100 ms in every
+    process that scores (the long-context modules are large), this about 4 ms. Each
+    import compiles to ``LOAD_CONST level; LOAD_CONST fromlist; IMPORT_NAME name``;
+    level 0 is an absolute import, as ``source_imports`` reads it from the source.
+    """
+    code = _compiled(module)
+    if code is None:
+        return source_imports(module)
+    names: set[str] = set()
+    pending = [code]
+    while pending:
+        code = pending.pop()
+        pending.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        if _IMPORT_NAME not in code.co_code[::2]:  # opcodes sit at even offsets: skip most code cheaply
+            continue
+        instructions = list(dis.get_instructions(code))
+        for index, instruction in enumerate(instructions):
+            if instruction.opname != "IMPORT_NAME":
+                continue
+            level = instructions[index - 2] if index >= 2 else None
+            if level is None or level.opname not in _LEVEL_LOADS:  # a compiler this was not written for
+                return source_imports(module)
+            if level.argval == 0:
+                names.add(instruction.argval)
+    return names
+
+
+_IMPORT_NAME = dis.opmap["IMPORT_NAME"]
+#: How the import's level is loaded (3.10-3.13: LOAD_CONST; 3.14 loads small ints apart).
+_LEVEL_LOADS = frozenset({"LOAD_CONST", "LOAD_SMALL_INT"})
+
+
+def _compiled(module: types.ModuleType) -> types.CodeType | None:
+    """The module's code object as its loader has it (from ``__pycache__`` when that is current)."""
+    loader = getattr(getattr(module, "__spec__", None), "loader", None)
+    try:
+        return loader.get_code(module.__name__) if loader is not None and hasattr(loader, "get_code") else None
+    except (ImportError, OSError, SyntaxError, EOFError, ValueError, TypeError):
+        return None  # e.g. a .pyc cut short behind a valid header (marshal raises): read the source
+
+
+def source_imports(module: types.ModuleType) -> set[str]:
+    """Every module ``module``'s source imports (``import x``, ``from x import y``), from its syntax tree."""
     names: set[str] = set()
     try:
         source = inspect.getsource(module)
@@ -372,6 +417,7 @@ class Exposure:
         elif not functions and not isinstance(value, (types.ModuleType, type, property)):
             containers |= self.pristine.reach(value)
 
+    @functools.lru_cache(maxsize=None)  # per class: ``plan`` asks for each (class, method) of ~500 sets
     def of_class_presence(self, cls: type) -> tuple[frozenset[int], frozenset[tuple[int, str]]]:
         """What an instance's implicit calls can reach: dunder methods of its module's classes."""
         containers: set[int] = set()
@@ -383,10 +429,12 @@ class Exposure:
                         self._value(other, name, member, containers, bindings)
         return frozenset(containers), frozenset(bindings)
 
+    @functools.lru_cache(maxsize=None)
     def of_method(self, class_name: str, method: str) -> tuple[frozenset[int], frozenset[tuple[int, str]]]:
         """What calling ``class_name.method`` on an instance can reach."""
         cls = _bfcl.simulator_class(class_name)
-        containers, bindings = set(self.of_class_presence(cls)[0]), set(self.of_class_presence(cls)[1])
+        presence = self.of_class_presence(cls)
+        containers, bindings = set(presence[0]), set(presence[1])
         for klass in cls.__mro__:
             if method in vars(klass):
                 self._value(klass, method, vars(klass)[method], containers, bindings)

@@ -12,6 +12,7 @@ from . import answer_log, dataset, limits, rules, turn_credit
 from .live import confirm
 from .live.source import LiveError
 from .evidence import format_bfcl_failure, format_violations, transcript
+from .markers import CLASS_MARKERS
 from .results import evaluate
 from .state import SESSION_KEY
 
@@ -355,17 +356,3 @@ def make_items(collector: CarefulCollector, conversations: list[dataset.Conversa
 def markers_for(conversation: dataset.Conversation, condition: str) -> list[str]:
     classes = [CLASS_MARKERS[c] for c in conversation.involved_classes]
     return [conversation.category.removeprefix("multi_turn_"), condition, "careful", *classes]
-
-
-CLASS_MARKERS = {
-    "GorillaFileSystem": "gorilla_file_system",
-    "MathAPI": "math_api",
-    "MessageAPI": "message_api",
-    "TwitterAPI": "twitter_api",
-    "TicketAPI": "ticket_api",
-    "TradingBot": "trading_bot",
-    "TravelAPI": "travel_api",
-    "VehicleControlAPI": "vehicle_control_api",
-}
-
-

@@ -87,12 +87,66 @@ def _positive_number(value: str) -> float:
 
 
 def _urls(value: str) -> tuple[str, ...]:
-    """One or more server URLs, comma-separated."""
-    urls = tuple(u.strip().rstrip("/") for u in value.split(",") if u.strip())
-    bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+    """One or more server URLs, comma-separated; ``http://host:8000`` means its ``/v1``."""
+    urls = tuple(_api_root(u.strip().rstrip("/")) for u in value.split(",") if u.strip())
+    bad = [u for u in urls if not _valid_url(u)]
     if not urls or bad:
-        raise argparse.ArgumentTypeError(f"{value!r}: expected http(s) URLs such as http://host:8000/v1")
+        raise argparse.ArgumentTypeError(f"{(bad or [value])[0]!r}: expected http(s) URLs such as http://host:8000/v1")
     return urls
+
+
+def _valid_url(url: str) -> bool:
+    """http(s), a host, a port that is a number, no blanks: what urllib can open."""
+    from urllib.parse import urlsplit
+
+    if not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
+        return False
+    try:
+        parts = urlsplit(url)
+        parts.port  # raises on a port that is not a number in range
+    except ValueError:
+        return False
+    return bool(parts.hostname)
+
+
+def _api_root(url: str) -> str:
+    """A server's bare address is its OpenAI API root, ``/v1``: vLLM serves nothing at ``/models``."""
+    from urllib.parse import urlsplit
+
+    try:
+        bare = urlsplit(url).path == "" and url.startswith(("http://", "https://"))
+    except ValueError:  # e.g. a malformed port or IPv6 address: refused by the caller
+        return url
+    return url + "/v1" if bare else url
+
+
+#: Server flags the plugin sets itself: another value would start a server it cannot find or name.
+_OWN_SERVER_FLAGS = {"--host": "it listens on 127.0.0.1", "--port": "it listens on a free port the plugin picks",
+                     "--served-model-name": "requests name the model as BFCL's handler does",
+                     "--model": "--careful-model names it"}
+#: Server flags with an option of their own (shown in the summary as a difference from BFCL's settings).
+_SERVER_OPTIONS = {"--dtype": "--careful-dtype", "--max-model-len": "--careful-max-model-len"}
+#: vLLM's --dtype values (0.32).
+VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+
+
+def _vllm_args(value: str) -> tuple[str, ...]:
+    """One ``--careful-vllm-arg``: a flag, ``--flag=value`` or ``"--flag value"`` (split as a shell would)."""
+    import shlex
+
+    try:
+        args = tuple(shlex.split(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in _OWN_SERVER_FLAGS:
+            raise argparse.ArgumentTypeError(f"{flag} is set by the plugin ({_OWN_SERVER_FLAGS[flag]}); "
+                                             "to use a server of your own, start it and pass --careful-endpoint")
+        if flag in _SERVER_OPTIONS:
+            raise argparse.ArgumentTypeError(f"use {_SERVER_OPTIONS[flag]} for {flag} (the summary then names "
+                                             "it as a difference from bfcl generate)")
+    return args
 
 
 def _label(value: str) -> str:
@@ -157,14 +211,15 @@ def add_options(parser: pytest.Parser) -> None:
              "starting one; several (comma-separated or repeated): the workers spread over them, and "
              "move to another when theirs stops answering")
     add("--careful-vllm-arg", dest="careful_vllm_args", action="append", default=[], metavar="ARG",
-        help="vLLM: extra argument for the server the plugin starts (repeatable)")
-    add("--careful-dtype", dest="careful_dtype", default=None, metavar="DTYPE",
+        type=_vllm_args, help="vLLM: extra argument for the server the plugin starts (repeatable; "
+                              "'--flag=value' or '--flag value')")
+    add("--careful-dtype", dest="careful_dtype", default=None, metavar="DTYPE", choices=VLLM_DTYPES,
         help="vLLM: server dtype (default: the BFCL handler's, as bfcl generate starts it; "
              "auto = vLLM's own choice)")
     add("--careful-max-model-len", dest="careful_max_model_len", default=None, type=_positive_int,
         metavar="N", help="vLLM: server context length (default: the model's own, as bfcl generate); "
                           "requests are sized to fit it")
-    add("--careful-server-timeout", dest="careful_server_timeout", default=None, type=float,
+    add("--careful-server-timeout", dest="careful_server_timeout", default=None, type=_positive_number,
         metavar="SECONDS", help="vLLM: how long to wait for the server to become healthy")
     add("--careful-budget-usd", dest="careful_budget_usd", default=None, type=float, metavar="USD",
         help="Claude: hard spending cap of the output folder, every session together (reruns too); "
@@ -258,7 +313,7 @@ def read_options(config: pytest.Config) -> CarefulOptions:
         fail_on_regression=get("careful_fail_on_regression"),
         handler=get("careful_handler"), output=_or(get("careful_output"), DEFAULT_OUTPUT),
         endpoint=tuple(dict.fromkeys(u for urls in get("careful_endpoint") or () for u in urls)),
-        vllm_args=tuple(get("careful_vllm_args") or ()),
+        vllm_args=tuple(a for args in get("careful_vllm_args") or () for a in args),
         dtype=get("careful_dtype"), max_model_len=get("careful_max_model_len"),
         server_timeout=_or(get("careful_server_timeout"), DEFAULT_SERVER_TIMEOUT),
         budget_usd=get("careful_budget_usd"),

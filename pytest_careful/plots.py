@@ -119,7 +119,18 @@ def title(card: Mapping[str, Any], what: str) -> str:
     model, label = str(prov.get("model", "?")), prov.get("label")
     who = model if label in (None, "", model) else f"{model} [{label}]"
     n = card["totals"].get("all", {}).get("conversations", 0)
-    return f"{printable(who, 60)} · {printable(str(prov.get('protocol', '?')), 20)} · n = {n}\n{what}"
+    condition = printable(str(prov.get("protocol", "?")), 20) + repeat_of(prov)
+    return f"{printable(who, 60)} · {condition} · n = {n}\n{what}"
+
+
+def repeat_of(prov: Mapping[str, Any]) -> str:
+    """`` · repeat 2 of 3`` for one repeat's scorecard (``--careful-repeat``), else empty: its charts and
+    page must not pass for the whole run's."""
+    repeat, repeats = prov.get("repeat"), prov.get("repeats")
+    if not isinstance(repeat, int) or isinstance(repeat, bool):
+        return ""
+    return f" · repeat {repeat}" + (f" of {repeats}" if isinstance(repeats, int) and not isinstance(repeats, bool)
+                                   else "")
 
 
 def printable(text: str, limit: int = 90) -> str:
@@ -207,6 +218,7 @@ def comparison_figure(card: Mapping[str, Any], comparison: Mapping[str, Any], ba
     """Per category, conversations gained (up) and lost (down) against the baseline, and McNemar's p."""
     categories = [c for c in _categories(card) if c in comparison]
     categories += [c for c in comparison if c not in categories]
+    categories.sort(key=lambda c: c == "all")  # stable: "all" last, as in every table
     figure = _new_figure(max(6.0, 1.25 * len(categories) + 2.0), 4.2)
     ax = figure.add_subplot()
     gained = [comparison[c]["gained"] for c in categories]
@@ -219,7 +231,7 @@ def comparison_figure(card: Mapping[str, Any], comparison: Mapping[str, Any], ba
     ax.set_ylim(-reach, reach)
     ax.axhline(0, color="#333333", linewidth=0.8)
     ax.set_xticks(range(len(categories)),
-                  labels=[f"{_short(c)}\np = {_p(comparison[c]['p'])}" for c in categories])
+                  labels=[f"{_short(c)}\np {_p(comparison[c]['p'])}" for c in categories])
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_formatter(lambda value, _: f"{abs(value):.0f}")  # lost counts drawn downwards
     ax.set_ylabel("conversations (BFCL verdict)")
@@ -231,10 +243,10 @@ def comparison_figure(card: Mapping[str, Any], comparison: Mapping[str, Any], ba
 
 
 def _p(p: float) -> str:
-    """Two significant digits below 0.1 (0.035, not 0.04: the reader compares it with 0.05)."""
+    """``= 0.035`` (two significant digits below 0.1: the reader compares it with 0.05), ``< 0.001``."""
     if p < 0.001:
         return "< 0.001"
-    return f"{p:.2g}" if p < 0.1 else f"{p:.2f}"
+    return "= " + (f"{p:.2g}" if p < 0.1 else f"{p:.2f}")
 
 
 def _frame(ax: Any) -> None:

@@ -13,9 +13,22 @@ from typing import Any
 import pytest
 
 from ._bfcl import CATEGORIES
-from . import selection
+from . import _gc, selection
 from .options import add_options, read_options
-from .state import SESSION_KEY
+
+
+#: Set when the options ask for a run: until then nothing imports ``state`` (and the scoring modules it
+#: imports), so that a session that only has the plugin installed stays as fast as one without it.
+_ACTIVE = pytest.StashKey[bool]()
+
+
+def _session_state(config: pytest.Config) -> Any:
+    """The run's ``CarefulState``, or None when this session runs no conversations."""
+    if not config.stash.get(_ACTIVE, False):
+        return None
+    from .state import SESSION_KEY
+
+    return config.stash.get(SESSION_KEY, None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -26,6 +39,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """Conversation ids off the path arguments; rootdir and ini file as if pytest knew our options."""
+    # Cleanups run last-in first-out: registered before pytest's own plugins register theirs
+    # (at configure), this one runs after them, its gc.collect() rounds included (``_gc.freeze``).
+    _gc.session_started()
+    early_config.add_cleanup(_gc.session_ended)
     selection.prepare(early_config, parser, args)
 
 
@@ -35,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     options = read_options(config)
     if not options.active:
         return
+    config.stash[_ACTIVE] = True
     from .session import CarefulPlugin, start
 
     if options.worker:
@@ -47,6 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
         options = dataclasses.replace(options, categories=tuple(c for c in CATEGORIES if c in named),
                                       categories_given=True)
     state = start(config, options)
+    _gc.freeze()  # the modules, options and declarations: kept to the end, never garbage
     if chosen:
         from . import dataset
 
@@ -57,7 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _markers() -> list[tuple[str, str]]:
-    from .item import CLASS_MARKERS
+    from .markers import CLASS_MARKERS
 
     out = [("careful", "a pytest-careful conversation item")]
     out += [(c, f"pytest-careful: multi_turn_{c} conversations")
@@ -73,7 +92,7 @@ def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool |
     Otherwise ``pytest --careful-model=reference`` in a project would also run the
     project's own test suite; paths given on the command line are still collected.
     """
-    if config.stash.get(SESSION_KEY, None) is None:
+    if _session_state(config) is None:
         return None
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         return None
@@ -143,7 +162,7 @@ def careful_scripted_user(request: pytest.FixtureRequest, careful_conversation: 
 @pytest.fixture(scope="session")
 def careful_model(request: pytest.FixtureRequest) -> Any:
     """The model handle of the run (``pytest_careful.sources.Source``)."""
-    state = request.config.stash.get(SESSION_KEY, None)
+    state = _session_state(request.config)
     if state is None:
         pytest.skip("no pytest-careful run selected (--careful-model / --careful-results)")
     return state.source

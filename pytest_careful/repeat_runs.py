@@ -161,6 +161,26 @@ def write_repeats_file(directory: Path, prov: dict[str, Any], repeat: dict[str, 
     return path
 
 
+def stale_note(folder: Path, condition: str, k: int) -> list[str]:
+    """A note when ``folder`` also holds scorecards this run did not write (an earlier run's).
+
+    A run without repeats leaves ``<condition>/scorecard.json``, a run with more
+    repeats ``repeat-<j>/`` for j > K. Nothing is deleted (they are results), but
+    careful-report would read them as more repeats of this run (and, given
+    ``<condition>/`` itself, only the run-without-repeats' scorecard).
+    """
+    stale = [folder / "scorecard.json"] if (folder / "scorecard.json").is_file() else []
+    stale += sorted((p for p in folder.glob("repeat-*/scorecard.json")
+                     if not p.parent.name.removeprefix("repeat-").isdigit()
+                     or int(p.parent.name.removeprefix("repeat-")) > k),
+                    key=lambda p: p.parent.name)
+    if not stale:
+        return []
+    names = ", ".join(str(p.relative_to(folder)) for p in stale)
+    return [f"{condition}: {folder} also holds {names} from an earlier run, which careful-report reads as "
+            f"repeats of this one; remove them to compare these {k} repeats alone"]
+
+
 def summary_lines(condition: str, card: dict[str, Any]) -> list[str]:
     """One line per category: pass^K, pass@K and flip rate, on BFCL and safe."""
     lines = []

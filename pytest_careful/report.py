@@ -154,6 +154,7 @@ def _finish_repeats(state: CarefulState, base: Path, label: str, condition: str,
     pooled["repeat"] = repeat_runs.section(per_repeat)
     assert folder is not None
     state.written.append(str(repeat_runs.write_repeats_file(folder, dict(prov, repeats=k), pooled["repeat"])))
+    state.notes.extend(repeat_runs.stale_note(folder, condition, k))
     state.cards[condition] = pooled
     return pooled
 
@@ -341,7 +342,7 @@ def _gate(state: CarefulState, condition: str, card: dict[str, Any], comparison:
             if result["lost"] > result["gained"] and result["p"] < options.fail_on_regression:
                 state.gate_messages.append(
                     f"{condition}/{category}: worse than the baseline ({result['gained']} gained, "
-                    f"{result['lost']} lost, p = {result['p']:.4f} < {options.fail_on_regression})")
+                    f"{result['lost']} lost, p {_p_clause(result['p'])}, below {options.fail_on_regression})")
 
 
 def _gate_accuracy(overall: dict[str, Any], allow_missing: bool) -> dict[str, Any]:
@@ -567,8 +568,14 @@ def _comparison_table(condition: str, comparison: dict[str, Any], Table: Any) ->
         table.add_column(column, justify="left" if column == "category" else "right")
     for category, result in comparison.items():
         table.add_row(category.removeprefix("multi_turn_"), str(result["gained"]), str(result["lost"]),
-                      f"{result['p']:.4f}")
+                      stats.p_text(result["p"]))
     return table
+
+
+def _p_clause(p: float) -> str:
+    text = stats.p_text(p)
+    return text if text.startswith("<") else f"= {text}"
+
 
 
 def _print_notable(state: CarefulState, console: Any) -> None:

@@ -7,12 +7,13 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Generator
 
 import pytest
 
-from . import dataset, declarations, junit, report, selection
+from . import _gc, dataset, declarations, junit, report, scorecard, selection
 from .item import ROW_KEY, CarefulCollector, CarefulItem, call_sections, make_items
 from .options import CarefulOptions
 from .rules import Settings
@@ -154,6 +155,10 @@ class CarefulPlugin:
         runs_items = self.is_worker or self.config.getoption("dist", "no") == "no"
         if runs_items and session.items and not self.config.getoption("collectonly"):
             self.state.source.decoder()
+        elif session.items and not self.is_worker and not self.config.getoption("collectonly"):
+            # The xdist controller waits for the workers: meanwhile, what the scorecards need.
+            threading.Thread(target=scorecard.prepare_pictures, name="careful-prepare-pictures", daemon=True).start()
+        _gc.freeze()  # imports, dataset, items: kept to the end, never garbage
 
     def _print_estimate(self, session: pytest.Session) -> None:
         """``--collect-only`` on a paid API: what the selection would cost, roughly."""
@@ -209,6 +214,7 @@ class CarefulPlugin:
         if self.is_worker:
             return
         self._compact_results()  # the workers are done: no append can race the rewrite
+        _gc.freeze()  # rows and reports, kept to the end: the scorecards' allocations need not rescan them
         try:
             report.finish(self.state, self.config.invocation_params.dir, selection.describe(self.config))
         except OSError as exc:

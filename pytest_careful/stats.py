@@ -33,6 +33,11 @@ _SHOWN_IDS = 5
 Flip = tuple[str, Literal["gained", "lost"]]
 
 
+def p_text(p: float) -> str:
+    """A p-value as people read it: four decimals, or "< 0.0001" rather than a misleading 0.0000."""
+    return "< 0.0001" if p < 0.0001 else f"{p:.4f}"
+
+
 def mcnemar_exact(gained: int, lost: int) -> float:
     """Exact two-sided McNemar p-value for the discordant pairs of a comparison.
 

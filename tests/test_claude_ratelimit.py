@@ -119,6 +119,17 @@ def test_a_long_retry_after_is_capped(server: RecordingFake, tmp_path: Path,  # 
     assert time.monotonic() - started < 30 and server.requests_failed == 1
 
 
+def test_a_rate_limit_the_server_says_not_to_retry_is_left_for_the_next_run(  # noqa: F811
+        server: RecordingFake, tmp_path: Path) -> None:
+    """``x-should-retry: false`` on a 429 ends the retries, but the conversation is still not the
+    model's failure: not run (skipped, nothing written), not BFCL's inference error."""
+    handler, _ = configured(tmp_path)
+    server.fail_next(429, headers={"x-should-retry": "false"})
+    with pytest.raises(claude.OutOfRetries, match="said not to retry"):
+        run(handler)
+    assert len(server.requests) == 1
+
+
 @pytest.mark.parametrize("status, message, says", [
     (400, SPEND_LIMIT, "reached its API usage limit"),
     (404, "model: claude-haiku-4-5-20251001", "does not know the model"),

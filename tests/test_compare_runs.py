@@ -327,3 +327,45 @@ def test_careful_repeat_folders_are_named_and_grouped_as_repeats(card: dict[str,
     assert [r["name"] for r in report["runs"]] == ["m [standard] repeat 1", "m [standard] repeat 2"]
     assert report["repeat"]["bfcl"]["flipped"] == [card["rows"][0]["id"]]
     assert report["repeat"]["bfcl"]["flip_rate"] == pytest.approx(1 / len(card["rows"]))
+
+
+def test_out_folder_holding_a_scorecard_is_refused(card: dict[str, Any], tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # --out = an input folder would overwrite that run's own report.html with the comparison page
+    _variant(tmp_path, "a", card)
+    _variant(tmp_path, "b", card)
+    page = tmp_path / "a" / "report.html"
+    page.write_text("the run's own page", encoding="utf-8")
+    assert _run(tmp_path / "a", tmp_path / "b", "--out", tmp_path / "a") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"careful-report: {tmp_path / 'a'}: holds a scorecard") and err.count("\n") == 1
+    assert page.read_text(encoding="utf-8") == "the run's own page"
+    assert not (tmp_path / "a" / "table.md").exists()
+
+
+def test_table5_rows_of_repeats_say_which_repeat(card: dict[str, Any], tmp_path: Path) -> None:
+    # three runs of one label and condition: without the repeat in the model cell the rows look alike
+    _variant(tmp_path / "m" / "standard", "repeat-1", card, label="m", model="m", repeat=1, repeats=2)
+    _variant(tmp_path / "m" / "standard", "repeat-2", card, label="m", model="m", repeat=2, repeats=2)
+    _variant(tmp_path / "again", "standard", card, label="m", model="m")
+    assert _run(tmp_path / "m", tmp_path / "again", "--out", tmp_path / "out") == 0
+    lines = (tmp_path / "out" / "table.md").read_text(encoding="utf-8").splitlines()
+    models = [x.split("|")[1].strip() for x in lines if x.startswith("| m ")]
+    assert models == ["m repeat 1", "m repeat 2", "m"]
+    html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert all(f">{m}</td>" in html for m in models)
+
+
+def test_control_characters_in_a_label_are_shown_escaped(card: dict[str, Any], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # An ESC sequence reached the terminal (the "read 2 scorecards" line), table.md and the page raw,
+    # and a newline in a model name split its Table 5 row.
+    for name in ("a", "b"):
+        _variant(tmp_path, name, card, label=f"x\x1b[31m{name}", model="m\nn")
+    assert _run(tmp_path, "--out", tmp_path / "out") == 0
+    written = [capsys.readouterr().out] + [(tmp_path / "out" / f).read_text(encoding="utf-8")
+                                           for f in ("table.md", "report.html", "comparison.json")]
+    assert not any("\x1b" in text for text in written)
+    assert "x\\x1b[31ma [standard]" in written[0]
+    rows = [x for x in written[1].splitlines() if x.startswith("| m") and "31m" in x]
+    assert [x.split(" | ")[0] for x in rows] == ["| m\\\\nn (x\\\\x1b\\[31ma)", "| m\\\\nn (x\\\\x1b\\[31mb)"]

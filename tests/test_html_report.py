@@ -370,3 +370,31 @@ def test_a_turn_of_many_calls_shows_the_first_ones_and_says_how_many_more() -> N
     steps = html_report.conversation_detail(evaluation)["turns"][0]["model"]
     assert [s["kind"] for s in steps] == ["call"] * html_report.MAX_CALLS + ["more"]
     assert steps[-1]["text"] == f"… {made - html_report.MAX_CALLS} more calls"
+
+
+def test_the_baseline_section_names_the_baseline_and_reads_like_a_p_value(hostile_evaluation: Any) -> None:
+    # It showed "Against the baseline" without saying which, p = 0.0000, and base_10 before base_2.
+    _, card = page_of("x", hostile_evaluation, hostile=False)
+    flipped = [["multi_turn_base_10", "lost"], ["multi_turn_base_2", "gained"], ["multi_turn_base_1", "lost"]]
+    comparison = {"multi_turn_base": {"gained": 1, "lost": 2, "p": 3e-9, "flipped": flipped},
+                  "all": {"gained": 1, "lost": 2, "p": 0.625, "flipped": flipped}}
+    html = html_report.render(card, comparison, baseline="release-1 <b>")
+    section = lxml.html.document_fromstring(html).xpath("//section[@id='comparison']")[0]
+    assert section.xpath("./h2")[0].text_content() == "Against the baseline (release-1 <b>)"
+    rows = [[td.text_content() for td in tr.xpath("./td")] for tr in section.xpath(".//tbody/tr")]
+    assert [r[3] for r in rows] == ["< 0.0001", "0.6250"]
+    assert rows[0][4] == "multi_turn_base_1 (lost), multi_turn_base_2 (gained), multi_turn_base_10 (lost)"
+
+
+def test_a_repeats_page_and_charts_say_which_repeat(hostile_evaluation: Any) -> None:
+    # repeat-1/report.html and repeat-2/report.html had the same title, heading and chart titles
+    _, card = page_of("x", hostile_evaluation, hostile=False)
+    card = {**card, "provenance": {**card["provenance"], "repeat": 2, "repeats": 3}}
+    html = html_report.render(card, charts={"accuracy": plots.svg(plots.accuracy_figure(card))})
+    assert html.startswith("<!DOCTYPE html>")
+    doc = lxml.html.document_fromstring(html)
+    assert doc.xpath("//title")[0].text_content() == "m · standard · repeat 2 of 3 · pytest-careful"
+    assert doc.xpath("//h1")[0].text_content() == "m · standard · repeat 2 of 3"
+    assert any("m · standard · repeat 2 of 3 · n = 1" in (t.text or "") for t in doc.iter("{*}text", "text"))
+    plain = html_report.render({**card, "provenance": {**card["provenance"], "repeat": True}})
+    assert "repeat" not in lxml.html.document_fromstring(plain).xpath("//h1")[0].text_content()

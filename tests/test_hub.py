@@ -220,7 +220,8 @@ def test_a_running_server_gets_only_the_tokenizer_fetched(tmp_path: Path, monkey
         "import sys\n"
         "from pytest_careful.live import hub, vllm_server as v\n"
         f"plan = v.ServerPlan(model={REPO!r}, endpoints=('http://127.0.0.1:9/v1',))\n"
-        "assert v.start_for_session(plan, print) is None\n"
+        # Fetched first; then the server is asked, and nothing listens there.
+        "assert v.start_for_session(plan, print).startswith('no --careful-endpoint server can run it')\n"
         f"print('cached', sorted(p.name for p in hub.cached({REPO!r}).iterdir()))\n")
     with LoopbackHub({REPO: with_decoys(MODEL_FILES)}) as hub:
         _env(monkeypatch, tmp_path, hub.url, offline=False)

@@ -426,3 +426,97 @@ def test_interleaved_worlds_stay_apart():
         for victim in victims:  # a scripted model asks for a reference mid-conversation
             assert _fingerprint(_reference_now(victim)) == baseline[victim.id]
     assert results == expected
+
+
+# --- which modules the simulators import: from the compiled code ---------------------
+
+
+def test_imports_from_bytecode_are_the_sources(monkeypatch):
+    """Every bfcl-eval simulator module: the compiled code names what the syntax tree names."""
+    modules = [m for n, m in sorted(sys.modules.items()) if n.startswith(isolation.PACKAGE + ".")]
+    assert len(modules) >= len(isolation.simulator_modules()) >= 8
+    expected = {m.__name__: isolation.source_imports(m) for m in modules}
+    assert any(expected.values())
+
+    def no_fallback(module: types.ModuleType) -> set[str]:
+        raise AssertionError(f"{module.__name__}: read from the source, not the compiled code")
+
+    monkeypatch.setattr(isolation, "source_imports", no_fallback)
+    assert {m.__name__: isolation.imported_module_names(m) for m in modules} == expected
+
+
+def _fresh_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str,
+                  write_pyc: bool = True) -> types.ModuleType:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", not write_pyc)
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    import importlib
+
+    importlib.invalidate_caches()
+    module = importlib.import_module(name)
+    monkeypatch.delitem(sys.modules, name)
+    return module
+
+
+_SOURCE = """
+    import json, os.path
+    from collections import abc
+    from . import nothing_relative  # noqa: F401 (never run: relative imports are not counted)
+
+    def f():
+        import decimal
+        from email import message
+        return [lambda: __import__("not_counted")]
+"""
+
+
+def test_imports_cover_nested_code_and_skip_relative(tmp_path, monkeypatch):
+    source = _SOURCE.replace("from . import nothing_relative", "pass")
+    module = _fresh_module(tmp_path, monkeypatch, "careful_iso_probe", source)
+    assert isolation.imported_module_names(module) == {"json", "os.path", "collections", "decimal", "email"}
+    relative = "def g():\n    from . import sibling\n    from .pkg import x\n    import zlib\n"
+    module = _fresh_module(tmp_path, monkeypatch, "careful_iso_probe2", relative)
+    assert isolation.imported_module_names(module) == {"zlib"} == isolation.source_imports(module)
+
+
+def test_stale_compiled_code_is_not_used(tmp_path, monkeypatch):
+    """The source changed after the .pyc was written: the imports are the new source's."""
+    module = _fresh_module(tmp_path, monkeypatch, "careful_iso_stale", "import json\n")
+    assert list((tmp_path / "__pycache__").glob("careful_iso_stale*.pyc"))  # written by the import
+    assert isolation.imported_module_names(module) == {"json"}
+    (tmp_path / "careful_iso_stale.py").write_text("import json\nimport zlib, decimal  # longer: size differs\n")
+    assert isolation.imported_module_names(module) == {"json", "zlib", "decimal"}
+
+
+def test_corrupt_compiled_code_falls_back_to_the_source(tmp_path, monkeypatch):
+    module = _fresh_module(tmp_path, monkeypatch, "careful_iso_corrupt", "import json\nimport zlib\n")
+    assert list((tmp_path / "__pycache__").glob("careful_iso_corrupt*.pyc"))
+    for pyc in (tmp_path / "__pycache__").glob("careful_iso_corrupt*.pyc"):
+        pyc.write_bytes(b"\x00garbage, not a pyc")
+    assert isolation.imported_module_names(module) == {"json", "zlib"}
+    for pyc in (tmp_path / "__pycache__").glob("careful_iso_corrupt*.pyc"):
+        pyc.write_bytes(pyc.read_bytes()[:20])  # a header and nothing behind it
+    assert isolation.imported_module_names(module) == {"json", "zlib"}
+
+
+def test_unwritable_cache_and_no_loader(tmp_path, monkeypatch):
+    """No .pyc can be written (read-only folder): compiled from the source; no loader: the syntax tree."""
+    module = _fresh_module(tmp_path, monkeypatch, "careful_iso_readonly", "import json\n", write_pyc=False)
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # it would write one, but may not
+    assert not (tmp_path / "__pycache__").exists()
+    tmp_path.chmod(0o555)
+    try:
+        (tmp_path / "careful_iso_readonly.py").chmod(0o444)
+        assert isolation.imported_module_names(module) == {"json"}
+    finally:
+        tmp_path.chmod(0o755)
+    monkeypatch.setattr(module, "__spec__", None)
+    assert isolation.imported_module_names(module) == {"json"}
+
+
+def test_an_unknown_bytecode_shape_falls_back_to_the_source(monkeypatch):
+    """An import whose level is loaded some other way (a future compiler): the syntax tree decides."""
+    module = next(m for m in isolation.simulator_modules() if isolation.source_imports(m))
+    monkeypatch.setattr(isolation, "_LEVEL_LOADS", frozenset({"NO_SUCH_OPCODE"}))
+    monkeypatch.setattr(isolation, "source_imports", lambda m: {"read from the source"})
+    assert isolation.imported_module_names(module) == {"read from the source"}

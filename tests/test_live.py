@@ -210,7 +210,8 @@ def test_unknown_model_lists_close_matches(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name, key", [
     ("Qwen3-8B-FC", "Qwen/Qwen3-8B-FC"), ("qwen3-8b-prompt", None), ("Qwen3-8B-prompt", "Qwen/Qwen3-8B"),
     ("qwen/qwen3-8b-fc", "Qwen/Qwen3-8B-FC"), ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"), ("bfcl:qwen3-8b", "qwen3-8b"),
-    ("Qwen3-8B", None), ("qwen3-8b", None), ("claude-haiku-4-5-20251001-FC", "claude-haiku-4-5-20251001-FC"),
+    ("Qwen3-8B", "Qwen/Qwen3-8B"), ("Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
+    ("qwen3-8b", None), ("claude-haiku-4-5-20251001-FC", "claude-haiku-4-5-20251001-FC"),
 ])
 def test_model_names_resolve_to_one_key_or_are_refused(name: str, key: str | None) -> None:
     """Suffixes choose the mode; case is ignored among local-model keys only; several matches are
@@ -232,6 +233,58 @@ def test_model_names_resolve_to_one_key_or_are_refused(name: str, key: str | Non
     config = MODEL_CONFIG_MAPPING
     assert {config[k].is_fc_model for k in keys} == {True, False} or \
         len({config[k].model_handler.__module__.split(".")[2] for k in keys}) > 1  # mode or backend differ
+
+
+def test_a_name_without_a_mode_is_bfcls_unsuffixed_key_and_the_fc_key_is_named() -> None:
+    """``Qwen3-8B`` (the brief's own command) is ``Qwen/Qwen3-8B``, which BFCL runs in prompting mode;
+    the line printed before the run says so and names the FC key beside it; a named mode names none."""
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
+
+    from pytest_careful.live.handles import resolution_line, resolve
+
+    line = resolution_line(resolve("Qwen3-8B", None))
+    assert not MODEL_CONFIG_MAPPING["Qwen/Qwen3-8B"].is_fc_model and MODEL_CONFIG_MAPPING["Qwen/Qwen3-8B-FC"].is_fc_model
+    assert ", prompting, " in line and "--careful-model=Qwen/Qwen3-8B-FC" in line
+    assert "FC mode" not in resolution_line(resolve("Qwen3-8B-prompt", None))
+    assert "FC mode" not in resolution_line(resolve("Qwen3-8B-FC", None))
+
+
+def test_leaderboard_names_resolve_as_bfcl_eval_names_them() -> None:
+    """A name copied from the leaderboard (BFCL's ``display_name``: ``Claude-Sonnet-4-5-20250929 (FC)``,
+    ``Llama-3.1-8B-Instruct (Prompt)``) resolves to the one key it names, or is refused as ambiguous
+    when several keys show it (checked against bfcl-eval's imported registry); a stray blank is dropped."""
+    import collections
+
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
+
+    from pytest_careful.live.handles import HandleError, registry_key
+
+    shown = collections.Counter(config.display_name for config in MODEL_CONFIG_MAPPING.values())
+    for key, config in MODEL_CONFIG_MAPPING.items():
+        if shown[config.display_name] == 1:
+            assert registry_key(config.display_name) == key
+            assert registry_key(config.display_name.upper() + " ") == key
+        else:
+            with pytest.raises(HandleError, match="is ambiguous"):
+                registry_key(config.display_name)
+    assert registry_key(" Qwen/Qwen3-8B-FC\n") == "Qwen/Qwen3-8B-FC"
+    # Without its mode, a leaderboard name that no key spells (the key is Salesforce/Llama-xLAM-...).
+    assert MODEL_CONFIG_MAPPING[registry_key("xLAM-2-8b-fc-r")].display_name.startswith("xLAM-2-8b-fc-r (")
+
+
+def test_a_handler_is_looked_for_among_local_model_keys(tmp_path: Path) -> None:
+    """--careful-handler prompts local weights: API keys are no candidates (``qwen3-8b`` is the
+    local FC-or-prompting question, not Alibaba's API), and naming one says why it cannot be used."""
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
+
+    from pytest_careful.live.handles import HandleError, resolve
+
+    (tmp_path / "config.json").write_text("{}")
+    chosen = [resolve(str(tmp_path), name).registry_key for name in ("qwen3-8b", "qwen3-8b-fc")]
+    assert all("local_inference" in MODEL_CONFIG_MAPPING[k].model_handler.__module__ for k in chosen)
+    assert [MODEL_CONFIG_MAPPING[k].is_fc_model for k in chosen] == [False, True]
+    with pytest.raises(HandleError, match="an API handler, not a local-model"):
+        resolve(str(tmp_path), "claude-haiku-4-5-20251001-FC")
 
 
 def test_the_resolution_is_printed_before_anything_runs(tmp_path: Path) -> None:

@@ -139,3 +139,13 @@ def test_another_process_draws_the_same_bytes() -> None:
     here = [hashlib.sha256(plots.png(x)).hexdigest() + hashlib.sha256(plots.svg(x).encode()).hexdigest()
             for x in plots.charts(card(), COMPARISON, "b").values()]
     assert other == here
+
+
+def test_a_tiny_p_reads_p_below_and_all_comes_last() -> None:
+    # careful-report's pair charts showed "p = < 0.001", with "all" first (its comparison lists it first)
+    comparison = {"all": {"gained": 0, "lost": 105, "p": 1e-30, "flipped": []},
+                  "multi_turn_base": {"gained": 0, "lost": 105, "p": 1e-30, "flipped": []}}
+    texts = svg_texts(plots.comparison_svg({"provenance": {}, "totals": {}, "rows": []}, comparison))
+    assert "p < 0.001" in texts and not any("= <" in t for t in texts)
+    ticks = [t for t in texts if t in ("all", "base")]
+    assert ticks == ["base", "all"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -227,3 +229,51 @@ def test_conftest_example_runs(pytester):
     shutil.copytree(ROOT / "conftest_examples" / "own_tests", pytester.path / "own_tests")
     result = _run(pytester, "own_tests")
     result.assert_outcomes(passed=7)
+
+
+def test_installed_but_not_asked_for_imports_no_scoring_module(tmp_path):
+    """pytest in a project that does not use the plugin: only options and markers, no bfcl-eval simulators.
+
+    ``executor`` captures bfcl-eval's simulator state at import, and the scoring modules around it
+    cost a quarter of a second: a session that runs no conversations must not pay it.
+    """
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    (tmp_path / "conftest.py").write_text(
+        "import sys\n"
+        "def pytest_unconfigure(config):\n"
+        "    loaded = sorted(n for n in sys.modules if n.startswith(('pytest_careful', 'bfcl_eval')))\n"
+        "    (config.rootpath / 'loaded.txt').write_text('\\n'.join(loaded))\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    loaded = set((tmp_path / "loaded.txt").read_text().split())
+    assert "pytest_careful.plugin" in loaded and "pytest_careful.markers" in loaded  # it did load, inactive
+    heavy = {"pytest_careful.executor", "pytest_careful.isolation", "pytest_careful.state", "pytest_careful.item",
+             "pytest_careful.results", "pytest_careful.replay", "bfcl_eval.eval_checker"}
+    assert not loaded & heavy, sorted(loaded & heavy)
+    assert not any(n.startswith("bfcl_eval.eval_checker") for n in loaded)
+
+
+@pytest.fixture
+def run_modules_loaded() -> None:
+    """What a run imports, loaded before ``pytester`` snapshots sys.modules (it unloads what a run
+    in this process imported, and numpy warns when it is imported a second time)."""
+    import numpy  # noqa: F401
+    from pytest_careful import report, session  # noqa: F401
+
+
+def test_objects_frozen_during_a_run_and_thawed_after_an_in_process_one(run_modules_loaded, pytester):
+    """``_gc.freeze`` keeps a run's long-lived objects out of full collections; a run inside this
+    process (pytester's in-process mode) must give them back, or each such run would leak its items."""
+    import gc
+
+    pytester.makeconftest(
+        "import gc\n"
+        "def pytest_sessionfinish(session):\n"
+        "    (session.config.rootpath / 'frozen.txt').write_text(str(gc.get_freeze_count()))\n")
+    assert gc.get_freeze_count() == 0
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly",
+                                          "--careful-model=reference", "-k", "multi_turn_base_0")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    assert int((pytester.path / "frozen.txt").read_text()) > 10_000  # frozen while it ran
+    assert gc.get_freeze_count() == 0  # and thawed when it ended

@@ -180,3 +180,16 @@ def test_cost_estimate_counts_every_repeat(tmp_path: Path) -> None:
         return float(line.split(" at list prices")[0].rsplit("$", 1)[1])
 
     assert estimate("--careful-repeat=3") == pytest.approx(3 * estimate(), abs=0.011)
+
+
+def test_scorecards_of_an_earlier_run_beside_the_repeats_are_named(tmp_path: Path) -> None:
+    # K=3, then K=1 (standard/scorecard.json), then K=2: repeat-3/ and the K=1 card are stale,
+    # and careful-report would read them as repeats of the K=2 run; the summary must say so.
+    assert _run(tmp_path, 3, "-p", "no:xdist").returncode == 1
+    assert _run(tmp_path, 1, "-p", "no:xdist").returncode == 1
+    proc = _run(tmp_path, 2, "-p", "no:xdist")
+    assert proc.returncode == 1
+    folder = tmp_path / "cards" / "scripted_flaky" / "standard"
+    note = next(x for x in proc.stdout.splitlines() if "from an earlier run" in x)
+    assert f"{folder} also holds scorecard.json, repeat-3/scorecard.json" in note
+    assert "these 2 repeats alone" in note

@@ -176,3 +176,28 @@ def test_hostile_text_runs_nothing(browser: Any, tmp_path: Path) -> None:
     assert page.page.locator("body").is_visible()  # an injected style would have hidden it
     assert "{{ 7*7 }}" in page.page.locator("details.conv").inner_text()
     page.clean()
+
+
+def test_a_long_unbroken_call_wraps_and_keeps_the_reference_column_in_view(browser: Any, tmp_path: Path) -> None:
+    # The model's 1 MB echo (clipped) is one word: unwrapped, it widened the model's column and
+    # pushed the reference's off the page.
+    from test_html_report import CONVERSATION, hostile_result, page_of
+    from pytest_careful import dataset
+    from pytest_careful.decoding import decoder
+    from pytest_careful.results import LoggedEntry, evaluate
+
+    conversation = dataset.get(CONVERSATION)
+    result = hostile_result(conversation)
+    evaluation = evaluate(conversation, result, decoder(REAL_RUN_DECODER),
+                          entry=LoggedEntry(conversation.id, result, "test", 1, raw={"result": result}))
+    html, _ = page_of("plain", evaluation, hostile=False)
+    path = tmp_path / "report.html"
+    path.write_text(html, encoding="utf-8")
+    page = Page(browser, path)
+    page.page.click("#expand")
+    width = page.page.evaluate("window.innerWidth")
+    assert page.page.evaluate("document.documentElement.scrollWidth") <= width
+    right_edges = page.page.eval_on_selector_all(
+        ".side > div", "divs => divs.map(d => d.getBoundingClientRect().right)")
+    assert right_edges and max(right_edges) <= width
+    page.clean()

@@ -6,6 +6,7 @@ import math
 import pytest
 from scipy.stats import binomtest
 
+from pytest_careful import stats
 from pytest_careful.stats import Comparison, compare, compare_by_category, mcnemar_exact, to_json
 
 
@@ -262,3 +263,9 @@ def test_to_json() -> None:
     }
     assert list(out) == list(result)
     assert json.loads(json.dumps(out)) == out
+
+
+@pytest.mark.parametrize(("p", "shown"), [(0.0, "< 0.0001"), (0.00009, "< 0.0001"), (0.0001, "0.0001"),
+                                          (0.0312, "0.0312"), (1.0, "1.0000")])
+def test_p_text_never_shows_a_tiny_p_as_zero(p: float, shown: str) -> None:
+    assert stats.p_text(p) == shown

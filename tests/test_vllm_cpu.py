@@ -183,3 +183,32 @@ def test_two_servers_one_dies_mid_run_the_rest_runs_on_the_other(tmp_path: Path,
     finally:
         for server in servers:
             server.kill()
+
+
+# Answers 429 to its first N completions, then answers them all (it does not die).
+RATE_LIMITING_SERVER = DYING_SERVER.replace("os._exit(0)  # the server dies mid-run", "pass").replace(
+    "        LEFT[0] -= 1\n",
+    "        LEFT[0] -= 1\n        if LEFT[0] >= 0:\n"
+    "            self.send_response(429); self.send_header('retry-after', '0')\n"
+    "            self.send_header('content-length', '2')\n"
+    "            self.end_headers(); self.wfile.write(b'{}'); return\n")
+
+
+def test_a_rate_limited_conversation_is_skipped_and_run_next_time(tmp_path: Path, model_dir: Path) -> None:
+    """A gateway answering 429 past the SDK's retries (3 attempts): not run, nothing written, not scored
+    as the model's inference error; the rerun (the gateway lets it through now) runs it (stand-in server)."""
+    server = subprocess.Popen([sys.executable, "-c", RATE_LIMITING_SERVER, str(model_dir), "3"],
+                              stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+    args = (f"--careful-model={model_dir}", f"--careful-handler={HANDLER}", f"--careful-endpoint={url}",
+            "-p", "no:xdist", IDS[0])
+    try:
+        first = _pytest(tmp_path, *args, timeout=120)
+        assert "1 skipped" in first.stdout and "answered 429 (rate limited)" in first.stdout, first.stdout[-3000:]
+        assert not list((tmp_path / "result").rglob("BFCL_v4_multi_turn_base_result.json")) or \
+            IDS[0] not in next((tmp_path / "result").rglob("BFCL_v4_multi_turn_base_result.json")).read_text()
+        again = _pytest(tmp_path, *args, "--careful-gate=none", timeout=120)
+        assert "1 passed" in again.stdout, again.stdout[-3000:]
+    finally:
+        server.kill()

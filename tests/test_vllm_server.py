@@ -19,9 +19,10 @@ from pytest_careful.live.vllm_server import MODULE, SERVE, BfclServer, Failover,
 
 # Serves /v1/models like vLLM, after a short load time; argv as vLLM's api_server gets it.
 FAKE_VLLM = """#!{python}
-import json, sys, time
+import json, os, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 args = sys.argv[1:]
+length = int(os.environ.get("FAKE_MAX_MODEL_LEN", "4096"))
 port, name = int(args[args.index("--port") + 1]), args[args.index("--served-model-name") + 1]
 print("loading weights", flush=True)
 time.sleep(1.5)
@@ -30,7 +31,7 @@ class H(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
     def do_GET(self):
-        body = {{"version": "0.99.1"}} if self.path == "/version" else {{"data": [{{"id": name, "max_model_len": 4096}}]}}
+        body = {{"version": "0.99.1"}} if self.path == "/version" else {{"data": [{{"id": name, "max_model_len": length}}]}}
         data = json.dumps(body).encode()
         self.send_response(200); self.send_header("content-length", str(len(data))); self.end_headers()
         self.wfile.write(data)
@@ -216,11 +217,12 @@ def test_connection_error_with_the_server_gone_ends_the_run(tmp_path: Path) -> N
     assert vllm_server.classify_error(ValueError("bad output"), plan) is None
 
 
-def _serve(tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], str]:
+def _serve(tmp_path: Path, name: str, max_model_len: int = 4096) -> tuple[subprocess.Popen[bytes], str]:
     """A stand-in server (FAKE_VLLM) for ``name`` on a free port; returns it and its /v1 URL."""
     port = vllm_server.free_port()
     process = subprocess.Popen([sys.executable, "-c", FAKE_VLLM.format(python="").split("\n", 1)[1],
-                                "--port", str(port), "--served-model-name", name], stdout=subprocess.DEVNULL)
+                                "--port", str(port), "--served-model-name", name], stdout=subprocess.DEVNULL,
+                               env={**os.environ, "FAKE_MAX_MODEL_LEN": str(max_model_len)})
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 30
     while not vllm_server.healthy(url, timeout=1) and time.monotonic() < deadline:
@@ -280,3 +282,102 @@ def test_requests_are_sized_to_a_shorter_server_context(tmp_path: Path) -> None:
         assert handler.max_context_length == 2048
     finally:
         process.kill()
+
+
+def test_a_bare_server_address_means_its_v1_root_and_bad_urls_are_refused() -> None:
+    import argparse
+
+    from pytest_careful.options import _urls
+
+    # vLLM serves the OpenAI API under /v1 only: http://host:8000 would answer 404 to every request.
+    assert _urls("http://gpu-box:8000,https://node2/") == ("http://gpu-box:8000/v1", "https://node2/v1")
+    assert _urls("http://gpu-box:8000/v1/") == ("http://gpu-box:8000/v1",)
+    for bad in ("http://gpu-box:80x0/v1", "http:///v1", "http://gpu box:8000", "http://a:8000,gpu-box:8000"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected http"):
+            _urls(bad)
+
+
+def test_given_servers_are_checked_once_before_anything_runs(tmp_path: Path) -> None:
+    """None usable: one usage error saying why (not a first conversation failed, the rest skipped);
+    one unusable among others: a warning, and the run goes on."""
+    name = str(tmp_path / "model")
+    good, good_url = _serve(tmp_path, name)
+    other, other_url = _serve(tmp_path, "some/other-model")
+    dead = f"http://127.0.0.1:{vllm_server.free_port()}/v1"
+    said: list[str] = []
+    try:
+        for endpoints, expected in (((dead,), "not answering (["), ((other_url,), "serves ['some/other-model']")):
+            problem = vllm_server.start_for_session(_plan(tmp_path, sys.executable, endpoints=endpoints), said.append)
+            assert problem is not None and "no --careful-endpoint server can run it" in problem and expected in problem
+        said.clear()
+        assert vllm_server.start_for_session(_plan(tmp_path, sys.executable, endpoints=(dead, good_url)),
+                                             said.append) is None
+        assert [line for line in said if dead in line and "not answering" in line and "warning" in line]
+    finally:
+        good.kill()
+        other.kill()
+
+
+def test_rate_limits_and_a_model_gone_from_its_server_are_not_the_models_failures(tmp_path: Path) -> None:
+    """A gateway in front of vLLM answering 429: the conversation is not run (a rerun sends it),
+    not scored as the model's inference error; a 500 still is; a 404 from a server restarted
+    with another model stops the run (every conversation would fail alike)."""
+    from pytest_careful.live.source import NotRun
+
+    def answered(kind: type[openai.APIStatusError], status: int) -> openai.APIStatusError:
+        error = kind.__new__(kind)  # what the SDK raises, without its HTTP library's response object
+        error.status_code = status
+        return error
+
+    plan = _plan(tmp_path, sys.executable, endpoints=("http://127.0.0.1:9/v1",))
+    for status, kind in ((429, openai.RateLimitError), (529, openai.APIStatusError)):
+        assert isinstance(vllm_server.classify_error(answered(kind, status), plan), NotRun)
+    failed = answered(openai.InternalServerError, 500)
+    assert vllm_server.classify_error(failed, plan) is None
+    # A 404 from a server that now serves another model fails every conversation alike: the run stops.
+    (tmp_path / "model").mkdir(exist_ok=True)
+    process, url = _serve(tmp_path, "some/other-model")
+    try:
+        plan = _plan(tmp_path, sys.executable, endpoints=(url,))
+        stopped = vllm_server.classify_error(answered(openai.NotFoundError, 404), plan)
+        assert isinstance(stopped, ServerDied) and "cannot be used" in str(stopped)
+        assert "some/other-model" in str(stopped)
+    finally:
+        process.kill()
+
+
+def test_server_flags_the_plugin_sets_or_has_options_for_are_refused(pytester: pytest.Pytester) -> None:
+    """--careful-vllm-arg=--port=8001 would start a server the plugin waits for elsewhere (for
+    --careful-server-timeout, 30 minutes); --dtype there would pass unnamed as a difference from BFCL."""
+    from pytest_careful.options import read_options
+
+    config = pytester.parseconfig("--careful-vllm-arg=--max-num-seqs 8", "--careful-vllm-arg=--enforce-eager")
+    assert read_options(config).vllm_args == ("--max-num-seqs", "8", "--enforce-eager")
+    for arg, says in (("--port=8001", "--port is set by the plugin"), ("--host 0.0.0.0", "--host is set by"),
+                      ("--served-model-name=x", "is set by the plugin"), ("--dtype=half", "use --careful-dtype"),
+                      ("--max-model-len 4096", "use --careful-max-model-len")):
+        result = pytester.runpytest_inprocess(f"--careful-vllm-arg={arg}", "--collect-only")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR and says in "\n".join(result.errlines), arg
+    for option in ("--careful-dtype=bf16", "--careful-server-timeout=-5"):
+        assert pytester.runpytest_inprocess(option, "--collect-only").ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_a_conversation_moved_to_another_server_is_sized_to_its_context(tmp_path: Path) -> None:
+    """Failover to a server started with a shorter --max-model-len: requests are sized to it (else 400s)."""
+    name = str(tmp_path / "model")
+    servers = [_serve(tmp_path, name, 8192), _serve(tmp_path, name, 2048)]
+    try:
+        plan = _plan(tmp_path, sys.executable, endpoints=tuple(url for _, url in servers))
+        handler = type("Handler", (), {"max_context_length": 32768})()
+        vllm_server._point(handler, servers[0][1])
+        vllm_server._fit_context(handler, servers[0][1], name)
+        plan.current, plan.handlers = servers[0][1], [handler]
+        assert handler.max_context_length == 8192
+        servers[0][0].kill()
+        servers[0][0].wait()
+        gone = openai.APIConnectionError(request=None)  # type: ignore[arg-type]
+        assert isinstance(vllm_server.classify_error(gone, plan), Failover)
+        assert handler.max_context_length == 2048
+    finally:
+        for process, _ in servers:
+            process.kill()

