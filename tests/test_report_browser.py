@@ -157,7 +157,8 @@ def test_a_reference_conversation_opens_on_its_turns(browser: Any,
     page.clean()
 
 
-def test_hostile_text_runs_nothing(browser: Any, tmp_path: Path) -> None:
+def _hostile_page(tmp_path: Path, hostile: bool) -> Path:
+    """report.html of one real conversation whose result was made hostile (test_html_report's)."""
     from test_html_report import CONVERSATION, HOSTILE, hostile_result, page_of
     from pytest_careful import dataset
     from pytest_careful.decoding import decoder
@@ -167,10 +168,14 @@ def test_hostile_text_runs_nothing(browser: Any, tmp_path: Path) -> None:
     result = hostile_result(conversation)
     evaluation = evaluate(conversation, result, decoder(REAL_RUN_DECODER),
                           entry=LoggedEntry(conversation.id, result, "test", 1, raw={"result": result}))
-    html, _ = page_of(HOSTILE, evaluation, hostile=True)
+    html, _ = page_of(HOSTILE if hostile else "plain", evaluation, hostile=hostile)
     path = tmp_path / "report.html"
     path.write_text(html, encoding="utf-8")
-    page = Page(browser, path)
+    return path
+
+
+def test_hostile_text_runs_nothing(browser: Any, tmp_path: Path) -> None:
+    page = Page(browser, _hostile_page(tmp_path, hostile=True))
     page.page.click("#expand")
     assert page.page.evaluate("window.__pwned") is None
     assert page.page.locator("body").is_visible()  # an injected style would have hidden it
@@ -181,18 +186,7 @@ def test_hostile_text_runs_nothing(browser: Any, tmp_path: Path) -> None:
 def test_a_long_unbroken_call_wraps_and_keeps_the_reference_column_in_view(browser: Any, tmp_path: Path) -> None:
     # The model's 1 MB echo (clipped) is one word: unwrapped, it widened the model's column and
     # pushed the reference's off the page.
-    from test_html_report import CONVERSATION, hostile_result, page_of
-    from pytest_careful import dataset
-    from pytest_careful.decoding import decoder
-    from pytest_careful.results import LoggedEntry, evaluate
-
-    conversation = dataset.get(CONVERSATION)
-    result = hostile_result(conversation)
-    evaluation = evaluate(conversation, result, decoder(REAL_RUN_DECODER),
-                          entry=LoggedEntry(conversation.id, result, "test", 1, raw={"result": result}))
-    html, _ = page_of("plain", evaluation, hostile=False)
-    path = tmp_path / "report.html"
-    path.write_text(html, encoding="utf-8")
+    path = _hostile_page(tmp_path, hostile=False)
     page = Page(browser, path)
     page.page.click("#expand")
     width = page.page.evaluate("window.innerWidth")

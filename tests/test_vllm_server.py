@@ -42,6 +42,17 @@ HTTPServer(("127.0.0.1", port), H).serve_forever()
 CRASHING = "#!/bin/sh\necho 'RuntimeError: no CUDA device and no CPU backend'\nexit 3\n"
 
 
+def _connection_error() -> openai.APIConnectionError:
+    """What the SDK raises for a server that is gone, made by the SDK itself (its constructor's
+    signature changes between openai releases): a request to a port nothing listens on."""
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
+    try:
+        client.models.list()
+    except openai.APIConnectionError as exc:
+        return exc
+    raise AssertionError("a request to port 9 was answered")
+
+
 def _program(tmp_path: Path, text: str) -> str:
     path = tmp_path / "python"
     path.write_text(text)
@@ -212,7 +223,7 @@ def _alive(pid: int) -> bool:
 
 def test_connection_error_with_the_server_gone_ends_the_run(tmp_path: Path) -> None:
     plan = _plan(tmp_path, sys.executable, endpoints=("http://127.0.0.1:9/v1",))  # nothing listens there
-    error = openai.APIConnectionError(request=None)  # type: ignore[arg-type]
+    error = _connection_error()
     assert isinstance(vllm_server.classify_error(error, plan), ServerDied)
     assert vllm_server.classify_error(ValueError("bad output"), plan) is None
 
@@ -246,13 +257,13 @@ def test_workers_spread_over_servers_and_move_when_one_dies(tmp_path: Path, monk
         plan.handlers.append(handler)
         servers[1][0].kill()
         servers[1][0].wait()
-        moved = vllm_server.classify_error(openai.APIConnectionError(request=None), plan)  # type: ignore[arg-type]
+        moved = vllm_server.classify_error(_connection_error(), plan)
         assert isinstance(moved, Failover) and urls[0] in str(moved)
         assert plan.current == urls[0] and handler.base_url == urls[0]
         assert str(handler.client.base_url).rstrip("/") == urls[0]
         servers[0][0].kill()
         servers[0][0].wait()
-        gone = vllm_server.classify_error(openai.APIConnectionError(request=None), plan)  # type: ignore[arg-type]
+        gone = vllm_server.classify_error(_connection_error(), plan)
         assert isinstance(gone, ServerDied) and "stopped answering" in str(gone)
     finally:
         for process, _ in servers:
@@ -375,7 +386,7 @@ def test_a_conversation_moved_to_another_server_is_sized_to_its_context(tmp_path
         assert handler.max_context_length == 8192
         servers[0][0].kill()
         servers[0][0].wait()
-        gone = openai.APIConnectionError(request=None)  # type: ignore[arg-type]
+        gone = _connection_error()
         assert isinstance(vllm_server.classify_error(gone, plan), Failover)
         assert handler.max_context_length == 2048
     finally:

@@ -367,18 +367,13 @@ class SpendLedger:
     @contextlib.contextmanager
     def _state(self, write: bool = True) -> Iterator[dict[str, Any]]:
         """The file's state under the folder's lock; written back (atomically) on success."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with flocked(self.path):
             state = self._read()
             yield state
             if write:
                 if self.cap_usd is not None:
                     state["cap_usd"] = self.cap_usd
-                self._write(state)
-        finally:
-            os.close(lock)  # closing releases the flock
+                write_json(self.path, state)
 
     def _read(self) -> dict[str, Any]:
         try:
@@ -396,14 +391,29 @@ class SpendLedger:
                           "while it is unreadable: repair or remove it (removing it forgets what "
                           "this folder has spent)") from None
 
-    def _write(self, state: dict[str, Any]) -> None:
-        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(state, handle, indent=1, sort_keys=True, allow_nan=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
-        _fsync_dir(self.path.parent)
+
+
+@contextlib.contextmanager
+def flocked(path: Path) -> Iterator[None]:
+    """``path``'s folder exists and ``<path>.lock`` is held exclusively: one process of the run at a time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)  # closing releases the flock
+
+
+def write_json(path: Path, state: dict[str, Any]) -> None:
+    """Replace ``path`` atomically and durably: a reader never sees half a file, a crash never loses it."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(state, handle, indent=1, sort_keys=True, allow_nan=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    _fsync_dir(path.parent)
 
 
 def ledger_file(output: Path) -> Path:

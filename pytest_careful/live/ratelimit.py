@@ -19,7 +19,6 @@ Slots of processes that died are swept (this host's, by pid), as the ledger does
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -28,6 +27,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from .budget import flocked, write_json
 
 #: The longest one wait may last, whatever ``retry-after`` says: the worker holds its
 #: conversation meanwhile, and a longer outage is better left to the next run.
@@ -105,18 +106,12 @@ class SharedLimiter:
 
     @contextlib.contextmanager
     def _state(self, write: bool = True) -> Iterator[dict[str, Any]]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        """The shared state under the file's lock; written back atomically on success."""
+        with flocked(self.path):
             state = self._read()
             yield state
             if write:
-                temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-                temporary.write_text(json.dumps(state), encoding="utf-8")
-                os.replace(temporary, self.path)
-        finally:
-            os.close(lock)
+                write_json(self.path, state)
 
     def _read(self) -> dict[str, Any]:
         fresh = {"limit": self.maximum, "streak": 0, "paused_until": 0.0, "in_flight": {}, "throttles": 0}
