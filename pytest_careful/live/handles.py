@@ -278,7 +278,8 @@ def resolution_line(handle: ModelHandle) -> str:
     handler = (info["handler_class"] or "scripted").rsplit(".", 1)[-1]
     local = f" (weights: {handle.model_path})" if handle.model_path else ""
     sibling = fc_sibling(handle)
-    also = f" (BFCL's FC mode of this model is {sibling}: --careful-model={sibling})" if sibling else ""
+    option = "--careful-handler" if handle.model_path else "--careful-model"
+    also = f" (BFCL's FC mode of this model is {sibling}: {option}={sibling})" if sibling else ""
     return (f"model {info['typed']} -> registry key {info['registry_key']}: handler {handler}, "
             f"{info['mode']}, {info['backend']}{local}{also}")
 
