@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,7 @@ def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Pat
                    "--careful-vllm-arg=--enforce-eager", "--careful-gate=none", "-n", "2",
                    f"--careful-scorecards={tmp_path / 'live'}", *IDS)
     log = tmp_path / "result/.careful/vllm-server.log"
-    assert live.returncode == 0, live.stdout[-4000:] + (log.read_text()[-3000:] if log.exists() else "")
+    _only_context_overflows(live, log)
     assert "vLLM server ready" in live.stdout and log.stat().st_size > 0
     # Started as bfcl generate starts it: the handler's dtype, trust-remote-code, the model's own length.
     from bfcl_eval.model_handler.local_inference.qwen import QwenHandler
@@ -77,13 +78,16 @@ def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Pat
     entries = [json.loads(x) for x in files[0].read_text().splitlines()]
     assert sorted(e["id"] for e in entries) == IDS
     for entry in entries:
+        if isinstance(entry["result"], str):  # SmolLM2 wrote until its context was full: BFCL's error entry
+            assert "maximum context length" in entry["result"], entry
+            continue
         assert isinstance(entry["result"], list) and entry["result"], entry
         assert all(isinstance(t, int) and t > 1000 for turn in entry["input_token_count"] for t in turn)
         assert entry["inference_log"], "the loop's log is kept"
     # The file, rescored as a logged run, gives the same rows.
     rescored = _pytest(tmp_path, f"--careful-results={files[0].parent.parent}", f"--careful-model={HANDLER}",
                        "--careful-gate=none", f"--careful-scorecards={tmp_path / 're'}", *IDS)
-    assert rescored.returncode == 0, rescored.stdout[-3000:]
+    assert rescored.returncode in (0, 1), rescored.stdout[-3000:]
     card = f"{str(model_dir).replace('/', '_')}/standard/scorecard.json"
     assert _rows(tmp_path / "live" / card) == _rows(tmp_path / "re" / f"{name}/standard/scorecard.json")
 
@@ -103,11 +107,22 @@ def test_a_hub_model_is_fetched_once_then_served_from_the_cache(tmp_path: Path) 
     with LoopbackHub({HANDLER: with_decoys(files)}, lifetime=900) as hub:
         live = _pytest(tmp_path, *args, env={**env, "HF_ENDPOINT": hub.url})
     log = tmp_path / "result/.careful/vllm-server.log"
-    assert live.returncode == 0, live.stdout[-3000:] + live.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")
+    _only_context_overflows(live, log)
     assert sorted(hub.downloaded()) == sorted(files) and not set(hub.downloaded()) & set(DECOYS)
     assert f"Fetching {len(files)} files" in live.stderr and "vLLM server ready" in live.stdout
     entry = json.loads(next((tmp_path / "result/standard").rglob("BFCL_v4_multi_turn_base_result.json")).read_text())
-    assert entry["id"] == IDS[0] and isinstance(entry["result"], list) and entry["result"]
+    assert entry["id"] == IDS[0] and entry["result"]
+
+
+def _only_context_overflows(proc: subprocess.CompletedProcess[str], log: Path) -> None:
+    """The run succeeded, or its only failures are SmolLM2 writing until its 8,192-token context was
+    full (sampled: it varies from run to run), which fails the item as BFCL scores it: an error entry."""
+    failed = re.findall(r"^FAILED (\S+)", proc.stdout, re.M)
+    # Each failure's own section (pytest's "___ <id> ___" header up to the next header), untruncated.
+    sections = dict(re.findall(r"^_{3,} (\S+) _{3,}$(.*?)(?=^_{3,} |^=+ )", proc.stdout, re.M | re.S))
+    ok = proc.returncode == 0 or (proc.returncode == 1 and bool(failed) and
+                                  all("maximum context length" in sections.get(node, "") for node in failed))
+    assert ok, proc.stdout[-3000:] + proc.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")
 
 
 DYING_SERVER = """
