@@ -56,34 +56,23 @@ def _csv(choices: dict[str, str] | tuple[str, ...], what: str) -> Callable[[str]
     return parse
 
 
-def _fraction(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not 0.0 <= number <= 1.0:
-        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 1")
-    return number
+def _number(convert: Callable[[str], Any], kind: str, ok: Callable[[Any], bool],
+            range_text: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``value`` as ``convert`` reads it, refused in one line outside ``ok``."""
+    def parse(value: str) -> Any:
+        try:
+            number = convert(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not {kind}") from None
+        if not ok(number):
+            raise argparse.ArgumentTypeError(f"{value} is not {range_text}")
+        return number
+    return parse
 
 
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return number
-
-
-def _positive_number(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not 0.0 < number < float("inf"):
-        raise argparse.ArgumentTypeError(f"{value} is not a positive, finite number")
-    return number
+_fraction = _number(float, "a number", lambda n: 0.0 <= n <= 1.0, "between 0 and 1")
+_positive_int = _number(int, "an integer", lambda n: n >= 1, "a positive integer")
+_positive_number = _number(float, "a number", lambda n: 0.0 < n < float("inf"), "a positive, finite number")
 
 
 def _urls(value: str) -> tuple[str, ...]:
