@@ -248,8 +248,7 @@ def import_breakdown(paths: dict[str, Path], extra: list[str]) -> None:
 
 
 REASONS = {  # why each big package is in the default install
-    "scipy": "compare_runs.py (Spearman's rho, p-value)",
-    "numpy": "pinned; matplotlib, scipy and bfcl-eval's numpy users",
+    "numpy": "pinned; matplotlib and bfcl-eval's numpy users",
     "anthropic": "Claude handler (core)",
     "matplotlib": "HTML report figures",
     "openai": "OpenAI FC decoder, vLLM's client (core)",

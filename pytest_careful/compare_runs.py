@@ -385,7 +385,8 @@ def rank_agreement(runs: list[Run], ids: list[str]) -> dict[str, Any]:
         out["reason"] = (f"needs standard runs of at least {MIN_MODELS_FOR_RANKS} models; "
                          f"there are {len(by_model)}")
         return out
-    from scipy.stats import spearmanr
+    from .agreement import spearman_rho
+    from .stats import spearman_p
 
     groups = {"mean": ids, **_by_category(ids)}
     out["rho"] = {}
@@ -395,8 +396,8 @@ def rank_agreement(runs: list[Run], ids: list[str]) -> dict[str, Any]:
         if len(set(bfcl)) < 2 or len(set(safe)) < 2:
             out["rho"][key] = None  # a constant ranking has no correlation
             continue
-        result = spearmanr(bfcl, safe)
-        out["rho"][key] = {"rho": float(result.statistic), "p": float(result.pvalue)}
+        rho = spearman_rho(bfcl, safe)
+        out["rho"][key] = {"rho": rho, "p": spearman_p(rho, len(bfcl))} if rho is not None else None
     return out
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "compare",
     "compare_by_category",
     "mcnemar_exact",
+    "spearman_p",
     "to_json",
 ]
 
@@ -99,6 +100,26 @@ class Comparison:
     lost: int
     p: float
     flipped: tuple[Flip, ...]
+
+
+def spearman_p(rho: float, n: int) -> float:
+    """Two-sided p-value of Spearman's ``rho`` over ``n`` pairs, as ``scipy.stats.spearmanr`` gives it.
+
+    scipy's test: ``t = rho * sqrt((n - 2) / (1 - rho**2))`` against Student's t with ``df = n - 2``
+    degrees of freedom. Its two-sided tail is the regularised incomplete beta function
+    ``I_x(df / 2, 1 / 2)`` at ``x = df / (df + t**2)``, which is ``1 - rho**2``: no t, so |rho| = 1
+    needs no special case (p = 0, where scipy's rounding can leave 1e-24). mpmath evaluates it
+    (bfcl-eval's MathAPI needs mpmath anyway), so scipy (140 MB) is only the tests' oracle.
+
+    Returns NaN for fewer than three pairs, as scipy does (no degrees of freedom).
+    """
+    df = n - 2
+    if df <= 0 or rho != rho:
+        return float("nan")
+    import mpmath
+
+    x = max(0.0, 1.0 - float(rho) ** 2)
+    return float(mpmath.betainc(df / 2, 0.5, 0, x, regularized=True))
 
 
 def _check_same_ids(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> None:

@@ -211,10 +211,14 @@ def test_rank_agreement_matches_scipy(card: dict[str, Any], tmp_path: Path) -> N
             row["bfcl"]["valid"], row["safe"] = number >= fail_bfcl, number >= fail_safe
         _save(tmp_path, model, variant)
         accuracies[model] = (sum(r["bfcl"]["valid"] for r in variant["rows"]), sum(r["safe"] for r in variant["rows"]))
-    assert _run(tmp_path, "--out", tmp_path / "out") == 0
-    report = json.loads((tmp_path / "out" / "comparison.json").read_text(encoding="utf-8"))
     expected = spearmanr([accuracies[m][0] for m in sorted(accuracies)], [accuracies[m][1] for m in sorted(accuracies)])
+    with pytest.MonkeyPatch.context() as patch:  # careful-report needs no scipy: it is not installed by default
+        for name in [m for m in sys.modules if m == "scipy" or m.startswith("scipy.")]:
+            patch.setitem(sys.modules, name, None)
+        assert _run(tmp_path, "--out", tmp_path / "out") == 0
+    report = json.loads((tmp_path / "out" / "comparison.json").read_text(encoding="utf-8"))
     assert report["rank_agreement"]["rho"]["mean"]["rho"] == pytest.approx(expected.statistic)
+    assert report["rank_agreement"]["rho"]["mean"]["p"] == pytest.approx(expected.pvalue, rel=1e-9)
     assert report["repeats"] == [] and "repeat" not in report  # four models: no repeats
 
 

@@ -42,7 +42,8 @@ from pytest_careful import _bfcl, decoding
 
 #: Modules no default path may import: the handler registry, and what pyproject.toml makes extras.
 EXTRAS_ONLY = ("bfcl_eval.constants.model_config", "cohere", "mistralai", "google.genai", "qwen_agent",
-               "soundfile", "writerai", "boto3", "botocore", "datamodel_code_generator", "typer", "tabulate")
+               "soundfile", "writerai", "boto3", "botocore", "datamodel_code_generator", "typer", "tabulate",
+               "scipy")  # scipy: the tests' statistics oracle only
 
 BLOCKER = '''
 import importlib.abc, os, sys

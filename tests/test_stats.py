@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
-from scipy.stats import binomtest
+from scipy.stats import binomtest, spearmanr
 
 from pytest_careful import stats
-from pytest_careful.stats import Comparison, compare, compare_by_category, mcnemar_exact, to_json
+from pytest_careful.agreement import spearman_rho
+from pytest_careful.stats import Comparison, compare, compare_by_category, mcnemar_exact, spearman_p, to_json
 
 
 # --- mcnemar_exact -----------------------------------------------------------
@@ -269,3 +271,31 @@ def test_to_json() -> None:
                                           (0.0312, "0.0312"), (1.0, "1.0000")])
 def test_p_text_never_shows_a_tiny_p_as_zero(p: float, shown: str) -> None:
     assert stats.p_text(p) == shown
+
+
+# --- spearman_p: scipy.stats.spearmanr is the oracle ------------------------------
+
+
+def test_spearman_p_agrees_with_scipy() -> None:
+    """Ranks with and without ties, 3 to 40 pairs, positive, negative, perfect and no correlation."""
+    rng = random.Random(20261203)
+    compared = 0
+    for _ in range(2000):
+        n = rng.randint(3, 40)
+        x = [rng.randint(0, rng.choice((2, 5, 1000))) for _ in range(n)]
+        y = [v + rng.choice((0, 1, -3, 50)) * rng.random() for v in x] if rng.random() < 0.5 else \
+            [rng.random() for _ in range(n)]
+        rho = spearman_rho(x, y)
+        if rho is None:
+            continue
+        expected = spearmanr(x, y)
+        assert rho == pytest.approx(float(expected.statistic), abs=1e-12)
+        # |rho| = 1: p is 0; scipy's rounding of rho can leave a p of order 1e-24.
+        assert spearman_p(rho, n) == pytest.approx(float(expected.pvalue), rel=1e-9, abs=1e-20), (x, y)
+        compared += 1
+    assert compared > 1500
+
+
+def test_spearman_p_without_degrees_of_freedom_is_nan_as_in_scipy() -> None:
+    assert math.isnan(float(spearmanr([1, 2], [2, 1]).pvalue))
+    assert math.isnan(spearman_p(-1.0, 2)) and math.isnan(spearman_p(float("nan"), 10))
