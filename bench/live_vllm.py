@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,23 @@ def _entries(folder: Path) -> dict[str, dict]:
     return out
 
 
+def _tokens(folder: Path) -> tuple[int, int, int]:
+    """Requests answered, prompt and generated tokens in a run's result files (BFCL's per-step counts).
+
+    Conversations/min alone misleads on a small model: one that overflows its context early ends
+    after a few requests, so the work a layout got through is counted too.
+    """
+    def flat(value: object) -> list[object]:
+        return [v for item in value for v in flat(item)] if isinstance(value, list) else [value]
+
+    requests = prompt = generated = 0
+    for entry in _entries(folder / "result").values():
+        inputs = [v for v in flat(entry.get("input_token_count") or []) if isinstance(v, int)]
+        outputs = [v for v in flat(entry.get("output_token_count") or []) if isinstance(v, int)]
+        requests, prompt, generated = requests + len(inputs), prompt + sum(inputs), generated + sum(outputs)
+    return requests, prompt, generated
+
+
 def _first_prompt_tokens(entry: dict | None) -> int | None:
     counts = (entry or {}).get("input_token_count")
     return counts[0][0] if counts and counts[0] else None
@@ -94,6 +112,7 @@ def main() -> None:
     parser.add_argument("--server-arg", action="append", default=[], help="extra vLLM server argument")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=V1,V2,...",
                         help="--compare-servers: an environment variable, one value per server")
+    parser.add_argument("--rounds", type=int, default=1, help="--compare-servers: rounds, order alternating")
     parser.add_argument("--compare-servers", action="store_true",
                         help="W servers x 1 worker against 1 server x W workers (the plugin only)")
     args = parser.parse_args()
@@ -129,18 +148,34 @@ def _compare_servers(args: argparse.Namespace, model: str, ids: list[str], out: 
     from pytest_careful.live import vllm_server
 
     started = [_start(model, args, out, i) for i in range(args.workers)]
+    urls = [url for _, url in started]
+    layouts = {f"{args.workers} servers x 1 worker": ",".join(urls), f"1 server x {args.workers} workers": urls[0]}
+    times: dict[str, list[float]] = {name: [] for name in layouts}
+    rates: dict[str, list[float]] = {name: [] for name in layouts}  # prompt tokens/s
     try:
-        urls = [url for _, url in started]
-        (out / "one").mkdir()
-        (out / "several").mkdir()
-        several = _plugin(",".join(urls), model, ids, args.workers, out / "several")
-        one = _plugin(urls[0], model, ids, args.workers, out / "one")
+        for round_ in range(args.rounds):  # the order alternates, so neither layout always goes first
+            for name in list(layouts)[:: 1 if round_ % 2 == 0 else -1]:
+                folder = out / f"round{round_}-{'several' if ',' in layouts[name] else 'one'}"
+                folder.mkdir()
+                times[name].append(_plugin(layouts[name], model, ids, args.workers, folder))
+                requests, prompt, generated = _tokens(folder)
+                rates[name].append(prompt / times[name][-1])
+                print(f"round {round_ + 1}: {name}: {times[name][-1]:.1f} s, {requests} requests answered, "
+                      f"{prompt} prompt and {generated} generated tokens: {prompt / times[name][-1]:.0f} prompt "
+                      "tokens/s", file=sys.stderr)
     finally:
         for plan, _ in started:
             vllm_server.stop(plan)  # type: ignore[arg-type]
-    print(f"{len(ids)} conversations, {args.workers} workers, model {model}")
-    print(f"{args.workers} servers x 1 worker:  {several:7.1f} s  {60 * len(ids) / several:6.2f} conversations/min")
-    print(f"1 server x {args.workers} workers:  {one:7.1f} s  {60 * len(ids) / one:6.2f} conversations/min")
+    print(f"{len(ids)} conversations, {args.workers} workers, model {model}, {args.rounds} rounds "
+          f"(order alternating), server arguments {args.server_arg}, environment {args.server_env}")
+    for name, seconds in times.items():
+        median = statistics.median(seconds)
+        print(f"{name}:  median {median:7.1f} s  {60 * len(ids) / median:6.2f} conversations/min  "
+              f"(rounds: {', '.join(f'{s:.1f}' for s in seconds)}); {statistics.median(rates[name]):.0f} prompt tokens/s")
+    several, one = (statistics.median(t) for t in times.values())
+    several_rate, one_rate = (statistics.median(r) for r in rates.values())
+    print(f"several servers / one server: conversations/min {one / several:.2f}x, "
+          f"prompt tokens/s {several_rate / one_rate:.2f}x")
     print(f"result files under {out}")
 
 
