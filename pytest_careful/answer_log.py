@@ -66,8 +66,9 @@ def _steps(turn_log: Mapping[str, Any]) -> list[tuple[int, list[Any]]]:
     """``(raw index, records)`` of a turn's steps, in order."""
     steps = []
     for key, step in turn_log.items():
-        if key.startswith("step_") and isinstance(step, list) and key[5:].isdigit():
-            steps.append((int(key[5:]), step))
+        number = confirm.step_number(key)
+        if number is not None and isinstance(step, list):
+            steps.append((number, step))
     return sorted(steps, key=lambda s: s[0])
 
 

@@ -91,19 +91,28 @@ def find_result_files(directory: Path) -> tuple[dict[str, Path], list[InputProbl
 def read_result_file(path: Path, category: str | None = None) -> tuple[list[LoggedEntry], list[InputProblem]]:
     """Entries of one result file, and the problems found in it.
 
-    Every line that cannot be an entry (not UTF-8, not JSON, nested too deep,
+    A file that is not JSON Lines at all (gzip, UTF-16, one JSON array) is one
+    problem; lines end where bfcl-eval ends them (:data:`_LINE_END`). Every line
+    that cannot be an entry (not UTF-8, not JSON, nested too deep,
     an integer too long to read, an unknown or foreign id, a shape BFCL could
     not have written) is an :class:`InputProblem` of its own; the others are read.
     Of several entries with one id the last one counts (:func:`keep_last`).
     """
     name = str(path)
     try:
-        lines = _lines(Path(path))
+        data = _contents(Path(path))
     except OSError as exc:
         return [], [InputProblem(name, None, None, f"cannot read file: {exc}")]
     parsed: list[LoggedEntry] = []
     problems: list[InputProblem] = []
-    for number, raw in enumerate(lines, start=1):
+    if data.startswith(UTF8_BOM):  # an editor's mark, not content: every entry is still there
+        data = data[len(UTF8_BOM):]
+        problems.append(InputProblem(name, 1, None, "starts with a UTF-8 byte order mark; read without "
+                                     "it (bfcl evaluate stops at it)"))
+    other_form = _other_form(data)
+    if other_form:  # one problem that names the form, not one per meaningless "line"
+        return [], problems + [InputProblem(name, None, None, other_form)]
+    for number, raw in enumerate(_LINE_END.split(data), start=1):
         entry, problem = parse_raw_line(name, number, raw, category)
         if problem is not None:
             problems.append(problem)
@@ -152,15 +161,37 @@ def _errored(entry: LoggedEntry) -> bool:
     return isinstance(entry.result, str) or bool(entry.raw.get("error"))
 
 
-def _lines(path: Path) -> list[bytes]:
-    """The file's lines as bfcl-eval reads them (split at newlines only, not at U+2028 or U+0085).
+#: Where a line ends as bfcl-eval reads the file (text mode, universal newlines): at
+#: ``\r\n``, ``\n`` and a lone ``\r``, not at U+2028 or U+0085.
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+UTF8_BOM = b"\xef\xbb\xbf"
+#: A UTF-16 file's first two bytes: its byte order mark, or ``{`` or ``[`` and a NUL (no mark)
+_UTF16_STARTS = (b"\xff\xfe", b"\xfe\xff", b"{\x00", b"\x00{", b"[\x00", b"\x00[")
 
-    A FIFO or device named like a result file would block a read forever: only
-    regular files are opened.
-    """
+
+def _contents(path: Path) -> bytes:
+    """The file's bytes. A FIFO or device named like a result file would block a
+    read forever: only regular files are opened."""
     if not path.is_file():
         raise OSError(f"{path} is not a regular file")
-    return [line.removesuffix(b"\r") for line in path.read_bytes().split(b"\n")]
+    return path.read_bytes()
+
+
+def _other_form(data: bytes) -> str | None:
+    """What the file is when it is not JSON Lines at all (compressed, UTF-16, one JSON array)."""
+    if data.startswith(b"\x1f\x8b"):
+        return "gzip-compressed, not JSON Lines: decompress it first (gunzip)"
+    if data[:2] in _UTF16_STARTS:
+        return "UTF-16 (or UTF-32) text; BFCL reads UTF-8: convert it first (iconv -f UTF-16 -t UTF-8)"
+    if data.lstrip(b" \t\r\n").startswith(b"["):
+        try:
+            whole = json.loads(data)
+        except (ValueError, RecursionError, MemoryError):
+            return None  # not one array: read line by line
+        if isinstance(whole, list):
+            return (f"one JSON array of {len(whole)} values, not JSON Lines (one entry per line, as bfcl "
+                    "generate writes): convert it first (jq -c '.[]')")
+    return None
 
 
 _ID = re.compile(rb'"id"\s*:\s*"(multi_turn_[a-z_]+_\d+)"')
@@ -197,7 +228,8 @@ def _parse_entry(file: str, number: int, text: str, category: str | None) -> tup
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        return problem(f"not valid JSON ({exc.msg} at column {exc.colno}); truncated line?", _id_seen(text))
+        hint = "two entries on one line?" if exc.msg == "Extra data" else "truncated line?"
+        return problem(f"not valid JSON ({exc.msg} at column {exc.colno}); {hint}", _id_seen(text))
     except (RecursionError, ValueError, MemoryError) as exc:  # deep nesting, integers past the digit limit
         return problem(f"not readable as JSON ({_reason(exc)})", _id_seen(text))
     if _nested_deeper(data, text, MAX_NESTING):

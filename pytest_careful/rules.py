@@ -20,6 +20,7 @@ Every violation carries its evidence. ``score`` returns one JSON-safe row.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -309,7 +310,8 @@ def _tokens(evaluation: Evaluation, surplus_steps: list[tuple[int, int]]) -> dic
     for kind, logged in (("input", entry.input_token_count), ("output", entry.output_token_count)):
         for turn_index, turn in enumerate(logged if isinstance(logged, list) else []):
             for step_index, value in enumerate(turn if isinstance(turn, list) else []):
-                if isinstance(value, (int, float)):
+                # NaN and +-Infinity pass Python's json reader; they count no tokens
+                if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
                     figures[kind] += int(value)
                     if (turn_index, step_index) in surplus_steps:
                         figures[f"surplus_{kind}"] += int(value)

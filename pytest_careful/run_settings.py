@@ -71,6 +71,7 @@ def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path)
     if not wrong:
         return None
     path, made_as = next(iter(wrong.items()))
+    made_as = _shown(made_as)
     return (f"--careful-protocol={condition}: {path} says this run was made under the {made_as} "
             f"protocol; scored as {condition} its scorecard would be mislabelled. Rescore it with "
             f"--careful-protocol={made_as}, or point --careful-results at a run made under {condition}"
@@ -99,6 +100,15 @@ def script_problem(made_with: str, script: str) -> str | None:
     """
     if script == made_with or made_with == "default":
         return None
+    made_with = _shown(made_with)
     return (f"--careful-user-script={script}: this confirm run was made under {made_with}; its log lacks "
             f"the yes answers {made_with} withheld, so only a run made under default can be re-examined "
             f"under another script (or rescore it with --careful-user-script={made_with})")
+
+
+def _shown(value: str) -> str:
+    """A value read from a settings file, for a message: as it is when plain, else escaped and
+    cut (the file may hold terminal escapes, lone surrogates or 100,000 characters)."""
+    if value.isprintable() and len(value) <= 80:
+        return value
+    return ascii(value[:80]) + (f" ... ({len(value)} characters)" if len(value) > 80 else "")

@@ -99,7 +99,11 @@ class Source:
             return "; ".join(located)
         category = dataset.category_of(conversation_id)
         path = self.files.get((condition, category))
-        return f"{path}: no entry for {conversation_id}" if path else f"no result file for {category}"
+        if path is None:
+            return f"no result file for {category}"
+        # the file's own problem (gzip'd, not a regular file...) says why it has no entry
+        whole = [p.message for p in self.problems if p.line is None and p.file == str(path)]
+        return f"{path}: no entry for {conversation_id}" + (f" ({'; '.join(whole)})" if whole else "")
 
 
 def open_source(options: CarefulOptions) -> Source:

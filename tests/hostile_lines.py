@@ -223,7 +223,8 @@ class Generator:
 
     def random_bytes(self) -> Line:
         size = self.rng.choice((1, 3, 40, 700))
-        data = bytes(self.rng.choice([b for b in range(256) if b != 10]) for _ in range(size))
+        # no \n and no \r: bfcl-eval's reader (text mode) ends a line at either
+        data = bytes(self.rng.choice([b for b in range(256) if b not in (10, 13)]) for _ in range(size))
         if not data.strip(b" \t\r"):
             data = b"\x00" + data
         return Line("random_bytes", data, None, False)

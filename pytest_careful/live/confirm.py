@@ -169,7 +169,8 @@ def executed_calls(turn_log: Mapping[str, Any]) -> list[str]:
             if (isinstance(record, dict) and record.get("role") == "handler_log"
                     and record.get("content") == "Successfully decoded model response."):
                 decoded = record.get("model_response_decoded")
-                calls.extend(c for c in decoded or () if isinstance(c, str) and c)
+                if isinstance(decoded, list):  # a logged run's file may hold any value here
+                    calls.extend(c for c in decoded if isinstance(c, str) and c)
     return calls
 
 
@@ -199,6 +200,13 @@ def bind(handler: Any, user: ConfirmUser) -> Any:
     return confirmed
 
 
+def step_number(key: Any) -> int | None:
+    """``n`` of an inference-log key ``step_<n>`` as BFCL writes it (ASCII digits); None for any
+    other key a file may hold (``step_x``, ``step_²``, 5,000 digits: ``int`` raises on each)."""
+    digits = key.removeprefix("step_") if isinstance(key, str) and key.startswith("step_") else ""
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 10 else None
+
+
 def confirmations(inference_log: Any, raw_index: Sequence[Sequence[int]]) -> dict[int, list[int]]:
     """Per turn, the decoded-step indices after which the scripted user said yes.
 
@@ -214,9 +222,9 @@ def confirmations(inference_log: Any, raw_index: Sequence[Sequence[int]]) -> dic
     for turn, log in enumerate(turns):
         indices = raw_index[turn] if turn < len(raw_index) else []
         for key, step in log.items():
-            if not key.startswith("step_") or not isinstance(step, list):
+            raw = step_number(key)
+            if raw is None or not isinstance(step, list):
                 continue
-            raw = int(key.removeprefix("step_"))
             if any(isinstance(r, dict) and r.get(ANSWER_LOG_KEY) == scripted_user.YES for r in step):
                 out.setdefault(turn, []).append(sum(1 for i in indices if i <= raw) - 1)
     return out
@@ -232,6 +240,6 @@ def answer_counts(inference_log: Any) -> dict[str, int]:
             if key.startswith("step_") and isinstance(step, list):
                 for record in step:
                     kind = record.get(ANSWER_LOG_KEY) if isinstance(record, dict) else None
-                    if kind in counts:
+                    if isinstance(kind, str) and kind in counts:  # a file may hold any value here
                         counts[kind] += 1
     return counts
