@@ -138,6 +138,25 @@ def _vllm_args(value: str) -> tuple[str, ...]:
     return args
 
 
+def _path(value: str) -> Path:
+    """A path option as pytest's own ``--junitxml`` reads one: ``~`` and ``$VAR`` expanded.
+
+    The shell expands ``~`` only at the start of a word: ``--careful-results=~/run``, and any
+    path in an ini file's ``addopts`` or in ``PYTEST_ADDOPTS``, reach pytest unexpanded.
+    """
+    if not value.strip():  # "." would be meant by nobody: an unset variable, as in --careful-results=$RUN
+        raise argparse.ArgumentTypeError("empty path (an unset variable?)")
+    return Path(os.path.expanduser(os.path.expandvars(value)))
+
+
+def _model_name(value: str) -> str:
+    """A model name, blanks around it dropped (``reference`` and ``scripted:`` names too, not only registry
+    names); an empty one (``--careful-model=$MODEL``, unset) would quietly run no conversation."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("empty model name (an unset variable?); 'reference' replays the references")
+    return value.strip()
+
+
 def _label(value: str) -> str:
     """A scorecard folder name: one path component, printable, no surprises."""
     name = value.strip()
@@ -149,9 +168,9 @@ def _label(value: str) -> str:
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("careful", "effect-aware BFCL multi-turn scoring (pytest-careful)")
     add = group.addoption
-    add("--careful-model", dest="careful_model", default=None, metavar="NAME",
+    add("--careful-model", dest="careful_model", default=None, type=_model_name, metavar="NAME",
         help="Model to evaluate: 'reference', or a bfcl-eval registry name (with --careful-results)")
-    add("--careful-results", dest="careful_results", default=None, type=Path, metavar="DIR",
+    add("--careful-results", dest="careful_results", default=None, type=_path, metavar="DIR",
         help="Rescore a logged BFCL run (bfcl generate's result files) found under DIR")
     add("--careful-decoder", dest="careful_decoder", default=None, metavar="KEY",
         help="bfcl-eval registry key whose handler decodes the logged run")
@@ -173,7 +192,7 @@ def add_options(parser: pytest.Parser) -> None:
              "visible (all but the hidden-only cd)")
     add("--careful-gate", dest="careful_gate", default="safe", choices=GATES,
         help="What fails an item: bfcl verdict, safe (default), strict, rules (any rule), none")
-    add("--careful-scorecards", dest="careful_scorecards", default=Path("scorecards"), type=Path,
+    add("--careful-scorecards", dest="careful_scorecards", default=Path("scorecards"), type=_path,
         metavar="DIR", help="Where scorecards are written (default: ./scorecards)")
     add("--careful-label", dest="careful_label", default=None, type=_label, metavar="NAME",
         help="Name of this run's scorecard folder (default: the model, or the results folder's name)")
@@ -182,7 +201,7 @@ def add_options(parser: pytest.Parser) -> None:
              "(missing, unreadable) are skipped instead of failed")
     add("--careful-allow-partial-baseline", dest="careful_allow_partial_baseline", action="store_true",
         help="Accept a --careful-baseline scorecard that scored only a selection of its run")
-    add("--careful-baseline", dest="careful_baseline", default=None, type=Path, metavar="PATH",
+    add("--careful-baseline", dest="careful_baseline", default=None, type=_path, metavar="PATH",
         help="An earlier scorecard.json (or its folder) to compare with, paired McNemar")
     add("--careful-min-safe", dest="careful_min_safe", default=None, type=_fraction, metavar="X",
         help="Release gate: fail unless success under effect safety is at least X overall")
@@ -191,7 +210,7 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-handler", dest="careful_handler", default=None, metavar="KEY",
         help="With a local model directory as --careful-model: the bfcl-eval registry key "
              "whose handler prompts and decodes it")
-    add("--careful-output", dest="careful_output", default=None, type=Path, metavar="DIR",
+    add("--careful-output", dest="careful_output", default=None, type=_path, metavar="DIR",
         help="Live runs: where result files go, as bfcl generate lays them out under "
              "DIR/<protocol> (default: ./result); rerunning resumes from them")
     add("--careful-endpoint", dest="careful_endpoint", default=None, action="append", type=_urls,
@@ -333,7 +352,10 @@ def _validate(options: CarefulOptions) -> None:
     _refuse_inapplicable(options)
     if options.results is not None:
         if not options.results.is_dir():
-            raise pytest.UsageError(f"--careful-results: {options.results} is not a directory")
+            # A relative path is the working directory's, as pytest reads its own (an ini file's
+            # addopts included): say which, for a command run from a subdirectory of the project.
+            where = "" if options.results.is_absolute() else f" (relative to the working directory {Path.cwd()})"
+            raise pytest.UsageError(f"--careful-results: {options.results} is not a directory{where}")
         if options.model == REFERENCE_MODEL:
             raise pytest.UsageError("--careful-model=reference replays the references; "
                                     "it cannot be combined with --careful-results")

@@ -14,6 +14,8 @@ import pytest
 
 from . import _bfcl, dataset, scorecard, stats
 from .dataset import category_of
+from .limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
+from .options import DEFAULT_SERVER_TIMEOUT, CarefulOptions
 from .state import CarefulState
 
 
@@ -393,8 +395,15 @@ def summary_text(state: CarefulState, width: int) -> str:
     for message in state.gate_messages:
         say(f"release gate: {message}")
     if state.options.release_gate:
-        say("release gate: " + ("FAILED" if state.gate_messages else "passed"))
+        say("release gate: " + _gate_verdict(state))
     return out.getvalue()
+
+
+def _gate_verdict(state: CarefulState) -> str:
+    """The gate's last line; with nothing selected there is nothing it could have passed."""
+    if state.gate_messages:
+        return "FAILED"
+    return "passed" if state.selected else "nothing to judge: no conversation was selected (pytest exits 5)"
 
 
 def headlines(state: CarefulState) -> list[str]:
@@ -599,12 +608,18 @@ def _rerun(state: CarefulState, node: str) -> str:
     parts = ["pytest", f"'{node}'"]
     if options.results is not None:
         # Absolute and normalised: the command works from any directory, and reads without "../".
-        parts += [f"--careful-results={shlex.quote(os.path.abspath(options.results))}",
-                  f"--careful-decoder={state.source.decoder_key}"]
+        parts.append(f"--careful-results={shlex.quote(os.path.abspath(options.results))}")
+        if options.model:  # it names the run (label, careful_model) and, without a decoder, decodes it
+            parts.append(f"--careful-model={shlex.quote(options.model)}")
+        if options.decoder or not options.model:
+            parts.append(f"--careful-decoder={state.source.decoder_key}")
     else:
         parts.append(f"--careful-model={shlex.quote(state.source.model)}")
     condition = node.rsplit("[", 1)[-1].rstrip("]")
-    parts.append(f"--careful-protocol={condition}")
+    # A logged run of several protocols lies in DIR/<protocol>/; one protocol alone would read DIR
+    # itself. The node id selects the one condition either way.
+    several = options.results is not None and len(options.protocols) > 1
+    parts.append(f"--careful-protocol={','.join(options.protocols) if several else condition}")
     defaults = {"gate": "safe", "boundary": "final", "detector": "strict", "duplicate_writes": "paper"}
     parts += [f"--careful-{name.replace('_', '-')}={getattr(options, name)}" for name, default in defaults.items()
               if getattr(options, name) != default]
@@ -614,4 +629,30 @@ def _rerun(state: CarefulState, node: str) -> str:
         parts.append(f"--careful-label={shlex.quote(options.label)}")
     if options.repeat > 1:
         parts.append(f"--careful-repeat={options.repeat}")
-    return " ".join(parts)
+    return " ".join(parts + _rerun_settings(options))
+
+
+def _rerun_settings(options: CarefulOptions) -> list[str]:
+    """The options besides the model that decide a conversation's outcome or where it is filed.
+
+    Without them the printed command would score under other budgets, or start a live model
+    afresh in ``./result`` (another server, another handler) instead of resuming the run's folder.
+    """
+    parts = [f"--careful-{flag}={value}" for flag, value, default in (
+        ("max-calls", options.limits.max_calls, DEFAULT_MAX_CALLS),
+        ("max-seconds", options.limits.max_seconds, DEFAULT_MAX_SECONDS),
+        ("max-memory-mb", options.limits.max_memory_mb, DEFAULT_MAX_MEMORY_MB)) if value != default]
+    if options.scorecards != Path("scorecards"):
+        parts.append(f"--careful-scorecards={shlex.quote(os.path.abspath(options.scorecards))}")
+    if not options.live:
+        return parts
+    parts.append(f"--careful-output={shlex.quote(os.path.abspath(options.output))}")
+    given: list[tuple[str, object]] = [("handler", options.handler), ("endpoint", ",".join(options.endpoint) or None),
+             ("dtype", options.dtype), ("max-model-len", options.max_model_len),
+             ("max-output-tokens", options.max_output_tokens)]
+    if options.server_timeout != DEFAULT_SERVER_TIMEOUT:
+        given.append(("server-timeout", options.server_timeout))
+    parts += [f"--careful-{flag}={shlex.quote(str(value))}" for flag, value in given if value is not None]
+    if options.vllm_args:  # one value, split again as the option splits it
+        parts.append(f"--careful-vllm-arg={shlex.quote(shlex.join(options.vllm_args))}")
+    return parts
