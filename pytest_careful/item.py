@@ -109,7 +109,7 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
         over_budget = None
     if over_budget is not None:  # outside the except, as above
         _over_budget(item, state, conversation, over_budget)
-    _record(item, row, state.source.model)
+    _record(item, row)
     if run_failure:
         pytest.fail(run_failure, pytrace=False)
     if failure:
@@ -208,12 +208,14 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line if line else line for line in text.splitlines())
 
 
-def _record(item: "CarefulItem", row: dict[str, Any], model: str) -> None:
-    """The row and its JUnit properties, on the item (they cross xdist on its reports)."""
+def _record(item: "CarefulItem", row: dict[str, Any]) -> None:
+    """The row, on the item: it crosses xdist on the call report.
+
+    Its JUnit properties (``junit_properties``) are a function of the row: the controller
+    adds them to the call and teardown reports (``session.CarefulPlugin``) instead of
+    sending them twice per item across xdist (two thirds of what the workers serialised).
+    """
     item.stash[ROW_KEY] = json.dumps(row, sort_keys=True)
-    # What record_property does, without its warning under the default xunit2
-    # family: user properties reach the JUnit XML (and cross xdist) in any family.
-    item.user_properties.extend(junit_properties(row, model).items())
 
 
 def _unscored(item: "CarefulItem", state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
@@ -224,7 +226,7 @@ def _unscored(item: "CarefulItem", state: Any, conversation: dataset.Conversatio
     """
     row = unscored_row(conversation, item.condition, state.source.model, reason, state.declarations,
                        state.settings.boundary)
-    _record(item, row, state.source.model)
+    _record(item, row)
     if state.options.allow_missing:
         pytest.skip(f"unscored (allowed by --careful-allow-missing): {reason}")
     pytest.fail(f"unscored: {reason}", pytrace=False)
@@ -239,7 +241,7 @@ def _over_budget(item: "CarefulItem", state: Any, conversation: dataset.Conversa
     """
     row = unscored_row(conversation, item.condition, state.source.model, reason, state.declarations,
                        state.settings.boundary, error_type=RESOURCE_LIMIT)
-    _record(item, row, state.source.model)
+    _record(item, row)
     item.stash[SECTIONS_KEY] = []
     pytest.fail(f"[{state.options.gate} gate] BFCL {RESOURCE_LIMIT}\n\n[resource_limit] {reason}\n"
                 "  this conversation fails (its rules and transcript are not computed); the others are scored",

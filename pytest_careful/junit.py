@@ -11,7 +11,8 @@ defaults cannot know, on the controller, before junitxml opens the testcase:
   says: pytest writes captured output there only when asked, and rule evidence
   is not captured output.
 
-Properties (``careful_*``) are the item's ``user_properties``, written by
+Properties (``careful_*``) are the row's (``item.junit_properties``), added by the controller to the
+call and teardown reports' ``user_properties`` (the workers do not send them) and written by
 pytest itself inside ``<testcase>``, where pytest's ``record_property`` puts
 them and Jenkins' JUnit plugin and junitparser read them. junit-10.xsd (what
 pytest's default ``xunit2`` family targets, and what Jenkins' xUnit plugin

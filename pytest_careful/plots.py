@@ -92,6 +92,23 @@ def charts(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
     return figures
 
 
+def chart_files(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
+                baseline: str | None = None) -> dict[str, bytes | str]:
+    """Each chart as ``<name>.png`` bytes and ``<name>.svg`` text, as the scorecard folder holds them.
+
+    Drawn under matplotlib's default style, whatever the user's matplotlibrc or rcParams say:
+    the files depend on the card and the libraries' versions alone, so that ``chart_cache``
+    may reuse them.
+    """
+    from matplotlib import style
+
+    files: dict[str, bytes | str] = {}
+    with style.context("default"):
+        for name, figure in charts(card, comparison, baseline).items():
+            files[f"{name}.png"], files[f"{name}.svg"] = png(figure), svg(figure)
+    return files
+
+
 def png(figure: Figure) -> bytes:
     """The figure as PNG bytes (no date, a fixed creator)."""
     return _save(figure, "png", _PNG_METADATA).getvalue()

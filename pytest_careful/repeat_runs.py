@@ -54,7 +54,7 @@ def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> No
         failures.append(failure)
         sections += [(f"{title}, repeat {repeat}", text) for title, text in item.stash.get(SECTIONS_KEY, [])]
     item.stash[SECTIONS_KEY] = sections
-    _record(item, dict(rows[representative(rows, failures)], repeat_rows=rows), state.source.model)
+    _record(item, dict(rows[representative(rows, failures)], repeat_rows=rows))
     failing = [index for index, failure in enumerate(failures) if failure]
     if not failing:
         return

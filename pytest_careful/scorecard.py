@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import _bfcl, rules, turn_credit
+from . import _bfcl, chart_cache, rules, turn_credit
 
 COUNT_COLUMNS = rules.RULES + rules.EXTRA_COUNTS + ("asked_reference_acts", "asked_reference_destructive",
                                "destructive_calls", "confirmed_destructive")
@@ -230,31 +230,45 @@ def write(directory: Path, card: dict[str, Any], comparison: dict[str, Any] | No
     if comparison is not None:
         files["comparison.json"] = json.dumps(comparison, indent=1, sort_keys=True) + "\n"
     written = _write_files(directory, files)
-    return written + _write_files(directory, _pictures(card, comparison, page or {}))
+    page = page or {}
+    charts, chart_key = _charts(directory, card, comparison, page.get("baseline"))
+    written += _write_files(directory, charts)
+    chart_cache.remember(directory, chart_key, charts)
+    return written + _write_files(directory, {"report.html": _page(card, comparison, page, charts)})
 
 
-def _pictures(card: dict[str, Any], comparison: dict[str, Any] | None,
-              page: Mapping[str, Any]) -> dict[str, str | bytes]:
-    """The charts as PNG and SVG, and report.html with the SVGs inline."""
-    from . import html_report, plots
+def _charts(directory: Path, card: dict[str, Any], comparison: dict[str, Any] | None,
+            baseline: str | None) -> tuple[dict[str, str | bytes], str]:
+    """The charts as PNG and SVG, and their key: those of the last run in ``directory`` when they would
+    come out the same (``chart_cache``), else drawn."""
+    inputs = chart_cache.inputs(card, comparison, baseline)
+    chart_key = chart_cache.key(inputs)
+    kept = chart_cache.load(directory, chart_key)
+    if kept is not None:
+        return kept, chart_key
+    from . import plots
 
-    files: dict[str, str | bytes] = {}
-    svgs: dict[str, str] = {}
-    for name, figure in plots.charts(card, comparison, page.get("baseline")).items():
-        files[f"{name}.png"], files[f"{name}.svg"] = plots.png(figure), svgs.setdefault(name, plots.svg(figure))
-    files["report.html"] = html_report.render(card, comparison, page.get("details"), page.get("reruns"), svgs,
-                                              baseline=page.get("baseline"))
-    return files
+    return plots.chart_files(inputs["card"], inputs["comparison"], inputs["baseline"]), chart_key
 
 
-def prepare_pictures() -> None:
-    """Import what ``_pictures`` draws with (matplotlib, Jinja2) and compile the page's templates.
+def _page(card: dict[str, Any], comparison: dict[str, Any] | None, page: Mapping[str, Any],
+          charts: Mapping[str, str | bytes]) -> str:
+    """report.html, with the SVG charts inline."""
+    from . import html_report
 
-    The xdist controller calls it on a thread while the workers score, so that the session
-    end does not spend 0.4-0.5 s on it alone. An error is left for ``_pictures`` to meet.
+    svgs = {name.removesuffix(".svg"): str(content) for name, content in charts.items() if name.endswith(".svg")}
+    return html_report.render(card, comparison, page.get("details"), page.get("reruns"), svgs,
+                              baseline=page.get("baseline"))
+
+
+def prepare_page() -> None:
+    """Import Jinja2 and compile report.html's templates (``_page``), ahead of the session end.
+
+    The xdist controller calls it on a thread while the workers score. Not matplotlib: a rerun
+    reuses its charts (``chart_cache``) and needs none. An error is left for ``_page`` to meet.
     """
     try:
-        from . import html_report, plots  # noqa: F401
+        from . import html_report
 
         for name in ("report.html.j2", "conversation.html.j2"):
             html_report._environment().get_template(name)

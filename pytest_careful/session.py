@@ -14,7 +14,7 @@ from typing import Any, Generator
 import pytest
 
 from . import _gc, dataset, declarations, junit, report, scorecard, selection
-from .item import ROW_KEY, CarefulCollector, CarefulItem, call_sections, make_items
+from .item import ROW_KEY, CarefulCollector, CarefulItem, call_sections, junit_properties, make_items
 from .options import CarefulOptions
 from .rules import Settings
 from .sources import open_source
@@ -42,6 +42,11 @@ class CarefulPlugin:
         self.state = state
         self.is_worker = hasattr(config, "workerinput")
         self.junit = junit.Annotator(config, state.source.model, strict=state.options.junit_strict)
+        #: node id -> (where in the call report's user_properties its JUnit properties went, them)
+        self._junit_pending: dict[str, tuple[int, list[tuple[str, str | int]]]] = {}
+        #: node ids of failed tests that are not conversations (paths given beside a run)
+        self._other_failures: list[str] = []
+        self._page_prepared = False  # xdist controller: report.html's templates compiled on a thread
         state.details_dir = self._details_dir(config)
         if not self.is_worker:
             config.pluginmanager.register(self.junit, "careful-junit")
@@ -87,7 +92,14 @@ class CarefulPlugin:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        """xdist controller: what the workers selected (the controller collects nothing)."""
+        """xdist controller: what the workers selected (the controller collects nothing).
+
+        The controller never reaches ``pytest_collection_finish``: here, once, while the
+        workers score, it prepares report.html's templates for the session end.
+        """
+        if not self._page_prepared and not self.config.getoption("collectonly"):
+            self._page_prepared = True
+            threading.Thread(target=scorecard.prepare_page, name="careful-prepare-page", daemon=True).start()
         self.state.selected.update(i for i in ids if selection.NODE_ID.match(i))
 
     @pytest.hookimpl(optionalhook=True)
@@ -155,9 +167,6 @@ class CarefulPlugin:
         runs_items = self.is_worker or self.config.getoption("dist", "no") == "no"
         if runs_items and session.items and not self.config.getoption("collectonly"):
             self.state.source.decoder()
-        elif session.items and not self.is_worker and not self.config.getoption("collectonly"):
-            # The xdist controller waits for the workers: meanwhile, what the scorecards need.
-            threading.Thread(target=scorecard.prepare_pictures, name="careful-prepare-pictures", daemon=True).start()
         _gc.freeze()  # imports, dataset, items: kept to the end, never garbage
 
     def _print_estimate(self, session: pytest.Session) -> None:
@@ -196,23 +205,50 @@ class CarefulPlugin:
             rep.sections.extend(call_sections(item))
         return rep
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A project file that failed to collect (``--continue-on-collection-errors``): the gate never hides it."""
+        if not self.is_worker and report.failed:
+            self._other_failures.append(report.nodeid or "collection")
+
     # tryfirst: the JUnit testcase's classname is set before junitxml opens it.
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.is_worker or not selection.NODE_ID.match(report.nodeid):
+        if self.is_worker:
             return
-        self.junit.annotate(report)
+        if not selection.NODE_ID.match(report.nodeid):
+            if report.failed:  # a project's own test: the release gate judges conversations, never it
+                self._other_failures.append(report.nodeid)
+            return
         row = getattr(report, "careful_row", None)
         if report.when == "call" and row:
             self.state.rows[report.nodeid] = json.loads(row)
             self.state.durations[report.nodeid] = report.duration
         elif report.failed and (report.when != "call" or report.nodeid not in self.state.rows):
             self.state.errors[report.nodeid] = str(report.longrepr).splitlines()[-1][:300] if report.longrepr else report.outcome
+        self._add_junit_properties(report, bool(row))
+        self.junit.annotate(report)
+
+    def _add_junit_properties(self, report: pytest.TestReport, has_row: bool) -> None:
+        """The row's JUnit properties on its call and teardown reports, where the item used to put them.
+
+        They are a function of the row, so the workers do not send them: the item's
+        ``user_properties`` crossed xdist on both reports, two thirds of what a passing item
+        serialised. Placed where ``item.user_properties`` had them (after what the item
+        recorded before its call, before what it records at teardown), for pytest's
+        junitxml (which reads the teardown report) and any other report reader.
+        """
+        if report.when == "call" and has_row:
+            props = list(junit_properties(self.state.rows[report.nodeid], self.state.source.model).items())
+            self._junit_pending[report.nodeid] = (len(report.user_properties), props)
+            report.user_properties = [*report.user_properties, *props]
+        elif report.when == "teardown" and report.nodeid in self._junit_pending:
+            at, props = self._junit_pending.pop(report.nodeid)
+            report.user_properties = [*report.user_properties[:at], *props, *report.user_properties[at:]]
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.is_worker:
-            return
+        if self.is_worker or self.config.getoption("collectonly"):
+            return  # --collect-only scored nothing: no scorecard to write, no gate to judge (exit stays 0)
         self._compact_results()  # the workers are done: no append can race the rewrite
         _gc.freeze()  # rows and reports, kept to the end: the scorecards' allocations need not rescan them
         try:
@@ -220,6 +256,8 @@ class CarefulPlugin:
         except OSError as exc:
             # The run's record is lost: that fails the command, gate or not.
             self.state.notes.append(f"could not write scorecards: {exc}")
+            if self.state.options.release_gate:  # the gate's line must not say "passed" over exit 1
+                self.state.gate_messages.append(f"the scorecards could not be written: {exc}")
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
@@ -228,6 +266,10 @@ class CarefulPlugin:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             return
         if self.state.options.release_gate and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            if self._other_failures:  # exit 0 would hide them: the gate overrides conversations' failures only
+                self.state.gate_messages.append(
+                    f"{len(dict.fromkeys(self._other_failures))} test(s) or file(s) besides the conversations failed "
+                    f"(e.g. {self._other_failures[0]}): a release gate overrides the failures of conversations only")
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.state.gate_messages else pytest.ExitCode.OK
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:

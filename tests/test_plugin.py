@@ -257,9 +257,10 @@ def test_installed_but_not_asked_for_imports_no_scoring_module(tmp_path):
 @pytest.fixture
 def run_modules_loaded() -> None:
     """What a run imports, loaded before ``pytester`` snapshots sys.modules (it unloads what a run
-    in this process imported, and numpy warns when it is imported a second time)."""
+    in this process imported, and numpy warns when it is imported a second time; matplotlib, unloaded
+    and imported again, mixes two copies of its classes in later tests of this process)."""
     import numpy  # noqa: F401
-    from pytest_careful import report, session  # noqa: F401
+    from pytest_careful import html_report, plots, report, session  # noqa: F401
 
 
 def test_objects_frozen_during_a_run_and_thawed_after_an_in_process_one(run_modules_loaded, pytester):
