@@ -135,6 +135,9 @@ def commands(paths: dict[str, Path]) -> dict[str, list[str]]:
         "pytest -n 2": careful + [f"--careful-results={paths['run600']}", "-n", "2"],
         "reference main job (-n 2, 800 conv)": [PY, "-m", "pytest", "-p", "no:cacheprovider",
                                                  "--careful-model=reference", "-n", "2", "-q"],
+        # The same again straight after: its scorecard folder is kept, so the charts are reused.
+        "reference main job, rerun": [PY, "-m", "pytest", "-p", "no:cacheprovider",
+                                      "--careful-model=reference", "-n", "2", "-q"],
         "0 conv (200-conv run, -k selects none)": careful + [f"--careful-results={paths['run200']}",
                                                               "-k", "no_such_conversation"],
         "200 conv": careful + [f"--careful-results={paths['run200']}"],
@@ -160,6 +163,8 @@ def measure(rounds: int, paths: dict[str, Path]) -> dict[str, list[Run]]:
     runs: dict[str, list[Run]] = {name: [] for name in cmds}
     for number in range(rounds):
         for name, cmd in cmds.items():  # interleaved: each round runs every command once
+            if "rerun" not in name:  # a first run: no scorecards (and charts to reuse) from before
+                shutil.rmtree(paths["work"] / "scorecards", ignore_errors=True)
             runs[name].append(timed(cmd, paths["work"], env))
         print(f"  round {number + 1}/{rounds} done", file=sys.stderr)
     return runs
@@ -202,7 +207,9 @@ def report(runs: dict[str, list[Run]]) -> None:
         print(f"bfcl evaluate / {name:12s} {ratio:5.2f}x wall, {cpu:5.2f}x CPU  "
               f"(target >= {target}x wall: {'met' if ratio >= target else 'MISSED'})")
     ref = _median(runs["reference main job (-n 2, 800 conv)"])
-    print(f"reference main job, -n 2         {ref:5.2f} s  (target < 3 s: {'met' if ref < 3 else 'MISSED'})")
+    again = _median(runs["reference main job, rerun"])
+    print(f"reference main job, -n 2         {ref:5.2f} s first run, {again:.2f} s rerun "
+          f"(target < 3 s: {'met' if ref < 3 else 'MISSED'} on a first run, {'met' if again < 3 else 'MISSED'} on a rerun)")
     bfcl_peak = max(r.peaks.get("controller", 0) for r in runs["bfcl evaluate"])
     ours = max(mb for name, rs in runs.items() if name.startswith(("pytest", "reference"))
                and "--co" not in name for r in rs for role, mb in r.peaks.items() if role != "other")
@@ -232,7 +239,7 @@ def import_breakdown(paths: dict[str, Path], extra: list[str]) -> None:
     started = time.perf_counter()
     out = subprocess.run(cmd, cwd=paths["work"], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
-    processes, totals = 0, {}
+    processes, totals = 0, dict[str, float]()
     for line in out.stderr.splitlines():
         match = re.match(r"import time:\s+(\d+) \|\s+\d+ \| (\s*)(\S+)", line)
         if not match:
