@@ -36,8 +36,6 @@ __all__ = ["ReportError", "Run", "build", "find_scorecards", "load_run", "main"]
 #: Short names of the categories, as the paper's Table 5 heads its columns.
 SHORT = {"multi_turn_base": "b", "multi_turn_miss_func": "mf", "multi_turn_miss_param": "mp",
          "multi_turn_long_context": "lc"}
-#: A scorecard larger than this is refused before it is parsed (800 rows take ~2 MB).
-MAX_BYTES = 256 * 1024 * 1024
 #: Below this p-value a paired difference is called unlikely to be noise.
 ALPHA = 0.05
 #: Spearman rho over fewer models than this is not reported (2 models always give +-1).
@@ -110,10 +108,18 @@ def find_scorecards(folders: Sequence[Path]) -> tuple[list[Path], list[str]]:
         else:
             raise ReportError(f"{folder}: no such file or folder")
         found.extend(here)
-    unique = list(dict.fromkeys(p.resolve() for p in found))
+    unique = list(dict.fromkeys(map(_resolved, found)))
     if len(unique) < len(found):
         notes.append(f"{len(found) - len(unique)} scorecards named twice were read once")
     return unique, notes
+
+
+def _resolved(path: Path) -> Path:
+    """The real path, to read a scorecard named twice once; a symlink loop is named, not a traceback."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:  # Python 3.11 raises RuntimeError("Symlink loop from ...")
+        raise ReportError(f"{path}: cannot be followed ({_one_line(exc)})") from None
 
 
 def _search(folder: Path) -> tuple[list[Path], int]:
@@ -132,14 +138,9 @@ def _search(folder: Path) -> tuple[list[Path], int]:
 def load_run(path: Path, known_ids: frozenset[str]) -> Run:
     """Read one scorecard.json; ReportError (one line naming the file) if it cannot be used."""
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise ValueError(f"larger than {MAX_BYTES // 2**20} MiB")
-        card = json.loads(path.read_text(encoding="utf-8"))
-        from .report import _baseline_parts  # the checks --careful-baseline makes
+        from .report import _baseline_parts, read_scorecard  # the checks --careful-baseline makes
 
-        prov, raw = _baseline_parts(card)
-        if len(raw) != len(card["rows"]):
-            raise ValueError(f"{len(card['rows']) - len(raw)} rows repeat another row's id")
+        prov, raw = _baseline_parts(read_scorecard(path))
         rows = {cid: _row(number, cid, row, known_ids) for number, (cid, row) in enumerate(raw.items())}
         for key in ("model", "protocol"):
             if not isinstance(prov.get(key), str) or not prov[key]:
@@ -246,9 +247,24 @@ def _visible(text: str) -> str:
                    for c in text)
 
 
+def printable(text: str, limit: int = 500) -> str:
+    """A message quoting user files on one terminal line: controls escaped, cut at ``limit`` characters."""
+    text = _visible(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+#: Labels and model names longer than this are cut in a run's name (terminal, table.md, report.html).
+MAX_NAME = 120
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_NAME else text[:MAX_NAME] + "..."
+
+
 def _name_runs(runs: list[Run]) -> None:
     """A short unique name per run: its label and condition, numbered where they repeat."""
-    base = [_visible(f"{r.provenance.get('label') or r.model} [{r.condition}]") + _repeat_suffix(r) for r in runs]
+    base = [_visible(f"{_cut(r.provenance.get('label') or r.model)} [{_cut(r.condition)}]") + _repeat_suffix(r)
+            for r in runs]
     seen: dict[str, int] = {}
     for run, name in zip(runs, base):
         seen[name] = seen.get(name, 0) + 1
@@ -465,9 +481,10 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
     def pct(key: str) -> str:
         return DASH if row[key] is None else f"{row[key]:.1f}"
     vs = row["vs_standard"]
-    model = row["model"] if row["label"] in (None, "", row["model"]) else f"{row['model']} ({row['label']})"
+    model = _cut(row["model"]) if row["label"] in (None, "", row["model"]) else \
+        f"{_cut(row['model'])} ({_cut(row['label'])})"
     return {"model": _visible(model) + _run_suffix(row),
-            "condition": row["condition"],
+            "condition": _visible(_cut(row["condition"])),
             **{k: pct(k) for k in ("b", "mf", "mp", "lc", "mean", "safe")},
             "collateral": str(row["collateral"]), "asked": str(row["asked"]),
             "yes / no / restate": DASH if row["answers"] is None else " / ".join(map(str, row["answers"])),
@@ -479,7 +496,7 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
 
 def _run_suffix(row: dict[str, Any]) -> str:
     """`` repeat 2`` or `` #2``: what tells apart Table 5 rows of the same model, label and condition."""
-    prefix = _visible(f"{row['label'] or row['model']} [{row['condition']}]")
+    prefix = _visible(f"{_cut(row['label'] or row['model'])} [{_cut(row['condition'])}]")
     name = str(row.get("run") or "")
     return name[len(prefix):] if name.startswith(prefix) else ""
 
@@ -552,6 +569,7 @@ def html(report: dict[str, Any]) -> str:
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters["pct"] = lambda v: DASH if v is None else f"{100 * v:.1f}"
     env.filters["marks"] = _marks
+    env.filters["visible"] = lambda text: printable(str(text), 1000)  # paths, models: user input
     env.filters["p"] = format_p
     env.filters["short"] = lambda c: str(c).removeprefix("multi_turn_")
     header = [strict_header(report) if c == "strict" else c for c in TABLE5_COLUMNS]
@@ -656,11 +674,11 @@ def run(argv: Sequence[str] | None = None) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         lines = run(argv)
-    except ReportError as exc:
-        print(f"careful-report: {exc}", file=sys.stderr)
+    except ReportError as exc:  # it quotes paths and values from the files: escaped and cut
+        print(f"careful-report: {printable(str(exc))}", file=sys.stderr)
         return 2
     for line in lines:
-        print(line)
+        print(_visible(line))  # folder names and labels: an ESC sequence in one would act on the terminal
     return 0
 
 

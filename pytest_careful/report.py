@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shlex
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,24 @@ from .state import CarefulState
 
 
 def load_baseline(path: Path, state: CarefulState) -> None:
-    """Read an earlier scorecard; refuse one from another dataset or declarations, or a selection."""
+    """Read an earlier scorecard; refuse one from another dataset or declarations, or a selection.
+
+    A baseline that cannot be used fails closed, before any conversation runs: one usage error
+    (exit 4) naming the file and what is wrong, so no model time is spent on a run whose gate
+    could not be judged. The file is user input: the message is escaped and cut (``printable``).
+    """
+    try:
+        _check_baseline(path, state)
+    except pytest.UsageError as exc:
+        from .compare_runs import printable
+
+        raise pytest.UsageError(printable(str(exc))) from None
+
+
+def _check_baseline(path: Path, state: CarefulState) -> None:
     file = path / "scorecard.json" if path.is_dir() else path
     try:
-        prov, rows = _baseline_parts(json.loads(file.read_text(encoding="utf-8")))
+        prov, rows = _baseline_parts(read_scorecard(file))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise pytest.UsageError(f"--careful-baseline: {file} is not a pytest-careful scorecard ({exc})") from None
     current_dataset, current_decl = scorecard.dataset_digest(), state.declarations.digest
@@ -33,6 +48,7 @@ def load_baseline(path: Path, state: CarefulState) -> None:
     if prov.get("declarations") != current_decl:
         raise pytest.UsageError(f"--careful-baseline: {file} was scored under other declarations "
                                 f"({prov.get('declarations')} != {current_decl}); rescore it first")
+    _check_baseline_ids(file, rows)
     covered, expected = _baseline_coverage(rows)
     partial = covered < expected or prov.get("selection", {}).get("complete") is False
     if partial and not state.options.allow_partial_baseline:
@@ -42,8 +58,45 @@ def load_baseline(path: Path, state: CarefulState) -> None:
     state.baseline = {"provenance": prov, "rows": rows}
 
 
+def _check_baseline_ids(file: Path, rows: dict[str, dict[str, Any]]) -> None:
+    """Rows of conversations the dataset has, and some: else the pairing fails late or means nothing."""
+    if not rows:
+        raise pytest.UsageError(f"--careful-baseline: {file} has no rows")
+    known = {c.id for c in dataset.load(_bfcl.CATEGORIES)}
+    unknown = [(number, cid) for number, cid in enumerate(rows) if cid not in known]
+    if unknown:
+        number, cid = unknown[0]
+        raise pytest.UsageError(f"--careful-baseline: {file}: row {number} ({cid[:80]!r}) is not a BFCL "
+                                "multi-turn conversation id")
+
+
+#: A scorecard larger than this is refused before it is parsed (800 rows take ~2 MB).
+SCORECARD_MAX_BYTES = 256 * 1024 * 1024
+
+
+def read_scorecard(file: Path, max_bytes: int = SCORECARD_MAX_BYTES) -> Any:
+    """A scorecard file's JSON; OSError or ValueError for anything that is not one, never a hang.
+
+    Only a regular file is opened: opening a FIFO blocks until a writer comes, and a device such as
+    /dev/zero never ends. A symlink loop is an OSError from ``stat``.
+    """
+    info = file.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file (a folder, FIFO or device)")
+    if info.st_size > max_bytes:
+        raise ValueError(f"larger than {max_bytes // 2**20} MiB")
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except RecursionError:  # json's C scanner recurses per level: deep nesting is not a scorecard's
+        raise ValueError("JSON nested too deeply") from None
+
+
 def _baseline_parts(card: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Provenance and rows by id, checked for the fields a comparison reads (ValueError otherwise)."""
+    if not isinstance(card, dict):
+        raise ValueError(f"it holds a JSON {_json_kind(card)}, not an object")
+    if "provenance" not in card or "rows" not in card:
+        raise ValueError(f"no {'provenance' if 'provenance' not in card else 'rows'!r} key")
     prov, rows = card["provenance"], card["rows"]
     if not isinstance(prov, dict) or not isinstance(rows, list):
         raise ValueError("provenance must be an object and rows a list")
@@ -53,9 +106,16 @@ def _baseline_parts(card: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]
                 and isinstance(row["bfcl"].get("valid"), bool) and isinstance(row.get("safe"), bool)):
             raise ValueError(f"row {number} lacks an id, a BFCL verdict or a safe verdict")
         by_id[row["id"]] = row
+    if len(by_id) < len(rows):  # which verdict would count is a guess: refuse, as careful-report does
+        raise ValueError(f"{len(rows) - len(by_id)} rows repeat another row's id")
     if not isinstance(prov.get("selection", {}), dict):
         raise ValueError("provenance.selection must be an object")
     return prov, by_id
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
 
 
 def _baseline_coverage(rows: dict[str, dict[str, Any]]) -> tuple[int, int]:
