@@ -24,12 +24,12 @@ import itertools
 import json
 import os
 import sys
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import _bfcl, repeats, stats
+from ._text import escape
 
 __all__ = ["ReportError", "Run", "build", "find_scorecards", "load_run", "main"]
 
@@ -241,10 +241,9 @@ def _repeat_suffix(run: Run) -> str:
 
 
 def _visible(text: str) -> str:
-    """Control and invisible characters shown escaped: a label is user input, and its name is printed to
-    the terminal (an ESC sequence there would act) and written to table.md (a newline there breaks the row)."""
-    return "".join(c if unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Zl", "Zp") else ascii(c)[1:-1]
-                   for c in text)
+    """A label is user input, printed to the terminal (an ESC sequence there would act) and written to
+    table.md (a newline there breaks the row): control and invisible characters shown escaped."""
+    return escape(text)
 
 
 def printable(text: str, limit: int = 500) -> str:

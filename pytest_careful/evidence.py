@@ -3,35 +3,21 @@
 from __future__ import annotations
 
 import pprint
-import unicodedata
 from typing import Any
 
 from . import dag
+from ._text import escape
 from .replay import CallRecord
 from .results import Evaluation, NoCallStep
 
 MAX_VALUE = 300
 MAX_TEXT = 800  # the model's own text: longer, it is what explains a turn without a call
-# Characters a report must not pass through as they are: controls (terminal escapes,
-# carriage returns), invisible format characters (bidi overrides), lone surrogates
-# (unencodable), and line separators (model text must not forge transcript lines).
-_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-
-
 def clean(text: str, limit: int = MAX_VALUE) -> str:
     """``text`` made safe for a report: at most ``limit`` characters kept, on one
     line, control and invisible characters escaped; a marker says how much was cut."""
     cut = len(text) - limit
     kept = text[:limit] if cut > 0 else text
-    if not (kept.isascii() and kept.isprintable()):  # printable ASCII (the usual case) needs no escape
-        kept = "".join(map(_escape, kept))
-    return kept + (f" [... {cut} more characters cut]" if cut > 0 else "")
-
-
-def _escape(char: str) -> str:
-    if unicodedata.category(char) not in _ESCAPED_CATEGORIES:
-        return char
-    return char.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return escape(kept) + (f" [... {cut} more characters cut]" if cut > 0 else "")
 
 
 def _short(value: Any) -> str:

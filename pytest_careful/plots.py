@@ -13,7 +13,6 @@ creator, a fixed SVG hash salt, text kept as text) apply only while saving.
 from __future__ import annotations
 
 import io
-import unicodedata
 import warnings
 from typing import Any, Callable, Mapping
 
@@ -22,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from . import rules
+from ._text import escape
 
 BFCL_COLOUR = "#4272c4"
 SAFE_COLOUR = "#ed7d31"
@@ -152,8 +152,7 @@ def repeat_of(prov: Mapping[str, Any]) -> str:
 
 def printable(text: str, limit: int = 90) -> str:
     """Text safe to draw: control and invisible characters escaped, cut to ``limit`` characters."""
-    out = "".join(c if unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Zl", "Zp")
-                  else ascii(c)[1:-1] for c in text)
+    out = escape(text)
     return out if len(out) <= limit else out[:limit - 1] + "…"
 
 
