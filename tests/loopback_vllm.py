@@ -266,7 +266,8 @@ class RequestRecord:
     model: str
     received: float
     in_flight: int  # model requests held by the server on arrival, this one included
-    started: float | None = None  # when it got a sequence slot (after queueing)
+    started: float | None = None  # when it got a sequence slot
+    queued: bool = False  # it waited for a slot (max_num_seqs were running)
     answered: float | None = None
     status: int = 0
     function: str | None = None  # the call answered, None for text or an error
@@ -402,7 +403,7 @@ class LoopbackVLLM:
                 "max_in_flight": counters.max_in_flight,
                 "mean_in_flight": area / span if span > 0 else 0.0,
                 "max_running": counters.max_running,
-                "queued": sum(1 for r in done if r.started is not None and r.started - r.received > 0.005),
+                "queued": sum(r.queued for r in counters.records),
                 "in_flight_now": counters.in_flight, "first_request": counters.first_request,
                 "last_response": counters.last_response, "latency": self.latency,
                 "max_num_seqs": self.max_num_seqs}
@@ -471,6 +472,7 @@ class LoopbackVLLM:
             while self.max_num_seqs is not None and self._counters.running >= self.max_num_seqs:
                 if self._stopping.is_set():
                     return False
+                record.queued = True
                 self._slot_free.wait(0.1)
             self._counters.running += 1
             self._counters.max_running = max(self._counters.max_running, self._counters.running)
