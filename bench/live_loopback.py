@@ -159,10 +159,11 @@ class Server:
 
     def __init__(self, latency: float, max_num_seqs: int, model: str, folder: Path) -> None:
         self.stats_file = folder / "server-stats.json"
+        self.log = (folder / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "loopback_vllm.py"), "--port", "0", "--latency", str(latency),
              "--max-num-seqs", str(max_num_seqs), "--model", model, "--stats-file", str(self.stats_file)],
-            stdout=subprocess.PIPE, stderr=(folder / "server.log").open("wb"), text=True)
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("ready "):
@@ -175,6 +176,7 @@ class Server:
         self.proc.send_signal(signal.SIGTERM)
         _, status, usage = os.wait4(self.proc.pid, 0)
         self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.log.close()
         stats = json.loads(self.stats_file.read_text())
         stats.pop("records", None)
         return stats, usage.ru_utime + usage.ru_stime
