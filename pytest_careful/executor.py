@@ -144,8 +144,9 @@ class Simulators:
         self._model_name, self._test_entry_id = model_name, test_entry_id
         #: bfcl-eval's process-wide state (mutable defaults, module globals) as this conversation sees it.
         self.world = isolation.World()
-        fresh = pickle.loads(template) if template is not None else \
-            fresh_instances(involved_classes, initial_config, long_context, self.world)
+        with isolation.EXCLUSIVE:  # constructors read the process-wide state (a world's)
+            fresh = pickle.loads(template) if template is not None else \
+                fresh_instances(involved_classes, initial_config, long_context, self.world)
         for class_name, instance in fresh.items():
             self._register(class_name, instance)
 
@@ -181,6 +182,10 @@ class Simulators:
 
     def execute(self, call: str) -> Execution:
         """Execute one decoded call string; never raises for bad input."""
+        with isolation.EXCLUSIVE:  # another thread's conversation may run calls too (live runs)
+            return self._execute(call)
+
+    def _execute(self, call: str) -> Execution:
         isolation.activate(self.world)
         interpreter = _Interpreter(self)
         name, arguments = "<invalid>", {}

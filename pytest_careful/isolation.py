@@ -35,6 +35,7 @@ import dis
 import functools
 import inspect
 import sys
+import threading
 import types
 import weakref
 from dataclasses import dataclass, field
@@ -477,6 +478,11 @@ class World:
             self.touch(class_name, "__init__")
             self.touch(class_name, "_load_scenario")
 
+
+#: Held while any thread uses the simulators: one world is active at a time per process,
+#: and a live run's conversations run on several threads (``live.inflight``). Re-entrant:
+#: an item's scoring holds it throughout, and its replay's calls take it again.
+EXCLUSIVE = threading.RLock()
 
 _active: weakref.ref[World] | None = None
 _dirty: set[tuple[str, str]] = set()  # what the active world touched (kept after it is gone)

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 import pytest
 from _pytest.nodeid import coerce_node_id
 
-from . import answer_log, dataset, limits, rules, turn_credit
+from . import answer_log, dataset, isolation, limits, rules, turn_credit
 from .live import confirm
 from .live.source import LiveError
 from .evidence import format_bfcl_failure, format_violations, transcript
@@ -121,8 +121,16 @@ def _score(item: CarefulItem, state: Any, conversation: dataset.Conversation, re
     """Replay, verdict, rules and evidence of one conversation: its row and failure text.
 
     Runs inside the conversation's budget (``limits.metered``): the evidence too,
-    since a state can be costly to show.
+    since a state can be costly to show. And under ``isolation.EXCLUSIVE``: a live
+    run's conversations execute calls on other threads meanwhile (``live.inflight``),
+    and the replay's instances must see their own world until the row is made.
     """
+    with isolation.EXCLUSIVE:
+        return _score_exclusive(item, state, conversation, result, entry, decoder)
+
+
+def _score_exclusive(item: CarefulItem, state: Any, conversation: dataset.Conversation, result: Any,
+                     entry: Any, decoder: Any) -> tuple[dict[str, Any], str | None]:
     evaluation = evaluate(conversation, result, decoder, model_name=state.source.decoder_key, entry=entry)
     confirmations = None
     if item.condition == "confirm" and entry is not None and evaluation.run is not None:

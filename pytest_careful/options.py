@@ -30,7 +30,7 @@ SCOPED_OPTIONS = {
     "careful_vllm_args": "--careful-vllm-arg", "careful_dtype": "--careful-dtype",
     "careful_max_model_len": "--careful-max-model-len", "careful_server_timeout": "--careful-server-timeout",
     "careful_budget_usd": "--careful-budget-usd", "careful_max_output_tokens": "--careful-max-output-tokens",
-    "careful_repeat": "--careful-repeat",
+    "careful_repeat": "--careful-repeat", "careful_concurrency": "--careful-concurrency",
 }
 
 
@@ -238,6 +238,9 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-repeat", dest="careful_repeat", default=None, type=_positive_int, metavar="K",
         help="Live runs: run each conversation K times (result files in DIR/repeat-<k>/); the summary "
              "reports pass^K, pass@K and the flip rate")
+    add("--careful-concurrency", dest="careful_concurrency", default=None, type=_positive_int, metavar="C",
+        help="Live runs: conversations in flight at once, all xdist workers together (default: BFCL's "
+             "100 for a vLLM server, 16 for Claude under the shared rate limiter, 8 otherwise)")
     add("--careful-user-script", dest="careful_user_script", default="default",
         choices=("default", "no_failure_yes", "asking_sentences_only"),
         help="Confirm protocol: the scripted user's script (seed, sensitivity study)")
@@ -297,6 +300,7 @@ class CarefulOptions:
     limits: Limits = Limits()  # each conversation's scoring budget
     duplicate_writes: str = "paper"  # rules.DUPLICATE_WRITES
     repeat: int = 1  # --careful-repeat: runs of each conversation (live runs only)
+    concurrency: int | None = None  # --careful-concurrency (None: the backend's default, live/inflight.py)
 
     @property
     def live(self) -> bool:
@@ -335,6 +339,7 @@ def read_options(config: pytest.Config) -> CarefulOptions:
         limits=Limits(get("careful_max_calls"), get("careful_max_seconds"), get("careful_max_memory_mb")),
         duplicate_writes=get("careful_duplicate_writes"),
         repeat=_or(get("careful_repeat"), 1),
+        concurrency=get("careful_concurrency"),
     )
     if options.active:
         _validate(options)

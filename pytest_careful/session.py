@@ -47,6 +47,7 @@ class CarefulPlugin:
         #: node ids of failed tests that are not conversations (paths given beside a run)
         self._other_failures: list[str] = []
         self._page_prepared = False  # xdist controller: report.html's templates compiled on a thread
+        self._progress: Any = None  # live runs, controller: live.progress.Display
         state.details_dir = self._details_dir(config)
         if not self.is_worker:
             config.pluginmanager.register(self.junit, "careful-junit")
@@ -197,6 +198,36 @@ class CarefulPlugin:
             reporter.write_line(f"careful:   assumes {assumption}")
 
     @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
+        """Live runs: the conversations run ahead of their items, many at once (``live.inflight``)."""
+        flight = None
+        live = self.state.options.live and not self.config.getoption("collectonly")
+        if live and session.items:
+            from .live.inflight import take_off
+
+            careful = [i for i in session.items if isinstance(i, CarefulItem)]
+            flight = take_off(self.state.source, careful, self.state.options.repeat)
+        if live and not self.is_worker:
+            from .live.progress import Display
+
+            source: Any = self.state.source  # a LiveSource
+            self._progress = Display(source.session_dir() / "flight" / "progress",
+                                     self.config.pluginmanager.get_plugin("terminalreporter"))
+            self._progress.start()
+        completed = False
+        try:
+            result = yield
+            completed = not (session.shouldfail or session.shouldstop)
+            return result
+        finally:
+            if flight is not None:
+                from .live.inflight import land
+
+                land(flight, completed)
+            if self._progress is not None:
+                self._progress.stop()
+
+    @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         rep = yield
         # The row crosses xdist on the report (config.stash is not sent back).
@@ -227,6 +258,8 @@ class CarefulPlugin:
             self.state.errors[report.nodeid] = str(report.longrepr).splitlines()[-1][:300] if report.longrepr else report.outcome
         self._add_junit_properties(report, bool(row))
         self.junit.annotate(report)
+        if self._progress is not None:
+            self._progress.between_items()
 
     def _add_junit_properties(self, report: pytest.TestReport, has_row: bool) -> None:
         """The row's JUnit properties on its call and teardown reports, where the item used to put them.

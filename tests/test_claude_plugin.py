@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 from typing import Any
 
 from fake_anthropic import FakeAnthropic, text_block, tool_use_block
@@ -92,12 +94,16 @@ def test_budget_cap_stops_the_run_with_a_clear_message(tmp_path: Path) -> None:
     assert "1 failed" in run.stdout and "2 skipped" in run.stdout and "run stopped: budget" in run.stdout
 
 
-def test_exhausted_credit_stops_at_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("concurrency", [1, len(IDS)])
+def test_exhausted_credit_stops_at_once(tmp_path: Path, concurrency: int) -> None:
     with FakeAnthropic(replay_any_conversation) as server:
         server.exhaust_credit()
-        run = _pytest(tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist", *IDS)
-        assert len(server.requests) == 1  # no retry, and the other conversations are not sent
+        run = _pytest(tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist",
+                      f"--careful-concurrency={concurrency}", *IDS)
+        # No retry: one request per conversation in flight when the answer came, none after it.
+        assert len(server.requests) <= concurrency
     assert run.returncode == 1 and "credit balance is too low" in run.stdout
+    assert "1 failed" in run.stdout and f"{len(IDS) - 1} skipped" in run.stdout
 
 
 def test_a_rejected_request_is_scored_as_bfcl_scores_it_and_retried_next_time(tmp_path: Path) -> None:

@@ -161,15 +161,18 @@ def test_items_out_of_retries_are_skipped_unscored_and_run_next_time(tmp_path: P
 
 
 @pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2")], ids=["no-xdist", "n2"])
-def test_a_spend_limit_stops_the_run_once(tmp_path: Path, xdist: tuple[str, str]) -> None:
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_a_spend_limit_stops_the_run_once(tmp_path: Path, xdist: tuple[str, str], concurrency: int) -> None:
     with FakeAnthropic(replay_any_conversation) as fake:
         fake.fail_next(400, body=error_body("invalid_request_error", SPEND_LIMIT), times=100)
-        run = _pytest(tmp_path, fake, *xdist, *IDS)
+        run = _pytest(tmp_path, fake, *xdist, f"--careful-concurrency={concurrency}", *IDS)
         sent = len(fake.requests)
     out = run.stdout
     assert run.returncode == 1, out[-3000:]
-    # One conversation fails with the reason; the others are skipped, most without a request.
-    assert "1 failed" in out and "2 skipped" in out and sent <= (1 if xdist[0] == "-p" else 2)
+    # One conversation fails with the reason; the others are skipped: those in flight when the
+    # answer came had sent one request each, the rest none.
+    in_flight = concurrency if xdist[0] == "-p" else max(concurrency, 2)
+    assert "1 failed" in out and "2 skipped" in out and sent <= in_flight
     assert out.count("run stopped: the Anthropic account reached its API usage limit") == 1
 
 

@@ -438,7 +438,8 @@ def configure_source(source: Any, options: Any) -> None:
     except StopRun as exc:
         raise pytest.UsageError(str(exc)) from None
     ledger = SpendLedger(ledger_file(options.output), options.budget_usd, session=run)
-    limiter = SharedLimiter(limiter_file(options.output))
+    # The run's concurrency is the most the limiter lets out; a 429 halves what it lets.
+    limiter = SharedLimiter(limiter_file(options.output), maximum=source.concurrency)
     bfcl_max = _bfcl_max_tokens(source.handle.registry_key)
     max_output_tokens = options.max_output_tokens or bfcl_max or DEFAULT_MAX_OUTPUT_TOKENS
     source.spend_ledger = ledger  # for the summary: ledger.totals()

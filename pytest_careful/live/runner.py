@@ -6,12 +6,11 @@ counts, latency, ``inference_log``), so it is scored exactly as a logged run is.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import io
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .. import hints
 from ..dataset import Conversation
@@ -67,11 +66,18 @@ def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, An
     return entry
 
 
-def run(handler: Any, conversation: Conversation, protocol: Protocol, repeat: int = 1) -> LiveRun:
+#: The handler methods BFCL's loops call once per request to the model.
+QUERIES = ("_query_FC", "_query_prompting")
+
+
+def run(handler: Any, conversation: Conversation, protocol: Protocol, repeat: int = 1,
+        before_request: Callable[[], None] | None = None) -> LiveRun:
     """Run ``conversation`` with ``handler`` through BFCL's own loop.
 
     ``repeat`` (``--careful-repeat``) is set on the run's copy of the handler as
     ``careful_repeat``: real models ignore it; scripted ones may vary by it.
+    ``before_request`` is called before each request to the model: it raises to
+    end the conversation there (the run stopped, or was interrupted).
 
     Raises whatever the handler raises (API errors, a dead server, the spend
     guard); the caller decides what is retried.
@@ -88,6 +94,9 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol, repeat: in
     else:
         runner = copy.copy(handler)  # per-run attributes never reach the shared handler
     runner.careful_repeat = repeat
+    if before_request is not None:
+        for name in QUERIES:
+            setattr(runner, name, _guarded(getattr(runner, name), before_request))
     # A backend may count per conversation (Claude: usage and cost) on this copy;
     # careful_end() returns the extra keys of the result entry.
     begin = getattr(runner, "careful_begin", None)
@@ -95,8 +104,9 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol, repeat: in
         begin()
     printed = io.StringIO()
     started = time.monotonic()
-    # BFCL's loop prints every step; keep it for the item's report, off the terminal.
-    with bridge.conversation(simulators), contextlib.redirect_stdout(printed):
+    # BFCL's loop prints every step; keep it for the item's report, off the terminal
+    # (``bridge.printing_to``: per thread, where redirect_stdout would take every thread's prints).
+    with bridge.conversation(simulators), bridge.printing_to(printed):
         result, metadata = runner.inference(prompt_entry(conversation, protocol),
                                             include_input_log=False, exclude_state_log=False)
     from bfcl_eval.utils import make_json_serializable  # what BaseHandler.write applies
@@ -104,3 +114,11 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol, repeat: in
     extra = runner.careful_end() if begin is not None else {}
     entry = make_json_serializable({"id": conversation.id, "result": result, **metadata, **extra})
     return LiveRun(entry, printed.getvalue(), time.monotonic() - started)
+
+
+def _guarded(query: Callable[..., Any], before: Callable[[], None]) -> Callable[..., Any]:
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        before()
+        return query(*args, **kwargs)
+
+    return guarded

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from ..result_store import ResultStore, is_complete, serialise
 from ..results import InputProblem, LoggedEntry, parse_raw_line
 from ..run_settings import SETTINGS_FILE
 from ..sources import Source
-from . import runner
+from . import inflight, runner
 from .handles import ModelHandle
 
 
@@ -64,7 +65,9 @@ class NotRun(LiveError):
 
 #: How often one conversation moves to another server before it counts as failed.
 MAX_RERUNS = 3
+LOG_LINES = 100  # of BFCL's printed loop, what an item's report shows
 STOP_FILE = "stopped.json"  # in the session's folder: the reason the run stopped, first process wins
+FILED_FILE = "filed.json"  # in the session's folder: the entries complete when it started
 NOT_RUN_FILE = "not-run.jsonl"  # in the session's folder: what this session left for the next one
 #: The session's id, made by the controller and sent to its xdist workers: two sessions on one
 #: output folder (allowed: the spend ledger is shared) stop and skip each on its own.
@@ -94,6 +97,10 @@ class LiveSource(Source):
     #: keyed by (condition, conversation id, repeat)
     runs: dict[tuple[str, str, int], runner.LiveRun] = field(default_factory=dict)
     resumed: set[tuple[str, str, int]] = field(default_factory=set)
+    concurrency: int = 1  # --careful-concurrency: conversations in flight, all processes together
+    flight: inflight.Flight | None = None  # this process's conversations in flight, once its run loop starts
+    _handler_lock: threading.Lock = field(default_factory=threading.Lock)
+    _before: set[str] | None = None  # key names complete when the session started (``snapshot_filed``)
 
     @property
     def is_reference(self) -> bool:
@@ -147,6 +154,10 @@ class LiveSource(Source):
         return ResultStore(root / condition, self.handle.result_name)
 
     def handler(self) -> Any:
+        with self._handler_lock:  # a flight's threads ask at once: one handler per process
+            return self._built_handler()
+
+    def _built_handler(self) -> Any:
         if self._handler is None:
             assert self.handle is not None
             try:
@@ -176,28 +187,104 @@ class LiveSource(Source):
         if entry is not None:  # read back as --careful-results reads it, with its real line
             self.resumed.add((condition, conversation.id, repeat))
             return entry.result, entry
-        try:
-            data = self._run(store, condition, conversation, repeat)
-        except NotRun as exc:
-            self._mark_not_run(conversation.id, condition, str(exc))
+        key = (condition, conversation.id, repeat)
+        # Run ahead by this process's flight (or another process's), or here and now.
+        outcome = self.flight.outcome(key) if self.flight is not None else self.execute(key)
+        if outcome.kind == "not_run":
+            self._mark_not_run(conversation.id, condition, outcome.message)
             import pytest
 
-            pytest.skip(f"{exc}; a rerun of the same command runs it")
+            pytest.skip(f"{outcome.message}; a rerun of the same command runs it")
+        if outcome.kind in ("stopped", "error") and isinstance(outcome.raised, LiveError):
+            raise outcome.raised  # run in this process: the exception itself
+        if outcome.kind == "stopped":
+            raise StopRun(outcome.message)
+        if outcome.kind == "error":
+            raise LiveError(outcome.message, self._parsed(store, conversation, outcome.line)[0])
         # Scored from the bytes written (what --careful-results would read).
-        entry, problem = parse_raw_line(str(store.path(conversation.category)), 0, serialise(data),
-                                        conversation.category)
+        entry, problem = self._parsed(store, conversation, outcome.line)
         if problem is not None:
             raise LiveError(f"the model's result entry is unusable: {problem}")
         assert entry is not None
         done[conversation.id] = entry
+        self.runs[key] = runner.LiveRun(entry.raw, outcome.log, outcome.seconds)
         return entry.result, entry
 
+    @staticmethod
+    def _parsed(store: ResultStore, conversation: Conversation,
+                line: str | None) -> tuple[LoggedEntry | None, InputProblem | None]:
+        if line is None:
+            return None, None
+        return parse_raw_line(str(store.path(conversation.category)), 0, line.encode("utf-8"), conversation.category)
+
+    def execute(self, key: inflight.Key) -> inflight.Outcome:
+        """Run one conversation and file its entry; how it ended, as every process reads it.
+
+        Called on a flight's thread (``inflight``), or on the item's own.
+        """
+        condition, conversation_id, repeat = key
+        from ..dataset import get
+
+        conversation = get(conversation_id)
+        store = self.store(condition, repeat)
+        try:
+            data, live = self._run(store, condition, conversation, repeat)
+        except NotRun as exc:
+            return inflight.Outcome("not_run", str(exc))
+        except StopRun as exc:
+            return inflight.Outcome("stopped", str(exc), raised=exc)
+        except LiveError as exc:
+            line = serialise(exc.entry.raw).decode("utf-8") if exc.entry is not None else None
+            return inflight.Outcome("error", str(exc), line, raised=exc)
+        # The item shows the loop's last 100 lines: the rest need not cross processes.
+        log = "\n".join(live.log.splitlines()[-LOG_LINES:])
+        return inflight.Outcome("entry", line=serialise(data).decode("utf-8"), log=log, seconds=live.seconds)
+
+    def before_request(self) -> None:
+        """Before each request to the model: nothing more is sent once the run stopped or was interrupted."""
+        if self.flight is not None and self.flight.stopping.is_set():
+            raise NotRun("not run: the run was interrupted")
+        if self.stopped or (self.session_dir() / STOP_FILE).exists():
+            self.stopped = self.stopped or self.stop_reason()
+            raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
+        if self.flight is not None:
+            self.flight.request_made()
+
+    def filed(self, key: inflight.Key) -> bool:
+        """Whether ``key``'s conversation is complete in its result file (a rerun resumes it)."""
+        condition, conversation_id, repeat = key
+        store = self.store(condition, repeat)
+        return conversation_id in self._done(store, condition, conversation_id.rsplit("_", 1)[0], repeat)
+
     def _done(self, store: ResultStore, condition: str, category: str, repeat: int = 1) -> dict[str, LoggedEntry]:
+        """The conversations this session resumes: complete in the file when the session started.
+
+        Read once per process, after other processes may have filed some of this session's
+        (``inflight``): those are this session's runs, not resumed ones.
+        """
         key = (condition, category, repeat)
         if key not in self._completed:  # read once per process
             entries, _ = store.read(category)  # the controller reports the problems (open_live)
-            self._completed[key] = {i: e for i, e in entries.items() if is_complete(e.raw)}
+            before = self._filed_before()
+            self._completed[key] = {i: e for i, e in entries.items() if is_complete(e.raw)
+                                    and (before is None or inflight.key_name((condition, i, repeat)) in before)}
         return self._completed[key]
+
+    def snapshot_filed(self, categories: tuple[str, ...], conditions: tuple[str, ...]) -> None:
+        """Controller, before any worker starts: what is complete in the files (``_done``)."""
+        names = [inflight.key_name((c, i, r)) for c in conditions for r in self.repeat_indices()
+                 for category in categories for i in self.store(c, r).completed(category)]
+        path = self.session_dir() / FILED_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(names), encoding="utf-8")
+
+    def _filed_before(self) -> set[str] | None:
+        if self._before is None:
+            try:
+                self._before = set(json.loads((self.session_dir() / FILED_FILE).read_text(encoding="utf-8")))
+            except (OSError, ValueError, TypeError):
+                return None  # no session snapshot (a source used outside a pytest session)
+        return self._before
 
     def stored_problems(self, categories: tuple[str, ...], conditions: tuple[str, ...]) -> list[InputProblem]:
         """The lines of the output folder's result files that resuming does not read back.
@@ -211,12 +298,13 @@ class LiveSource(Source):
     def repeat_indices(self) -> range:
         return range(1, self.repeats + 1)
 
-    def _run(self, store: ResultStore, condition: str, conversation: Conversation, repeat: int = 1) -> dict[str, Any]:
+    def _run(self, store: ResultStore, condition: str, conversation: Conversation,
+             repeat: int = 1) -> tuple[dict[str, Any], runner.LiveRun]:
         stopped = self.stopped or self.stop_reason()
         if stopped:
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
         try:
-            live = runner.run(self.handler(), conversation, self.protocol(condition), repeat)
+            live = runner.run(self.handler(), conversation, self.protocol(condition), repeat, self.before_request)
         except NotRun:
             raise
         except StopRun as exc:
@@ -237,9 +325,10 @@ class LiveSource(Source):
         if not is_complete(live.entry):  # BFCL's loop returned no turn list
             written = self._record_error(store, conversation, LiveError(str(live.entry.get("result"))))
             raise LiveError(f"inference failed: {live.entry.get('result')}", self._logged(store, written))
+        if self.flight is not None and self.flight.stopping.is_set():
+            raise NotRun("not run: the run was interrupted")  # nothing filed after Ctrl-C
         store.append(conversation.category, live.entry)
-        self.runs[(condition, conversation.id, repeat)] = live
-        return live.entry
+        return live.entry, live
 
     def _stop(self, store: ResultStore, conversation: Conversation, exc: StopRun) -> None:
         """The first process to meet an account-wide problem stops the run for every process.
@@ -342,7 +431,8 @@ def open_live(options: Any) -> LiveSource:
         raise pytest.UsageError(problem)
     source = LiveSource(options.model, handle.registry_key, handle=handle, output=options.output,
                         declarations=declarations.load(), boundary=options.boundary,
-                        script=options.user_script, detector=options.detector, repeats=options.repeat)
+                        script=options.user_script, detector=options.detector, repeats=options.repeat,
+                        concurrency=options.concurrency or inflight.default_concurrency(handle.kind))
     from .backends import configure
 
     configure(source, options)
@@ -357,6 +447,7 @@ def open_live(options: Any) -> LiveSource:
             raise pytest.UsageError("--careful-output: not a regular file, results cannot be written to it: "
                                     + ", ".join(unusable))
         source.problems.extend(source.stored_problems(options.categories, options.protocols))
+        source.snapshot_filed(options.categories, options.protocols)
         problems = [p for c, r in pairs if (p := source.claim(c, options.categories, r))]
         if problems:
             raise pytest.UsageError(

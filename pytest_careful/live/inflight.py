@@ -1,0 +1,388 @@
+"""Many conversations in flight per process, each still reported by its own test item.
+
+pytest runs one item at a time per process. A live run whose item ran its own
+conversation kept one request in flight per xdist worker, while ``bfcl generate``
+keeps up to 100 conversations in flight for a vLLM server from one process, and
+vLLM's throughput grows with concurrent sequences far past that.
+
+So every process that runs items (an xdist worker, or the only process without
+xdist) keeps up to ``slots`` conversations running on threads (:class:`Flight`),
+started with its run loop, in the order the items were collected. Every xdist
+worker collects the same items in the same order, so the processes of a session
+take the conversations from one list:
+
+- a conversation is run by exactly one process of the session: the one holding
+  its claim, an exclusive ``flock`` on ``<session>/claims/<key>`` taken without
+  waiting and held while it runs (the kernel drops it if that process dies);
+- when it ends, its outcome (the result entry as filed, or why there is none) is
+  written atomically to ``<session>/outcomes/<key>.json``;
+- an item takes its conversation's outcome from its own process's run, or from
+  the outcome file another process wrote, waiting for either; one that nobody
+  runs (not started yet, or its process was killed) the item's process claims and
+  runs itself, on the item's thread.
+
+xdist's scheduling, node ids, ``-k``, ``--lf``, JUnit and the item's report are
+untouched: only where the conversation runs moved. A worker whose items are done
+keeps its threads on the conversations still unclaimed, then waits for those it
+runs: another worker's items need them.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import json
+import os
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+#: (condition, conversation id, repeat)
+Key = tuple[str, str, int]
+
+#: How often an item waiting for another process's conversation looks for its outcome.
+POLL_SECONDS = 0.05
+#: How often it checks that the process running it is still alive (its claim is held).
+PROBE_SECONDS = 0.5
+#: How often each process writes its counts for the progress display.
+PROGRESS_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one conversation's run ended, as every process of the session reads it.
+
+    ``kind``: ``entry`` (``line`` is the result entry as written), ``error`` (an
+    inference error: ``line`` is the error entry written, when one was), ``not_run``
+    (nothing written; a rerun runs it) or ``stopped`` (the run stopped: budget,
+    credit, server).
+    """
+
+    kind: str
+    message: str = ""
+    line: str | None = None
+    log: str = ""
+    seconds: float = 0.0
+    #: In the process that ran it: the exception itself (``BudgetExceeded``, not just its text).
+    raised: BaseException | None = field(default=None, compare=False, repr=False)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        del data["raised"]
+        return json.dumps(data, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Outcome:
+        data = json.loads(text)
+        return cls(str(data["kind"]), str(data.get("message", "")), data.get("line"), str(data.get("log", "")),
+                   float(data.get("seconds", 0.0)))
+
+
+def key_name(key: Key) -> str:
+    """A file name for ``key`` (conditions and BFCL ids are plain ASCII words)."""
+    condition, conversation_id, repeat = key
+    return f"{condition}.{repeat}.{conversation_id}"
+
+
+class Board:
+    """The session folder's claims and outcomes, shared by every process of the session."""
+
+    def __init__(self, directory: Path) -> None:
+        self.claims = directory / "claims"
+        self.outcomes = directory / "outcomes"
+        self.claims.mkdir(parents=True, exist_ok=True)
+        self.outcomes.mkdir(parents=True, exist_ok=True)
+
+    def claim(self, key: Key) -> int | None:
+        """An open descriptor holding ``key``'s claim, or None when another process holds it."""
+        fd = os.open(self.claims / key_name(key), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    @staticmethod
+    def release(fd: int) -> None:
+        os.close(fd)  # also drops the flock
+
+    def held(self, key: Key) -> bool:
+        """Whether some process holds ``key``'s claim now (a dead process holds none)."""
+        fd = self.claim(key)
+        if fd is None:
+            return True
+        self.release(fd)
+        return False
+
+    def read(self, key: Key) -> Outcome | None:
+        try:
+            text = (self.outcomes / f"{key_name(key)}.json").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        return Outcome.from_json(text)
+
+    def write(self, key: Key, outcome: Outcome) -> None:
+        """Atomically (a reader sees the whole outcome or none)."""
+        fd, tmp = tempfile.mkstemp(dir=self.outcomes, prefix=".", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(outcome.to_json())
+        os.replace(tmp, self.outcomes / f"{key_name(key)}.json")
+
+    def write_progress(self, counts: dict[str, Any]) -> None:
+        folder = self.outcomes.parent / "progress"
+        folder.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(counts, handle)
+        os.replace(tmp, folder / f"{os.getpid()}.json")
+
+    def finished(self) -> int:
+        """How many conversations of this session have an outcome (any process's)."""
+        try:
+            return sum(1 for name in os.listdir(self.outcomes) if name.endswith(".json"))
+        except OSError:
+            return 0
+
+
+@dataclass
+class Counts:
+    """This process's share of the run, for the progress display."""
+
+    done: int = 0
+    failed: int = 0
+    running: int = 0
+    requests: int = 0
+
+
+class Flight:
+    """Up to ``slots`` conversations of ``keys`` running at once in this process.
+
+    ``run`` runs one conversation and returns its outcome (``LiveSource.execute``),
+    on one of this process's ``slots`` threads: never more at once, so that
+    ``--careful-concurrency`` is what the server sees. An item whose conversation
+    has not started moves it to the front of the queue.
+    """
+
+    def __init__(self, keys: Iterable[Key], slots: int, board: Board, run: Callable[[Key], Outcome]) -> None:
+        self.board = board
+        self._run = run
+        self._queue = collections.deque(dict.fromkeys(keys))
+        self._outcomes: dict[Key, Outcome | None] = {}  # run here (None: filed on the board)
+        self._running: set[Key] = set()
+        self._lock = threading.Condition()
+        self._closed = False  # the run loop ended: threads leave once the queue is empty
+        self.stopping = threading.Event()  # interrupted: no new conversation, no new request
+        self.counts = Counts()
+        self.total = len(self._queue)
+        self._threads = [threading.Thread(target=self._work, name=f"careful-flight-{n}", daemon=True)
+                         for n in range(max(1, min(slots, len(self._queue))))]
+        self._landed = threading.Event()
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+        threading.Thread(target=self._report, name="careful-flight-progress", daemon=True).start()
+
+    def _report(self) -> None:
+        """This process's counts, for the controller's progress display (``live.progress``), every second."""
+        while not self._landed.wait(PROGRESS_SECONDS):
+            self.write_progress()
+        self.write_progress()
+
+    def write_progress(self) -> None:
+        with self._lock:
+            counts = {**asdict(self.counts), "total": self.total, "time": time.time()}
+        try:
+            self.board.write_progress(counts)
+        except OSError:
+            pass  # the display is a courtesy: a full disk must not end the run here
+
+    def _next(self) -> Key | None:
+        """The next conversation to run; None when there is none and will be none."""
+        with self._lock:
+            while not self._queue and not self._closed and not self.stopping.is_set():
+                self._lock.wait()
+            return self._queue.popleft() if self._queue and not self.stopping.is_set() else None
+
+    def _work(self) -> None:
+        while (key := self._next()) is not None:
+            self._run_claimed(key)
+
+    def _run_claimed(self, key: Key) -> None:
+        """Run ``key`` if nobody else does or did (another process's claim, or its outcome)."""
+        if self.board.read(key) is not None:
+            return
+        fd = self.board.claim(key)
+        if fd is None:
+            return
+        try:
+            if self.board.read(key) is not None:  # it ended between the look and the claim
+                return
+            with self._lock:
+                self._running.add(key)
+                self.counts.running += 1
+            outcome = self._safe_run(key)
+            # Interrupted, nothing was filed: the next session's processes must not read "not run".
+            filed = outcome.kind != "not_run" or not self.stopping.is_set()
+            if filed:
+                self.board.write(key, outcome)
+            with self._lock:
+                self._running.discard(key)
+                self.counts.running -= 1
+                self.counts.done += outcome.kind == "entry"
+                self.counts.failed += outcome.kind in ("error", "stopped")
+                # A filed entry is read back by its item: entries need not wait in memory for
+                # items of other processes, which never come for them here. The rest keep the
+                # exception itself for an item of this process (``BudgetExceeded``, not its text).
+                self._outcomes[key] = None if filed and outcome.kind == "entry" else outcome
+                self._lock.notify_all()
+            self.write_progress()
+        finally:
+            self.board.release(fd)
+
+    def _safe_run(self, key: Key) -> Outcome:
+        try:
+            return self._run(key)
+        except Exception as exc:  # a bug or a full disk must reach the item, not kill the thread silently
+            return Outcome("error", f"{type(exc).__name__}: {exc}")
+
+    def outcome(self, key: Key) -> Outcome:
+        """``key``'s outcome, waiting for it: run here or by another process, or queued first now."""
+        probed = 0.0
+        while True:
+            with self._lock:
+                if key in self._outcomes:
+                    kept = self._outcomes.pop(key)
+                    if kept is not None:
+                        return kept
+                queued = key in self._queue
+                if queued and self._queue[0] != key:
+                    self._queue.remove(key)  # not started: it is the one this process needs next
+                    self._queue.appendleft(key)
+                mine = queued or key in self._running
+            if not mine:
+                found = self.board.read(key)
+                if found is not None:
+                    return found
+                now = time.monotonic()
+                # Claimed by nobody: not started by the process that took it off its queue,
+                # or that process died (its claim went with it). Run it here.
+                if now - probed >= PROBE_SECONDS:
+                    probed = now
+                    if not self.board.held(key):
+                        self._push(key)
+                        continue
+            with self._lock:
+                if key not in self._outcomes:
+                    self._lock.wait(POLL_SECONDS)
+
+    def _push(self, key: Key) -> None:
+        with self._lock:
+            if key not in self._queue and key not in self._running:
+                self._queue.appendleft(key)
+                if not any(t.is_alive() for t in self._threads):
+                    self._revive()
+                self._lock.notify_all()
+
+    def _revive(self) -> None:
+        """A thread again for what an item still needs after the queue ran dry."""
+        thread = threading.Thread(target=self._work, name="careful-flight-late", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def request_made(self) -> None:
+        with self._lock:
+            self.counts.requests += 1
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait for the threads to finish what they run."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in list(self._threads):
+            if thread.is_alive():
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def landed(self) -> None:
+        """The last progress write; the progress thread ends."""
+        self._landed.set()
+        self.write_progress()
+
+    def close(self) -> None:
+        """Start nothing more; what is running goes on."""
+        with self._lock:
+            self._closed = True
+            self._queue.clear()
+            self._lock.notify_all()
+
+    def stop(self) -> None:
+        """Interrupted: start nothing more; requests in flight end with the process."""
+        self.stopping.set()
+        self.close()
+
+
+#: Conversations in flight by default, all processes together, for backends other than
+#: vLLM (BFCL's own count for a local server) and Claude (under the shared rate limiter).
+DEFAULT_CONCURRENCY = 8
+CLAUDE_CONCURRENCY = 16
+
+
+def default_concurrency(kind: str) -> int:
+    """``--careful-concurrency``'s default for a backend (``handles.ModelHandle.kind``)."""
+    if kind == "vllm":  # what bfcl generate keeps in flight against a local server
+        from bfcl_eval.constants.eval_config import LOCAL_SERVER_MAX_CONCURRENT_REQUEST
+
+        return int(LOCAL_SERVER_MAX_CONCURRENT_REQUEST)
+    return CLAUDE_CONCURRENCY if kind == "claude" else DEFAULT_CONCURRENCY
+
+
+def slots(concurrency: int, workers: int) -> int:
+    """This process's share of ``concurrency`` over ``workers`` processes (at least one each)."""
+    return max(1, -(-concurrency // max(1, workers)))
+
+
+def take_off(source: Any, items: Iterable[Any], repeats: int) -> Flight | None:
+    """Start ``source``'s flight over the conversations of ``items`` not yet filed; None if none is needed.
+
+    ``items`` are this process's collected items, in order (every xdist worker has
+    the same); each conversation's repeats follow one another.
+    """
+    keys = [(item.condition, item.conversation_id, r) for item in items for r in range(1, repeats + 1)]
+    keys = [k for k in keys if not source.filed(k)]
+    if not keys:
+        return None
+    flight = Flight(keys, slots(source.concurrency, workers()), Board(source.session_dir() / "flight"),
+                    source.execute)
+    source.flight = flight
+    flight.start()
+    return flight
+
+
+def land(flight: Flight, completed: bool) -> None:
+    """The run loop ended: finish what is in flight, or, cut short (Ctrl-C, -x), stop it.
+
+    After a whole run loop the conversations in flight are another worker's items'
+    (or paid for): they are finished and filed. Nothing new starts either way: a
+    conversation an item still needs is run by that item's process.
+    """
+    if completed:
+        flight.close()
+        flight.drain()
+    else:
+        flight.stop()
+        flight.drain(timeout=STOP_GRACE)
+    flight.landed()
+
+
+#: How long an interrupted run waits for its threads to notice (a request in flight ends with the process).
+STOP_GRACE = 2.0
+
+
+def workers() -> int:
+    """Processes running items at once (xdist's worker count, else 1)."""
+    try:
+        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    except ValueError:
+        return 1

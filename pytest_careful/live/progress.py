@@ -1,0 +1,170 @@
+"""What a live run shows while it runs: conversations done, in flight and failed, requests per second, ETA.
+
+Each process with conversations in flight writes its counts every second
+(``inflight.Flight``, to ``<session>/flight/progress/<pid>.json``); the controller
+(the only process without xdist) adds them up.
+
+* On a terminal the line stays on the screen's last row, redrawn every second while
+  pytest's own output scrolls above it: a scroll region that leaves that row out, as
+  apt draws its progress bar. It is written to ``/dev/tty``, so neither pytest's
+  output capture nor its terminal writer's idea of the current line is disturbed.
+* Elsewhere (CI logs, output piped to a file) it is a plain line every
+  :data:`PLAIN_SECONDS`, written by pytest's terminal reporter between items.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Between two plain progress lines (CI logs).
+PLAIN_SECONDS = 30.0
+#: Between two redraws of the terminal's status row.
+TTY_SECONDS = 1.0
+#: Requests per second are measured over this window.
+RATE_WINDOW = 10.0
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The run's counts, all processes together."""
+
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    running: int = 0
+    requests: int = 0
+
+
+def read_totals(folder: Path) -> Totals:
+    """The sum of the processes' progress files in ``folder`` (a file being replaced is skipped)."""
+    found: list[dict[str, Any]] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return Totals()
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        try:
+            found.append(json.loads((folder / name).read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+
+    def total(field: str) -> int:
+        return sum(int(f.get(field, 0)) for f in found)
+
+    # Every process counts the same conversations to run; each counts its own done and failed.
+    return Totals(max((int(f.get("total", 0)) for f in found), default=0), total("done"), total("failed"),
+                  total("running"), total("requests"))
+
+
+class Meter:
+    """Rates and the ETA from successive totals."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self._history: collections.deque[tuple[float, int]] = collections.deque()
+
+    def line(self, totals: Totals, now: float | None = None) -> str:
+        now = time.monotonic() if now is None else now
+        self._history.append((now, totals.requests))
+        while len(self._history) > 2 and now - self._history[0][0] > RATE_WINDOW:
+            self._history.popleft()
+        first_time, first_requests = self._history[0]
+        rate = (totals.requests - first_requests) / (now - first_time) if now > first_time else 0.0
+        if not totals.total:
+            return "careful: live run starting (no conversation in flight yet)"
+        finished = totals.done + totals.failed
+        text = (f"careful: {finished}/{totals.total} conversations done, {totals.running} in flight, "
+                f"{totals.failed} failed, {rate:.1f} requests/s")
+        remaining = totals.total - finished
+        elapsed = now - self.started
+        if finished and remaining > 0 and elapsed > 0:
+            text += f", ETA {_duration(remaining * elapsed / finished)}"
+        return text
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class Display:
+    """The controller's progress display of one live run (:meth:`start`, :meth:`between_items`, :meth:`stop`)."""
+
+    def __init__(self, folder: Path, reporter: Any) -> None:
+        self.folder = folder
+        self.reporter = reporter
+        self.meter = Meter()
+        self._tty = _open_tty() if getattr(reporter, "isatty", False) else None
+        self._last_plain = time.monotonic()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._tty is not None:
+            self._write(f"\n\0337\033[1;{self._rows() - 1}r\0338\033[1A")  # a last row of its own
+            self._thread = threading.Thread(target=self._redraw, name="careful-progress", daemon=True)
+            self._thread.start()
+
+    def _redraw(self) -> None:
+        while not self._stopped.wait(TTY_SECONDS):
+            line = self.meter.line(read_totals(self.folder))[: self._size().columns - 1]
+            self._write(f"\0337\033[{self._rows()};1H\033[2K{line}\0338")
+
+    def between_items(self) -> None:
+        """Plain mode: a line when one is due (called by the controller's main thread)."""
+        if self._tty is not None or self.reporter is None:
+            return
+        now = time.monotonic()
+        if now - self._last_plain >= PLAIN_SECONDS:
+            self._last_plain = now
+            self.reporter.write_line(self.meter.line(read_totals(self.folder), now))
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * TTY_SECONDS)
+        if self._tty is not None:
+            # Give the row back: the whole screen scrolls again, the status row is cleared.
+            self._write(f"\0337\033[r\033[{self._rows()};1H\033[2K\0338")
+            os.close(self._tty)
+            self._tty = None
+
+    def _rows(self) -> int:
+        return max(3, self._size().lines)
+
+    def _size(self) -> os.terminal_size:
+        try:  # the terminal's own (fd 1 may be pytest's capture file)
+            return os.get_terminal_size(self._tty) if self._tty is not None else shutil.get_terminal_size()
+        except OSError:
+            return shutil.get_terminal_size()
+
+    def _write(self, text: str) -> None:
+        if self._tty is None:
+            return
+        try:
+            os.write(self._tty, text.encode("utf-8", "replace"))  # one write: whole escape sequences
+        except OSError:
+            pass
+
+
+def _open_tty() -> int | None:
+    try:
+        return os.open("/dev/tty", os.O_WRONLY | os.O_NOCTTY)
+    except OSError:
+        return None

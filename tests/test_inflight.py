@@ -1,0 +1,280 @@
+"""Many conversations in flight per process (``live/inflight.py``, ``live/progress.py``).
+
+The oracle of a concurrent run is the serial one: each conversation run alone
+through ``runner.run``, one after another. A concurrent run must file the same
+entries, test by test, with and without xdist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_careful import dataset, declarations
+from pytest_careful.live import inflight, progress, runner, scripted
+from pytest_careful.live.inflight import Board, Flight, Outcome
+from pytest_careful.result_store import ResultStore
+
+DECL = declarations.load()
+
+
+def _cli(tmp_path: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+            "--rootdir", str(tmp_path), f"--careful-output={tmp_path / 'result'}",
+            f"--careful-scorecards={tmp_path / 'cards'}", *args]
+
+
+def _serial(handle: str, ids: list[str], condition: str, repeat: int = 1) -> dict[str, dict[str, Any]]:
+    """Each conversation alone, one after another: what a run without concurrency files."""
+    handler = scripted.make_handler(handle)
+    return {i: runner.run(handler, dataset.get(i), runner.Protocol(condition, DECL), repeat).entry for i in ids}
+
+
+def _filed(path: Path) -> dict[str, dict[str, Any]]:
+    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    assert len(lines) == len({e["id"] for e in lines}), "an id was filed twice"
+    return {e["id"]: e for e in lines}
+
+
+# Conversations of every class, of two categories (miss_func reveals functions later: hints).
+IDS = [f"multi_turn_base_{i}" for i in range(0, 200, 17)] + [f"multi_turn_miss_func_{i}" for i in (3, 40, 77, 150)]
+
+
+@pytest.mark.parametrize(("handle", "condition", "xdist"), [
+    ("scripted:reference", "hints", ["-p", "no:xdist"]),
+    ("scripted:ask-after", "confirm", ["-n", "2"]),
+    ("scripted:destructive-prompting", "confirm", ["-p", "no:xdist"]),
+    ("scripted:ask-wrong", "standard", ["-n", "2"]),
+])
+def test_a_concurrent_run_files_what_a_serial_run_files(tmp_path: Path, handle: str, condition: str,
+                                                       xdist: list[str]) -> None:
+    proc = subprocess.run(_cli(tmp_path, f"--careful-model={handle}", f"--careful-protocol={condition}",
+                               "--careful-category=base,miss_func", "--careful-concurrency=6", *xdist,
+                               *[f"{i}[{condition}]" for i in IDS]),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    name = handle.replace(":", "_")
+    filed = {}
+    for category in ("multi_turn_base", "multi_turn_miss_func"):
+        filed.update(_filed(ResultStore(tmp_path / "result" / condition, name).path(category)))
+    serial = _serial(handle, IDS, condition)
+    assert sorted(filed) == sorted(serial)
+    for conversation_id in IDS:  # test by test: the first difference names its conversation
+        assert filed[conversation_id] == json.loads(json.dumps(serial[conversation_id])), conversation_id
+
+
+def test_repeats_run_concurrently_are_each_repeat_of_a_serial_run(tmp_path: Path) -> None:
+    ids = [f"multi_turn_base_{i}" for i in range(6)]  # flaky: n % 3 decides which repeats fail
+    proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:flaky", "--careful-repeat=2",
+                               "--careful-concurrency=4", "-n", "2", *ids),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode in (0, 1), proc.stdout[-3000:]
+    for repeat in (1, 2):
+        store = ResultStore(tmp_path / "result" / f"repeat-{repeat}" / "standard", "scripted_flaky")
+        filed = _filed(store.path("multi_turn_base"))
+        serial = _serial("scripted:flaky", ids, "standard", repeat)
+        assert {i: filed[i] for i in ids} == json.loads(json.dumps(serial)), repeat
+
+
+def test_conversations_of_one_class_at_once_in_one_process_stay_apart() -> None:
+    """Threads of one process run conversations that share TwitterAPI's module state
+    (a mutable default argument that ``mention`` extends): each must see only its own."""
+    ids = [c.id for c in dataset.load(("multi_turn_base",)) if "TwitterAPI" in c.involved_classes][:8]
+    assert len(ids) == 8
+    serial = _serial("scripted:reference", ids, "standard")
+    handler = scripted.make_handler("scripted:reference")
+    together: dict[str, dict[str, Any]] = {}
+    start = threading.Barrier(len(ids))
+
+    def interleave() -> None:  # every request yields to the other threads: their calls interleave
+        time.sleep(0.002)
+
+    def one(conversation_id: str) -> None:
+        start.wait()
+        live = runner.run(handler, dataset.get(conversation_id), runner.Protocol("standard", DECL),
+                          before_request=interleave)
+        together[conversation_id] = live.entry
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for conversation_id in ids:
+        assert together[conversation_id] == serial[conversation_id], conversation_id
+
+
+def test_each_threads_loop_log_is_its_own() -> None:
+    """BFCL's loop prints each step: a conversation's log holds its own steps only."""
+    ids = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2", "multi_turn_base_3"]
+    handler = scripted.make_handler("scripted:reference")
+    logs: dict[str, str] = {}
+
+    def one(conversation_id: str) -> None:
+        logs[conversation_id] = runner.run(handler, dataset.get(conversation_id), runner.Protocol("standard", DECL),
+                                           before_request=lambda: time.sleep(0.002)).log
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    alone = {i: runner.run(handler, dataset.get(i), runner.Protocol("standard", DECL)).log for i in ids}
+    assert logs == alone
+
+
+# --- the flight itself, with a stand-in for the model ------------------------------
+
+
+def _keys(n: int) -> list[inflight.Key]:
+    return [("standard", f"multi_turn_base_{i}", 1) for i in range(n)]
+
+
+class Recorder:
+    """Runs a conversation by sleeping; counts who ran what, and the most at once."""
+
+    def __init__(self, seconds: float = 0.02) -> None:
+        self.seconds = seconds
+        self.ran: list[tuple[str, inflight.Key]] = []
+        self.now = self.most = 0
+        self.lock = threading.Lock()
+
+    def runner(self, who: str) -> Any:
+        def run(key: inflight.Key) -> Outcome:
+            with self.lock:
+                self.now += 1
+                self.most = max(self.most, self.now)
+                self.ran.append((who, key))
+            time.sleep(self.seconds)
+            with self.lock:
+                self.now -= 1
+            return Outcome("entry", line=json.dumps({"id": key[1], "by": who}))
+
+        return run
+
+
+def test_two_processes_run_each_conversation_once_and_share_outcomes(tmp_path: Path) -> None:
+    """Two flights on one session folder stand for two xdist workers (flock is per open file)."""
+    recorder = Recorder()
+    keys = _keys(40)
+    a = Flight(keys, 5, Board(tmp_path), recorder.runner("a"))
+    b = Flight(keys, 5, Board(tmp_path), recorder.runner("b"))
+    a.start()
+    b.start()
+    # Items are dealt to the workers as xdist deals them: each takes its own from either.
+    got = {key: (a if n % 2 else b).outcome(key) for n, key in enumerate(keys)}
+    for flight in (a, b):
+        flight.close()
+        flight.drain()
+    ran = [key for _, key in recorder.ran]
+    assert sorted(ran) == sorted(keys)  # each conversation once, by one of them
+    assert {who for who, _ in recorder.ran} == {"a", "b"}
+    assert all(json.loads(o.line or "")["id"] == key[1] for key, o in got.items())
+    assert 5 < recorder.most <= 10  # both flights' slots were used, never more
+
+
+def test_a_conversation_whose_process_died_is_run_by_the_item_that_needs_it(tmp_path: Path) -> None:
+    board = Board(tmp_path)
+    key = _keys(1)[0]
+    held = board.claim(key)  # another process runs it...
+    assert held is not None
+    recorder = Recorder()
+    flight = Flight([key], 2, Board(tmp_path), recorder.runner("here"))
+    flight.start()
+    waited: list[Outcome] = []
+    waiter = threading.Thread(target=lambda: waited.append(flight.outcome(key)))
+    waiter.start()
+    time.sleep(2 * inflight.PROBE_SECONDS)
+    assert not waited and recorder.ran == []  # ...so the item waits for it
+    Board.release(held)  # ...and is killed (its flock goes with it) before filing an outcome
+    waiter.join(timeout=10)
+    assert waited and recorder.ran == [("here", key)]
+
+
+def test_an_outcome_filed_by_another_process_is_read_not_rerun(tmp_path: Path) -> None:
+    key = _keys(1)[0]
+    Board(tmp_path).write(key, Outcome("error", "boom", None))
+    recorder = Recorder()
+    flight = Flight([key], 1, Board(tmp_path), recorder.runner("here"))
+    flight.start()
+    assert flight.outcome(key) == Outcome("error", "boom", None)
+    flight.close()
+    flight.drain()
+    assert recorder.ran == []
+
+
+def test_stopping_starts_nothing_more(tmp_path: Path) -> None:
+    keys = _keys(30)
+    recorder = Recorder(seconds=0.2)
+    flight = Flight(keys, 3, Board(tmp_path), recorder.runner("here"))
+    flight.start()
+    time.sleep(0.05)
+    flight.stop()
+    flight.drain(timeout=5)
+    assert len(recorder.ran) == 3  # the three in flight, nothing after the stop
+    assert Board(tmp_path).finished() == 3
+
+
+def test_slots_split_the_concurrency_over_the_workers() -> None:
+    assert [inflight.slots(100, w) for w in (1, 2, 3, 8)] == [100, 50, 34, 13]
+    assert inflight.slots(1, 8) == 1
+    from bfcl_eval.constants.eval_config import LOCAL_SERVER_MAX_CONCURRENT_REQUEST
+
+    assert inflight.default_concurrency("vllm") == LOCAL_SERVER_MAX_CONCURRENT_REQUEST
+
+
+# --- progress -------------------------------------------------------------------
+
+
+def test_progress_adds_up_the_processes_and_estimates_the_rest(tmp_path: Path) -> None:
+    board = Board(tmp_path)
+    board.write_progress({"total": 10, "done": 2, "failed": 1, "running": 3, "requests": 20})
+    other = tmp_path / "progress" / "99999999.json"
+    other.write_text(json.dumps({"total": 10, "done": 2, "failed": 0, "running": 4, "requests": 10}))
+    totals = progress.read_totals(tmp_path / "progress")
+    assert totals == progress.Totals(10, 4, 1, 7, 30)
+    meter = progress.Meter()
+    meter.line(progress.Totals(10, 0, 0, 7, 0), now=meter.started + 1)
+    line = meter.line(totals, now=meter.started + 11)
+    assert line == "careful: 5/10 conversations done, 7 in flight, 1 failed, 3.0 requests/s, ETA 11s"
+
+
+def test_ci_logs_get_plain_progress_lines(tmp_path: Path, pytester: pytest.Pytester,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress, "PLAIN_SECONDS", 0.0)
+    result = pytester.runpytest("-p", "no:randomly", "--careful-model=scripted:reference", "--careful-concurrency=3",
+                                f"--careful-output={tmp_path / 'result'}", "multi_turn_base_1", "multi_turn_base_2")
+    lines = [x for x in result.outlines if x.startswith("careful: ") and "conversations done" in x]
+    assert lines and lines[-1].startswith("careful: 2/2 conversations done"), result.outlines
+
+
+def test_a_terminal_gets_a_status_row_and_gets_it_back(tmp_path: Path) -> None:
+    """Under a pseudo-terminal: the scroll region that keeps the last row, redrawn, then reset."""
+    args = _cli(tmp_path, "--careful-model=scripted:reference", "--careful-category=base", "-p", "no:xdist")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: pytest with the pty as its controlling terminal
+        os.chdir(tmp_path)
+        os.execv(sys.executable, args)
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.waitpid(pid, 0)
+    out = b"".join(chunks).decode("utf-8", "replace")
+    assert "\x1b[1;" in out and "r\x1b8" in out  # the region set
+    assert "conversations done" in out  # the row drawn
+    assert out.rfind("\x1b[r") > out.rfind("conversations done")  # and given back at the end
