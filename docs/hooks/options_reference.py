@@ -83,8 +83,9 @@ def options() -> list[Option]:
             takes = "{" + ",".join(choices) + "}"
         else:
             takes = attrs.get("dest", "").upper()
-        rows.append(Option(flag, attrs.get("dest", ""), takes, choices, _default(attrs.get("default")),
-                           attrs.get("help") or ""))
+        rows.append(
+            Option(flag, attrs.get("dest", ""), takes, choices, _default(attrs.get("default")), attrs.get("help") or "")
+        )
     return rows
 
 
