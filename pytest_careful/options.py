@@ -92,7 +92,7 @@ def _valid_url(url: str) -> bool:
         return False
     try:
         parts = urlsplit(url)
-        parts.port  # raises on a port that is not a number in range
+        _ = parts.port  # raises on a port that is not a number in range
     except ValueError:
         return False
     return bool(parts.hostname)

@@ -220,7 +220,7 @@ def bfcl_max_tokens(handler_class: type, model_name: str) -> int | None:
     probe: Any = object.__new__(handler_class)  # the method reads model_name only: no client is built
     probe.model_name = model_name
     try:
-        return int(getattr(handler_class, "_get_max_tokens")(probe))
+        return int(getattr(handler_class, "_get_max_tokens")(probe))  # noqa: B009 (a bare type to mypy)
     except Exception:  # e.g. ValueError("Unsupported model"): BFCL itself could not run it
         return None
 
