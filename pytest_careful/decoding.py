@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from . import _bfcl
+from . import _bfcl, limits, plain_values
 from .executor import MAX_CALL_CHARS, Refused, _arithmetic
 
 _PATCH_LOCK = threading.Lock()
@@ -63,9 +63,13 @@ def _literal(node: ast.AST) -> Any:
         node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
     ):
         try:
-            return _arithmetic(node.op, _literal(node.left), _literal(node.right))
+            value = _arithmetic(node.op, _literal(node.left), _literal(node.right))
         except Refused as exc:
             raise ValueError(str(exc)) from None
+        # Held twice until the step is decoded: the value, and its repr in the call string
+        # BFCL's decoder writes (which the replay then counts as the call it keeps).
+        limits.charge(2 * plain_values.text_size(value))
+        return value
     raise ValueError(f"{type(node).__name__} is not a literal; not evaluated")
 
 

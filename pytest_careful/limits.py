@@ -28,7 +28,7 @@ import contextlib
 import contextvars
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 #: Real runs stay over 100x below (``bench/hostile.py --real``): at most 49 calls, 0.08 s and
 #: 0.2 MB per conversation over the 800 references and a 600-conversation gpt-oss-20b run.
@@ -85,15 +85,21 @@ class Meter:
         self._ticks = 0
         self._deadline = self.started + limits.max_seconds
         self._max_bytes = int(limits.max_memory_mb * 1024 * 1024)
+        #: Where the scoring is (``at``): a reason names the step and call that crossed the limit.
+        self.where: object | None = None
 
     @property
     def seconds(self) -> float:
         return time.monotonic() - self.started
 
+    def exceeded(self, limit: str, reason: str) -> ResourceLimit:
+        """The limit crossed, its reason naming the place (``at``) where one is set."""
+        return ResourceLimit(limit, reason if self.where is None else f"{reason} at {self.where}")
+
     def call(self, nbytes: int) -> None:
         self.calls += 1
         if self.calls > self.limits.max_calls:
-            raise ResourceLimit("calls", f"more than {self.limits.max_calls:,} calls: over the call limit "
+            raise self.exceeded("calls", f"more than {self.limits.max_calls:,} calls: over the call limit "
                                          f"({OPTIONS['calls']}={self.limits.max_calls})")
         self.charge(nbytes + CALL_OVERHEAD)
         self.clock()
@@ -101,7 +107,7 @@ class Meter:
     def charge(self, nbytes: int) -> None:
         self.bytes += nbytes
         if self.bytes > self._max_bytes:
-            raise ResourceLimit("memory", f"more than {self.limits.max_memory_mb:g} MB of state, calls and results "
+            raise self.exceeded("memory", f"more than {self.limits.max_memory_mb:g} MB of state, calls and results "
                                           f"held after {self.calls:,} calls: over the memory limit "
                                           f"({OPTIONS['memory']}={self.limits.max_memory_mb:g})")
 
@@ -118,7 +124,7 @@ class Meter:
 
     def clock(self) -> None:
         if time.monotonic() > self._deadline:
-            raise ResourceLimit("seconds", f"scoring took more than {self.limits.max_seconds:g} s "
+            raise self.exceeded("seconds", f"scoring took more than {self.limits.max_seconds:g} s "
                                            f"(after {self.calls:,} calls): over the time limit "
                                            f"({OPTIONS['seconds']}={self.limits.max_seconds:g})")
 
@@ -171,3 +177,34 @@ def call(nbytes: int) -> None:
     meter = _CURRENT.get()
     if meter is not None:
         meter.call(nbytes)
+
+
+def metering() -> bool:
+    """Whether a budget counts here (a caller skips measuring what nothing would count)."""
+    return _CURRENT.get() is not None
+
+
+@dataclass
+class Place:
+    """A step being decoded, or (with ``call``) a call being replayed, as a reason names it."""
+
+    turn: int
+    step: int
+    position: int | None = None
+    call: Any = None
+
+    def __str__(self) -> str:
+        if self.position is None:
+            return f"turn {self.turn}, step {self.step} (decoding)"
+        from ._text import escape, shorten_call
+
+        shown = escape(shorten_call(self.call, 200)) if isinstance(self.call, str) else type(self.call).__name__
+        return f"turn {self.turn}, step {self.step}, call {self.position}: {shown}"
+
+
+def at(where: object | None) -> None:
+    """Where the scoring now is, for the reason of a limit crossed there: ``str(where)``, one line,
+    is made only then (formatting a place for every call would cost every conversation)."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.where = where
