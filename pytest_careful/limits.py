@@ -192,14 +192,25 @@ class Place:
     step: int
     position: int | None = None
     call: Any = None
+    #: The expression the decoder was evaluating (``decoding.literal_only_eval``), when it was.
+    expression: str | None = None
 
     def __str__(self) -> str:
-        if self.position is None:
-            return f"turn {self.turn}, step {self.step} (decoding)"
         from ._text import escape, shorten_call
+
+        if self.position is None:
+            what = f": {escape(shorten_call(self.expression, 200))}" if self.expression is not None else ""
+            return f"turn {self.turn}, step {self.step} (decoding{what})"
 
         shown = escape(shorten_call(self.call, 200)) if isinstance(self.call, str) else type(self.call).__name__
         return f"turn {self.turn}, step {self.step}, call {self.position}: {shown}"
+
+
+def evaluating(expression: str) -> None:
+    """The decoder is evaluating ``expression`` at the current place (named if a limit is crossed)."""
+    meter = _CURRENT.get()
+    if meter is not None and isinstance(meter.where, Place):
+        meter.where.expression = expression
 
 
 def at(where: object | None) -> None:

@@ -111,8 +111,21 @@ def binary(op: ast.operator, left: Any, right: Any) -> Any:
     result = _BINARY[type(op)](left, right)
     if type(result) is int and result.bit_length() > MAX_INT_BITS:
         raise Refused(f"an int of more than {MAX_INT_BITS} bits")
-    built(result)
+    if limits.metering():
+        limits.charge(_built_size(op, left, right, result))
     return result
+
+
+def _built_size(op: ast.operator, left: Any, right: Any, result: Any) -> int:
+    """``text_size(result)``, from the operands where the result repeats or joins them (no walk of
+    a 200,000-item result that shares one item)."""
+    if isinstance(result, _SEQUENCES) and not isinstance(result, (str, bytes)):
+        if isinstance(op, ast.Mult):
+            seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
+            return 2 + max(int(count), 0) * max(text_size(seq) - 2, 0)
+        if isinstance(op, ast.Add):
+            return text_size(left) + text_size(right)
+    return text_size(result)
 
 
 def built(value: Any) -> None:
