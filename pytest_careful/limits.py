@@ -86,7 +86,8 @@ class Meter:
         self._deadline = self.started + limits.max_seconds
         self._max_bytes = int(limits.max_memory_mb * 1024 * 1024)
         #: Where the scoring is (``at``): a reason names the step and call that crossed the limit.
-        self.where: object | None = None
+        self.where: tuple[int, int, int | None, Any] | None = None
+        self.expression: str | None = None  # what the decoder evaluates there (``evaluating``)
 
     @property
     def seconds(self) -> float:
@@ -94,7 +95,9 @@ class Meter:
 
     def exceeded(self, limit: str, reason: str) -> ResourceLimit:
         """The limit crossed, its reason naming the place (``at``) where one is set."""
-        return ResourceLimit(limit, reason if self.where is None else f"{reason} at {self.where}")
+        if self.where is None:
+            return ResourceLimit(limit, reason)
+        return ResourceLimit(limit, f"{reason} at {place(self.where, self.expression)}")
 
     def call(self, nbytes: int) -> None:
         self.calls += 1
@@ -184,38 +187,30 @@ def metering() -> bool:
     return _CURRENT.get() is not None
 
 
-@dataclass
-class Place:
-    """A step being decoded, or (with ``call``) a call being replayed, as a reason names it."""
-
-    turn: int
-    step: int
-    position: int | None = None
-    call: Any = None
-    #: The expression the decoder was evaluating (``decoding.literal_only_eval``), when it was.
-    expression: str | None = None
-
-    def __str__(self) -> str:
-        from ._text import escape, shorten_call
-
-        if self.position is None:
-            what = f": {escape(shorten_call(self.expression, 200))}" if self.expression is not None else ""
-            return f"turn {self.turn}, step {self.step} (decoding{what})"
-
-        shown = escape(shorten_call(self.call, 200)) if isinstance(self.call, str) else type(self.call).__name__
-        return f"turn {self.turn}, step {self.step}, call {self.position}: {shown}"
+def at(turn: int | None, step: int = 0, position: int | None = None, call: Any = None) -> None:
+    """Where the scoring now is: a step being decoded, or (``position``, ``call``) a call being
+    replayed; ``None`` for nothing in particular. Kept as it is and put into words only when a
+    limit is crossed there (``place``): every call of every conversation passes here."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.where = None if turn is None else (turn, step, position, call)
+        meter.expression = None
 
 
 def evaluating(expression: str) -> None:
-    """The decoder is evaluating ``expression`` at the current place (named if a limit is crossed)."""
-    meter = _CURRENT.get()
-    if meter is not None and isinstance(meter.where, Place):
-        meter.where.expression = expression
-
-
-def at(where: object | None) -> None:
-    """Where the scoring now is, for the reason of a limit crossed there: ``str(where)``, one line,
-    is made only then (formatting a place for every call would cost every conversation)."""
+    """The decoder is evaluating ``expression`` where the scoring is (named if a limit is crossed)."""
     meter = _CURRENT.get()
     if meter is not None:
-        meter.where = where
+        meter.expression = expression
+
+
+def place(where: tuple[int, int, int | None, Any], expression: str | None = None) -> str:
+    """A place of ``at`` as a reason names it, on one line, long calls and literals cut."""
+    from ._text import escape, shorten_call
+
+    turn, step, position, call = where
+    if position is None:
+        what = f": {escape(shorten_call(expression, 200))}" if expression is not None else ""
+        return f"turn {turn}, step {step} (decoding{what})"
+    shown = escape(shorten_call(call, 200)) if isinstance(call, str) else type(call).__name__
+    return f"turn {turn}, step {step}, call {position}: {shown}"

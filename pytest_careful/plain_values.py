@@ -150,6 +150,9 @@ def text_size(value: Any) -> int:
     ``_LEAF_TEXT``; a container 2 characters per item besides its items. A container met
     inside itself counts nothing more (a simulator's state may link to itself).
     """
+    flat = _flat_size(value)  # a scalar, or a result like {"status": "ok"}: most values, at a glance
+    if flat is not None:
+        return flat
     sizes: dict[int, int] = {}
     pending: list[tuple[Any, bool]] = [(value, False)]
     while pending:
@@ -167,6 +170,20 @@ def text_size(value: Any) -> int:
             pending.extend((item, False) for item in items if id(item) not in sizes)
             limits.tick(len(items))
     return sizes[id(value)]
+
+
+_CONTAINER_TYPES = (dict, list, tuple, set, frozenset)
+
+
+def _flat_size(value: Any) -> int | None:
+    """``text_size`` of a scalar or of a container of scalars; None for anything deeper."""
+    kind = type(value)
+    if kind not in _CONTAINER_TYPES:
+        return _leaf_size(value)
+    items = [*value.keys(), *value.values()] if kind is dict else value
+    if len(items) > 64 or any(type(item) in _CONTAINER_TYPES for item in items):
+        return None
+    return 2 + sum(_leaf_size(item) + 2 for item in items)
 
 
 def _items(value: Any) -> list[Any] | None:

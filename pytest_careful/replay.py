@@ -186,8 +186,7 @@ def replay(
         touched_in_turn: set[str] = set()
         for step_index, step in enumerate(steps):
             for position, call in enumerate(step):
-                if limits.metering():
-                    limits.at(limits.Place(turn_index, step_index, position, call))
+                limits.at(turn_index, step_index, position, call)
                 # The conversation's budget (limits.py): each call and the strings it keeps.
                 limits.call(len(call) if isinstance(call, str) else 0)
                 shared = runner.shared(call)

@@ -387,8 +387,7 @@ def decode_run(decoder: Decoder, result: Sequence[Sequence[Any]]) -> DecodedRun:
         steps, indices, silent = [], [], []
         items = turn if isinstance(turn, list) else []
         for index, item in enumerate(items):
-            if limits.metering():
-                limits.at(limits.Place(len(run.turns), index))
+            limits.at(len(run.turns), index)
             decoded, error = _decode(decoder, item)
             if _is_empty(decoded):
                 silent.append(NoCallStep(index, step_text(item), error, item))
