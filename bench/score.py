@@ -106,7 +106,7 @@ def through_pytest(run: Path, workdir: Path, *extra: str) -> tuple[float, str]:
          f"--careful-results={run}", f"--careful-decoder={DECODER}", *extra],
         cwd=workdir, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
-    tail = [l for l in out.stdout.splitlines() if re.search(r"\d+ (passed|failed)", l)]
+    tail = [line for line in out.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     return elapsed, (tail[-1] if tail else out.stdout[-300:])
 
 
@@ -131,7 +131,7 @@ def collection(workdir: Path) -> tuple[float, str]:
          "--careful-model=reference", "--careful-protocol=standard,hints,confirm"],
         cwd=workdir, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
-    line = next((l for l in out.stdout.splitlines() if "collected" in l), out.stdout[-200:])
+    line = next((text for text in out.stdout.splitlines() if "collected" in text), out.stdout[-200:])
     return elapsed, line
 
 

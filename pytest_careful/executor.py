@@ -154,7 +154,7 @@ class Simulators:
 
     @classmethod
     def around(cls, instances: Mapping[str, Any], model_name: str = "careful",
-               test_entry_id: str = "") -> "Simulators":
+               test_entry_id: str = "") -> Simulators:
         """Wrap existing instances (e.g. restored copies used for probing)."""
         sim = cls((), {}, False, model_name, test_entry_id)
         for class_name, instance in instances.items():
@@ -240,7 +240,7 @@ class Simulators:
         head = call.split("(", 1)[0].strip()
         return head if "(" in call and head in self._mapping else name
 
-    def _tree(self, call: str, parsed: "_Parsed") -> ast.Expression:
+    def _tree(self, call: str, parsed: _Parsed) -> ast.Expression:
         """The expression to interpret, with bfcl-eval's checks done first.
 
         Fast path: a plain ``name(...)`` call in which bfcl-eval's rewrite

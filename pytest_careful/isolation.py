@@ -418,7 +418,7 @@ class Exposure:
         elif not functions and not isinstance(value, (types.ModuleType, type, property)):
             containers |= self.pristine.reach(value)
 
-    @functools.lru_cache(maxsize=None)  # per class: ``plan`` asks for each (class, method) of ~500 sets
+    @functools.cache  # per class: ``plan`` asks for each (class, method) of ~500 sets
     def of_class_presence(self, cls: type) -> tuple[frozenset[int], frozenset[tuple[int, str]]]:
         """What an instance's implicit calls can reach: dunder methods of its module's classes."""
         containers: set[int] = set()
@@ -430,7 +430,7 @@ class Exposure:
                         self._value(other, name, member, containers, bindings)
         return frozenset(containers), frozenset(bindings)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def of_method(self, class_name: str, method: str) -> tuple[frozenset[int], frozenset[tuple[int, str]]]:
         """What calling ``class_name.method`` on an instance can reach."""
         cls = _bfcl.simulator_class(class_name)

@@ -216,7 +216,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line if line else line for line in text.splitlines())
 
 
-def _record(item: "CarefulItem", row: dict[str, Any]) -> None:
+def _record(item: CarefulItem, row: dict[str, Any]) -> None:
     """The row, on the item: it crosses xdist on the call report.
 
     Its JUnit properties (``junit_properties``) are a function of the row: the controller
@@ -226,7 +226,7 @@ def _record(item: "CarefulItem", row: dict[str, Any]) -> None:
     item.stash[ROW_KEY] = json.dumps(row, sort_keys=True)
 
 
-def _unscored(item: "CarefulItem", state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
+def _unscored(item: CarefulItem, state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
     """Fail closed: a conversation that could not be scored is a failure everywhere.
 
     Its row counts in every total (BFCL and safe fail), its JUnit properties say
@@ -240,7 +240,7 @@ def _unscored(item: "CarefulItem", state: Any, conversation: dataset.Conversatio
     pytest.fail(f"unscored: {reason}", pytrace=False)
 
 
-def _over_budget(item: "CarefulItem", state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
+def _over_budget(item: CarefulItem, state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
     """A conversation whose scoring went over its budget fails, and nothing else does.
 
     It is scored as a failure (BFCL error type ``careful:resource_limit``, every

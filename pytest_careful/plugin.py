@@ -65,6 +65,14 @@ def pytest_configure(config: pytest.Config) -> None:
         options = dataclasses.replace(options, categories=tuple(c for c in CATEGORIES if c in named),
                                       categories_given=True)
     state = start(config, options)
+    kind = getattr(getattr(state.source, "handle", None), "kind", None)
+    if kind is not None and not options.worker:
+        from .live.inflight import cap_workers
+
+        # Before xdist's own pytest_configure (trylast) starts the workers from ``option.tx``.
+        capped = cap_workers(config.option, kind)
+        if capped:
+            state.start_lines.append(capped)
     _gc.freeze()  # the modules, options and declarations: kept to the end, never garbage
     if chosen:
         from . import dataset

@@ -59,7 +59,7 @@ class CallRecord:
     after: Snapshot | None = field(default=None, repr=False)
     _changes: list[Change] | None = field(default=None, repr=False)
 
-    def moved(self, turn: int, step: int, position: int) -> "CallRecord":
+    def moved(self, turn: int, step: int, position: int) -> CallRecord:
         """The same call at another place (``dataclasses.replace`` without its cost)."""
         record = object.__new__(CallRecord)
         record.__dict__.update(self.__dict__)
@@ -279,7 +279,7 @@ def _record(turn: int, step: int, position: int, execution: Execution) -> CallRe
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference(conversation: Conversation, model_name: str = "careful") -> Replay:
     """The ground truth replayed, one call per step (cached per process).
 

@@ -79,6 +79,8 @@ class CarefulPlugin:
             from .live.handles import resolution_line
 
             reporter.write_line(f"careful: {resolution_line(handle)}")
+            for line in self.state.start_lines:
+                reporter.write_line(f"careful: {line}")
             if getattr(self.state.source, "server_plan", None) is None:
                 for line in getattr(self.state.source, "differences", []):
                     reporter.write_line(f"careful: differs from BFCL: {line}")
@@ -203,10 +205,10 @@ class CarefulPlugin:
         flight = None
         live = self.state.options.live and not self.config.getoption("collectonly")
         if live and session.items:
-            from .live.inflight import take_off
+            from .live.inflight import take_off, worker_count
 
             careful = [i for i in session.items if isinstance(i, CarefulItem)]
-            flight = take_off(self.state.source, careful, self.state.options.repeat)
+            flight = take_off(self.state.source, careful, self.state.options.repeat, worker_count(self.config))
         if live and not self.is_worker:
             from .live.progress import Display
 

@@ -146,10 +146,10 @@ class Snapshot:
     classes: Mapping[str, ClassState]
 
     @classmethod
-    def capture(cls, instances: Mapping[str, Any]) -> "Snapshot":
+    def capture(cls, instances: Mapping[str, Any]) -> Snapshot:
         return cls({name: capture_class(inst) for name, inst in instances.items()})
 
-    def updated(self, instances: Mapping[str, Any], touched: Iterable[str]) -> "Snapshot":
+    def updated(self, instances: Mapping[str, Any], touched: Iterable[str]) -> Snapshot:
         """A new snapshot re-capturing only the ``touched`` classes."""
         if not touched:
             return self

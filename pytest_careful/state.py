@@ -36,6 +36,8 @@ class CarefulState:
     #: the sidecar folder of per-conversation details for report.html (``html_report``):
     #: created by the controller, written by whichever process scores an item
     details_dir: Path | None = None
+    #: lines said at the session's start, before anything runs (a live run's worker count)
+    start_lines: list[str] = field(default_factory=list)
 
 
 SESSION_KEY = pytest.StashKey[CarefulState]()

@@ -177,7 +177,7 @@ class _Draw:
                 (1, lambda: f"'%d' % {lit('str')}"),
                 (1, lambda: f"'%s %s' % {lit('str')}"),
                 (1, lambda: f"'%c' % {self.pick(['65', '0x110000', '-1'])}"),
-                (1, lambda: f"b'%s' % b'x'"),
+                (1, lambda: "b'%s' % b'x'"),
                 (2, lambda: f"{lit('str')}[{self.pick(['0', '1:', '::-1', '-1', ':2', '5'])}]"),
                 (1, lambda: f"{lit('str')} + {lit('int')}"),
             ])
@@ -190,7 +190,7 @@ class _Draw:
                 (1, lambda: f"{lit('int')} / 0"),
                 (1, lambda: f"{lit('int')} % 0"),
                 (1, lambda: f"2 ** {self.pick(['10', '-2', '0.5', '16'])}"),
-                (1, lambda: f"(-8) ** 0.5"),
+                (1, lambda: "(-8) ** 0.5"),
                 (1, lambda: f"{lit('int')} + 1j"),
             ])
         if kind == "bool":

@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 #: Names the generator uses that nothing defines: ``eval`` raises NameError on them.
 UNDEFINED_NAMES = ("foo", "true", "false", "null", "none", "undefined", "document", "x", "temp", "Ls")

@@ -116,7 +116,7 @@ def test_last_failed_and_exitfirst(pytester: pytest.Pytester, run_dir: Path) -> 
     assert first.ret == 1
     failed = {name for name, case in _cases(pytester.path / "first.xml").items() if not case.is_passed}
     assert failed
-    again = _run(pytester, run_dir, "--lf", "-n", "2", "--junitxml=again.xml")
+    _run(pytester, run_dir, "--lf", "-n", "2", "--junitxml=again.xml")
     assert set(_cases(pytester.path / "again.xml")) == failed
     stopped = _run(pytester, run_dir, "-x", "-p", "no:randomly", "--careful-min-bfcl=0", "-k", "multi_turn_base_1")
     result = stopped.parseoutcomes()

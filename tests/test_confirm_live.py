@@ -111,7 +111,7 @@ def test_asking_after_acting_is_a_closing_offer() -> None:
 def test_asking_three_times_gets_two_answers() -> None:
     live = _run("scripted:ask-thrice", "multi_turn_base_0", "confirm")
     by_turn: dict[int, int] = {}
-    for turn, kind, _ in _answers(live):
+    for turn, _kind, _ in _answers(live):
         by_turn[turn] = by_turn.get(turn, 0) + 1
     assert by_turn and max(by_turn.values()) == scripted_user.MAX_ANSWERS_PER_TURN
 

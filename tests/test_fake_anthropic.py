@@ -7,7 +7,6 @@ request building, retry loop and response parsing run for real.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pytest_careful import dataset
 from pytest_careful.decoding import decoder
 from pytest_careful.results import MAX_NESTING, evaluate, find_result_files, read_result_file
 
-from conftest import REAL_RUN_DECODER, ROOT, run_oracle
+from conftest import REAL_RUN_DECODER, run_oracle
 from hostile_lines import Corpus, Generator, corpus, dumps, nested_text
 from perturb import as_result
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 import subprocess
 import sys
 import sysconfig
+import textwrap
 from pathlib import Path
+
+import pytest
+
+from pytest_careful import _bfcl, decoding
 
 
 def test_no_writes_under_site_packages(tmp_path):
@@ -31,14 +38,6 @@ def test_no_writes_under_site_packages(tmp_path):
 
 
 # --- lean install: the registry and the vendor SDKs that are extras stay unimported ----------------
-
-import ast
-import json
-import textwrap
-
-import pytest
-
-from pytest_careful import _bfcl, decoding
 
 #: Modules no default path may import: the handler registry, and what pyproject.toml makes extras.
 EXTRAS_ONLY = ("bfcl_eval.constants.model_config", "cohere", "mistralai", "google.genai", "qwen_agent",

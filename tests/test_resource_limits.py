@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path

@@ -128,7 +128,7 @@ def marker_for(marker_dir: str, index: int) -> str:
 class Monitor:
     """An audit hook that records dangerous events while a window is open."""
 
-    _installed: "Monitor | None" = None
+    _installed: Monitor | None = None
 
     def __init__(self) -> None:
         self.active = False
@@ -137,7 +137,7 @@ class Monitor:
         self.events: list[str] = []
 
     @classmethod
-    def get(cls) -> "Monitor":
+    def get(cls) -> Monitor:
         if cls._installed is None:
             cls._installed = cls()
             sys.addaudithook(cls._installed._hook)

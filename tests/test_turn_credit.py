@@ -141,7 +141,7 @@ def test_real_run_turn_credit_matches_bfcl_state_checker(real_run: Path) -> None
     """All 600 conversations of the real run: our per-turn match is bfcl-eval's, turn by turn."""
     from conftest import REAL_RUN_DECODER
 
-    from pytest_careful import dataset, turn_credit
+    from pytest_careful import dataset
     from pytest_careful.decoding import decoder
     from pytest_careful.results import read_result_file
 

@@ -92,6 +92,20 @@ def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Pat
     assert _rows(tmp_path / "live" / card) == _rows(tmp_path / "re" / f"{name}/standard/scorecard.json")
 
 
+def test_one_process_keeps_two_conversations_in_flight_on_the_real_engine(tmp_path: Path, model_dir: Path) -> None:
+    """No xdist: the one process sends both conversations at once, and the engine says so itself
+    (its periodic stats line, every half second here: ``Running: N reqs, Waiting: M reqs``)."""
+    env = {**os.environ, "VLLM_LOG_STATS_INTERVAL": "0.5"}
+    live = _pytest(tmp_path, f"--careful-model={model_dir}", f"--careful-handler={HANDLER}",
+                   "--careful-vllm-arg=--enforce-eager", "--careful-gate=none", "-p", "no:xdist", *IDS, env=env)
+    log = tmp_path / "result/.careful/vllm-server.log"
+    _only_context_overflows(live, log)
+    seen = [int(a) + int(b) for a, b in re.findall(r"Running: (\d+) reqs, Waiting: (\d+) reqs", log.read_text())]
+    assert seen and max(seen) == 2, seen  # both at once, and never more than the two there are
+    files = list((tmp_path / "result/standard").rglob("BFCL_v4_multi_turn_base_result.json"))
+    assert sorted(json.loads(x)["id"] for x in files[0].read_text().splitlines()) == IDS
+
+
 def test_a_hub_model_is_fetched_once_then_served_from_the_cache(tmp_path: Path) -> None:
     """--careful-model=<hub id>: the controller fetches the files (here SmolLM2's, from a loopback
     hub, under the name of the registry entry whose handler prompts it) once, then the server
@@ -160,21 +174,30 @@ server.serve_forever()
 """
 
 
-def test_a_dead_server_stops_the_run_once(tmp_path: Path, model_dir: Path) -> None:
-    # An OpenAI-compatible endpoint that answers two completions (one conversation), then exits.
+@pytest.mark.parametrize("concurrency", ["1", "default"])
+def test_a_dead_server_stops_the_run_once(tmp_path: Path, model_dir: Path, concurrency: str) -> None:
+    # An OpenAI-compatible endpoint that answers two completions (one conversation's two turns), then exits.
     server = subprocess.Popen([sys.executable, "-c", DYING_SERVER, str(model_dir), "2"],
                               stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None
     url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+    one = ["--careful-concurrency=1"] if concurrency == "1" else []
     run = _pytest(tmp_path, f"--careful-model={model_dir}", f"--careful-handler={HANDLER}",
-                  f"--careful-endpoint={url}", "--careful-gate=none", "-p", "no:xdist",
+                  f"--careful-endpoint={url}", "--careful-gate=none", "-p", "no:xdist", *one,
                   "multi_turn_base_105", "multi_turn_base_132", "multi_turn_base_120", timeout=300)
     assert run.returncode == 1, run.stdout[-3000:]
     assert "stopped answering" in run.stdout or "is not answering" in run.stdout
-    # The first one finished; the run stops once: the one that met the dead server fails, the last is
-    # skipped (not sent), and the summary says why, once.
-    assert "1 failed, 1 passed, 1 skipped" in run.stdout
+    # The run stops once: the one that met the dead server fails, the rest are skipped (not scored, not
+    # filed), and the summary says why, once.
     assert run.stdout.count("run stopped: the vLLM server at") == 1
+    if concurrency == "1":
+        # One at a time, the first finished before the server died.
+        assert "1 failed, 1 passed, 1 skipped" in run.stdout, run.stdout[-3000:]
+    else:
+        # All three in flight at once: the two answers may go to one conversation or to two, so at most
+        # one passes; never a second failure.
+        tail = run.stdout.splitlines()[-1]
+        assert re.search(r"\b1 failed\b", tail) and ("1 passed, 1 skipped" in tail or "2 skipped" in tail), tail
     server.wait(timeout=10)
 
 

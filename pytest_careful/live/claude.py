@@ -64,7 +64,7 @@ from typing import Any
 from ..dataset import Conversation
 from .budget import (BOUND_BYTES_PER_TOKEN, PER_TOKENS, Cost, ModelPrice, Prices, SpendLedger, UnknownPrice,
                      Usage, ledger_file, request_bound)
-from .ratelimit import MAX_WAIT, SharedLimiter, limiter_file
+from .ratelimit import MAX_WAIT, SharedLimiter, limiter_file, retry_after
 from .source import NotRun, StopRun
 
 MAX_RETRIES = 6  # backoff 0.5 s doubling to 8 s: ~30 s of retries, longer with retry-after
@@ -170,19 +170,7 @@ def _should_retry(response: Any) -> bool:
 
 def _retry_after(headers: Any) -> float | None:
     """The server's requested wait in seconds (at most :data:`MAX_RETRY_AFTER`), when positive."""
-    import email.utils
-
-    seconds = None
-    with contextlib.suppress(TypeError, ValueError):
-        seconds = float(headers.get("retry-after-ms")) / 1000
-    if seconds is None and headers.get("retry-after") is not None:
-        value = headers.get("retry-after")
-        try:
-            seconds = float(value)
-        except ValueError:
-            date = email.utils.parsedate_tz(value)
-            seconds = email.utils.mktime_tz(date) - time.time() if date else None
-    return min(seconds, MAX_RETRY_AFTER) if seconds is not None and seconds > 0 else None
+    return retry_after(headers, MAX_RETRY_AFTER)
 
 
 def _api_message(exc: BaseException) -> str:
@@ -232,7 +220,7 @@ def bfcl_max_tokens(handler_class: type, model_name: str) -> int | None:
     probe: Any = object.__new__(handler_class)  # the method reads model_name only: no client is built
     probe.model_name = model_name
     try:
-        return int(getattr(handler_class, "_get_max_tokens")(probe))
+        return int(getattr(handler_class, "_get_max_tokens")(probe))  # noqa: B009 (a bare type to mypy)
     except Exception:  # e.g. ValueError("Unsupported model"): BFCL itself could not run it
         return None
 

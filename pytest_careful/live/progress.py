@@ -139,6 +139,9 @@ class Display:
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * TTY_SECONDS)
+        if self._tty is None and self.reporter is not None:
+            # A CI log ends on the final counts, however long since the last line.
+            self.reporter.write_line(self.meter.line(read_totals(self.folder)))
         if self._tty is not None:
             # Give the row back: the whole screen scrolls again, the status row is cleared.
             self._write(f"\0337\033[r\033[{self._rows()};1H\033[2K\0338")

@@ -19,6 +19,7 @@ Slots of processes that died are swept (this host's, by pid), as the ledger does
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import json
 import os
 import socket
@@ -34,6 +35,22 @@ from .budget import flocked, write_json
 #: conversation meanwhile, and a longer outage is better left to the next run.
 MAX_WAIT = 60.0
 POLL = 0.2  # seconds between looks at a full or paused state
+
+
+def retry_after(headers: Any, cap: float = MAX_WAIT) -> float | None:
+    """The wait a rate-limited answer asks for (``retry-after-ms``, else ``retry-after`` in seconds
+    or as an HTTP date), at most ``cap``; None when it asks for none."""
+    seconds = None
+    with contextlib.suppress(TypeError, ValueError):
+        seconds = float(headers.get("retry-after-ms")) / 1000
+    if seconds is None and headers.get("retry-after") is not None:
+        value = headers.get("retry-after")
+        try:
+            seconds = float(value)
+        except ValueError:
+            date = email.utils.parsedate_tz(value)
+            seconds = email.utils.mktime_tz(date) - time.time() if date else None
+    return min(seconds, cap) if seconds is not None and seconds > 0 else None
 
 
 def limiter_file(output: Path) -> Path:

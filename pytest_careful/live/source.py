@@ -162,8 +162,17 @@ class LiveSource(Source):
             assert self.handle is not None
             try:
                 handler = self.handle.build()
+                if self.handle.kind in ("vllm", "api"):
+                    # Every conversation in flight waits out one rate limit together (``pacing``).
+                    from .pacing import Pause
+
+                    handler.careful_pause = Pause(self.session_dir() / "flight" / "pause",
+                                                  self.flight.stopping if self.flight is not None else None)
                 if self.setup is not None:
                     self.setup(handler)
+                from .pacing import share
+
+                share(handler)
             except StopRun:
                 raise
             except Exception as exc:  # e.g. an API client without its key: every item would fail alike
@@ -479,3 +488,4 @@ def inapplicable(options: Any, handle: ModelHandle) -> str | None:
         return (f"{', '.join(server)}: settings of the server the plugin starts; with --careful-endpoint "
                 "the server already runs (set them where it is started)")
     return None
+

@@ -535,6 +535,9 @@ def _point(handler: Any, url: str) -> None:
 
     handler.base_url = url
     handler.client = OpenAI(base_url=url, api_key=os.environ.get("REMOTE_OPENAI_API_KEY", "EMPTY"))
+    from .pacing import share
+
+    share(handler)  # a failover's new client waits out the same rate limits
 
 
 def setup_handler(handler: Any, plan: ServerPlan, model: str) -> None:
