@@ -165,7 +165,7 @@ EXPANDING_STEPS: dict[str, Callable[[int], str]] = {
     "nested containers": lambda size: _filled(
         lambda n: f"echo(content=['c'*{LONG}, {{'k': ('d'*{LONG},)}}])", size),
     "concatenation chains": lambda size: _filled(
-        lambda n: f"echo(content='e'*50000+'f'*50000+'g'*50000+'h'*49999)", size),
+        lambda n: "echo(content='e'*50000+'f'*50000+'g'*50000+'h'*49999)", size),
     "number arithmetic": lambda size: _filled(
         lambda n: "echo(content=123456789*987654321*123456789*987654321-7)", size),
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -20,11 +21,10 @@ from typing import Any
 
 import pytest
 
+import hostile_payloads as payloads
 from pytest_careful import dataset, declarations, evidence, limits, rules
 from pytest_careful.decoding import decoder, passthrough_decoder
 from pytest_careful.results import evaluate
-
-import hostile_payloads as payloads
 
 QWEN = "Qwen/Qwen3-8B"  # a prompting decoder: its literal evaluator builds 'a' * N, as BFCL's eval does
 LINE = 64_000  # the target: a result line of at most 64 KB
@@ -74,7 +74,7 @@ def test_values_the_interpreter_builds_count_when_built(kind: str) -> None:
     assert time.monotonic() - started < BUDGET.max_seconds + 2
     assert outcome == "resource_limit:memory", (outcome, reason)
     position = len(conversation.ground_truth[0])  # the planted calls follow the reference's own
-    _assert_one_line_reason(reason, f"turn 0, step 0, call ")
+    _assert_one_line_reason(reason, "turn 0, step 0, call ")
     call = re.search(r"at turn 0, step 0, call (\d+): (.*)$", reason)
     assert call is not None and int(call.group(1)) >= position
     assert call.group(2) == calls[int(call.group(1)) - position]  # short calls are named whole
@@ -178,8 +178,6 @@ def _run(pytester: pytest.Pytester, name: str, planted: dict[str, str], mode: li
     outputs |= {p.name: p.read_text() for p in cards.iterdir() if p.suffix in (".json", ".csv", ".md", ".html")}
     rows = {row["id"]: row for row in json.loads(outputs["scorecard.json"])["rows"]}
     cases = {case.get("name"): case for case in ET.parse(pytester.path / f"{name}.xml").iter("testcase")}
-    import shutil
-
     shutil.rmtree(pytester.path / "scorecards")  # the next command writes its own
     return {"rows": rows, "outputs": outputs, "cases": cases}
 
