@@ -28,7 +28,7 @@ def _escape(char: str) -> str:
 # --- long values: cut once, where a report's text is made from them -------------------
 #: A text or value longer than this is quoted as its first characters and its length
 #: (``'aaaa…' (199,000 chars)``), never whole: in rows, evidence, reasons and every report
-#: made from them. The longest call of the real run has 2,141 characters.
+#: made from them. Few real calls pass it (the real run's longest, 2,141 characters, does).
 MAX_SHOWN = 500
 #: A string literal inside a long call is quoted to this many characters, so that every
 #: argument of the call still shows.

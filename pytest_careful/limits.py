@@ -14,8 +14,9 @@ result string and ``CALL_OVERHEAD``, and every value the evaluators build (an op
 result, a method's return value, a string the decoder repeats or joins: ``plain_values.built``)
 at the length of its text, each shared part counted every time it is reached: the result
 strings and reports made from ``['a' * 199_999] * 100_000`` would copy 20 GB of it. Past the
-budget, the reason names the step, and the call, being scored (``at``). A count is deterministic: the same result file gives
-the same verdict on any machine, in any order, with or without xdist. The process's RSS
+budget, the reason names the step, and the call, being scored (``at``). A count is
+deterministic: the same result file gives the same verdict on any machine, in any order,
+with or without xdist. The process's RSS
 is not: freed memory of an earlier conversation is reused without showing, and what the
 allocator keeps differs by platform; tracemalloc would triple the cost of every conversation.
 ``bench/hostile.py`` prints the count next to the measured peak for each hostile payload.
