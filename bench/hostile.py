@@ -4,12 +4,22 @@
     .venv/bin/python bench/hostile.py --inputs       # classes 1, 3-6 only (seconds)
     .venv/bin/python bench/hostile.py --unmetered    # the same with no budget (60 s cap each)
     .venv/bin/python bench/hostile.py --real         # what real runs use: the defaults' margin
+    .venv/bin/python bench/hostile.py --expanding    # short lines that expand: the whole command (~3 min)
 
 Each payload is scored in a fresh child process exactly as an item scores it (decode,
 replay, BFCL verdict, rules, transcript and failure evidence, inside ``limits.metered``),
 after a warm-up (imports, the reference replay). Printed per payload: its calls, the
 outcome (BFCL's verdict or the resource limit hit), wall time, the growth of the child's
 peak RSS during scoring, and the memory the budget counted (``limits.Meter.bytes``).
+
+``--expanding`` (issue 23) runs the whole command a user types, ``pytest --careful-results DIR
+--careful-decoder Qwen/Qwen3-8B --junitxml`` (report.html on, as by default), on ten reference
+conversations written as a prompting run logs them, the first of them with one 64 KB step that
+expands (``hostile_payloads.EXPANDING_STEPS``, and the issue's own line), without xdist and with
+``-n 2``, against the same command on the ordinary file. Printed: wall time, peak RSS (each
+process's VmHWM, polled every 10 ms: the largest process, and the sum over the tree) and its
+growth over the ordinary line, and the planted conversation's outcome. Values only the call
+interpreter builds (``EXPANDING_CALLS``) are scored in a child as above.
 
 ``--real`` scores the 800 references and the 600-conversation gpt-oss-20b run in one
 process and prints, per set, the largest calls, seconds, counted MB and tracemalloc peak
@@ -36,6 +46,10 @@ REAL_RUN = ROOT.parent / "shared" / "real-runs" / "gpt-oss-20b-vllm-2025-11-12"
 DECODER = "gpt-4.1-2025-04-14-FC"
 
 #: (label, payload kind, size): the worst of each class the issue names, and a normal one.
+#: Conversations of the ``--expanding`` runs; the first gets the planted step.
+EXPANDING_IDS = [f"multi_turn_base_{n}" for n in range(10)]
+LINE = 64_000
+
 PAYLOADS = [
     ("normal: gpt-oss-20b's costliest (49 calls)", "real", 0),
     ("exponential cp/mv, N=25 (51 calls)", "exponential", 25),
@@ -69,7 +83,11 @@ def child(kind: str, size: int, unmetered: bool) -> dict[str, Any]:
     from pytest_careful.decoding import passthrough_decoder
     from pytest_careful.replay import reference
 
-    if kind == "real":  # the real run's conversation that costs the most (bench/hostile.py --real)
+    if kind.startswith("calls:"):  # issue 23: values only the call interpreter builds
+        conversation = payloads.conversation_for("many_calls")
+        result = payloads.as_run(conversation, payloads.EXPANDING_CALLS[kind.removeprefix("calls:")])
+        decoder = passthrough_decoder()
+    elif kind == "real":  # the real run's conversation that costs the most (bench/hostile.py --real)
         from pytest_careful import dataset, results
         from pytest_careful.decoding import decoder as registered
 
@@ -110,6 +128,85 @@ def hostile(unmetered: bool) -> None:
             continue
         row = json.loads(proc.stdout.strip().splitlines()[-1])
         print(f"{label:44s} {row['calls']:8d} {row['outcome'][:42]:42s} {row['seconds']:7.3f} "
+              f"{row['peak_mb']:8.1f} {row['counted_mb']:10.1f}")
+
+
+def _prompting_run(folder: Path, step: str | None) -> Path:
+    """Ten reference conversations as a prompting run logs them; ``step`` first in the first one."""
+    from pytest_careful import dataset
+
+    folder.mkdir(parents=True)
+    lines = []
+    for cid in EXPANDING_IDS:
+        turns = [["[" + ", ".join(calls) + "]", "Done."] if calls else ["I cannot do that."]
+                 for calls in dataset.get(cid).ground_truth]
+        if step is not None and cid == EXPANDING_IDS[0]:
+            turns[0].insert(0, step)
+        lines.append(json.dumps({"id": cid, "result": turns}))
+    (folder / "BFCL_v4_multi_turn_base_result.json").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def _whole_command(folder: Path, mode: list[str]) -> tuple[float, float, float, str]:
+    """Wall s, largest process's and whole tree's peak RSS (MB), and the planted row's outcome."""
+    from whole import _hwm_and_role, _tree
+
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *mode,
+               f"--careful-results={folder}", "--careful-decoder=Qwen/Qwen3-8B", "--junitxml=out.xml",
+               *(f"{cid}[standard]" for cid in EXPANDING_IDS)]
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=folder.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peaks: dict[int, float] = {}
+    while proc.poll() is None:
+        for pid in _tree(proc.pid):
+            seen = _hwm_and_role(pid)
+            if seen:
+                peaks[pid] = max(peaks.get(pid, 0.0), seen[0])
+        time.sleep(0.01)
+    wall = time.perf_counter() - started
+    card = folder.parent / "scorecards" / folder.name / "standard" / "scorecard.json"
+    row = next(r for r in json.loads(card.read_text())["rows"] if r["id"] == EXPANDING_IDS[0])
+    outcome = row.get("resource_limit") or f"scored: BFCL {row['bfcl']['error_type'] or 'pass'}, " \
+        f"failed_calls {row['counts']['failed_calls']}"
+    return wall, max(peaks.values()), sum(peaks.values()), outcome
+
+
+def expanding() -> None:
+    """Issue 23: the whole command on a 64 KB line that expands, against the same on an ordinary line."""
+    import hashlib
+
+    import hostile_payloads as payloads
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    steps: dict[str, str | None] = {"ordinary line": None, "issue: 300 x echo('a'*199000, f)": payloads.ISSUE_STEP}
+    steps |= {f"{kind} ({LINE // 1000} KB step)": payloads.EXPANDING_STEPS[kind](LINE)
+              for kind in payloads.EXPANDING_STEPS}
+    work = Path(tempfile.mkdtemp(prefix="bench-expanding-"))
+    print(f"{'line (planted in ' + EXPANDING_IDS[0] + ')':44s} {'mode':10s} {'line KB':>7s} {'wall s':>7s} "
+          f"{'max MB':>7s} {'tree MB':>8s} {'+tree MB':>8s}  outcome of the planted conversation")
+    for mode in (["-p", "no:xdist"], ["-n", "2"]):
+        ordinary_tree = 0.0
+        for n, (label, step) in enumerate(steps.items()):
+            folder = _prompting_run(work / f"{mode[-1]}-{n}" / "qwen", step)
+            path = folder / "BFCL_v4_multi_turn_base_result.json"
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            wall, largest, tree, outcome = _whole_command(folder, mode)
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, "the result file changed"
+            ordinary_tree = ordinary_tree or tree
+            line_kb = max(map(len, path.read_text().splitlines())) / 1000
+            print(f"{label:44s} {' '.join(mode):10s} {line_kb:7.1f} {wall:7.2f} {largest:7.0f} {tree:8.0f} "
+                  f"{tree - ordinary_tree:+8.0f}  {outcome[:150]}")
+    print()
+    print(f"{'values only the call interpreter builds':44s} {'calls':>8s} {'outcome':42s} {'wall s':>7s} "
+          f"{'peak MB':>8s} {'counted MB':>10s}")
+    for kind in payloads.EXPANDING_CALLS:
+        command = [sys.executable, __file__, "--child", f"calls:{kind}", "0"]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            print(f"{kind:44s} child failed: {proc.stderr.strip().splitlines()[-1:]}")
+            continue
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"{kind:44s} {row['calls']:8d} {row['outcome'][:42]:42s} {row['seconds']:7.3f} "
               f"{row['peak_mb']:8.1f} {row['counted_mb']:10.1f}")
 
 
@@ -263,6 +360,7 @@ def main() -> None:
     parser.add_argument("--unmetered", action="store_true", help="no budget (each payload capped at 60 s)")
     parser.add_argument("--real", action="store_true", help="measure the references and the real run")
     parser.add_argument("--inputs", action="store_true", help="classes 1 and 3-6 only")
+    parser.add_argument("--expanding", action="store_true", help="short lines that expand (issue 23)")
     args = parser.parse_args()
     os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bench-bfcl-"))
     if args.child:
@@ -271,6 +369,8 @@ def main() -> None:
         real()
     elif args.inputs:
         inputs()
+    elif args.expanding:
+        expanding()
     else:
         hostile(args.unmetered)
         print()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from typing import Any
 
 # Controls (terminal escapes, carriage returns), invisible format characters (bidi
 # overrides), lone surrogates (unencodable) and line separators (model or file text
@@ -21,3 +23,58 @@ def _escape(char: str) -> str:
     if unicodedata.category(char) not in _ESCAPED_CATEGORIES:
         return char
     return char.encode("unicode_escape", "backslashreplace").decode("ascii")
+
+
+# --- long values: cut once, where a report's text is made from them -------------------
+#: A text or value longer than this is quoted as its first characters and its length
+#: (``'aaaa…' (199,000 chars)``), never whole: in rows, evidence, reasons and every report
+#: made from them. Few real calls pass it (the real run's longest, 2,141 characters, does).
+MAX_SHOWN = 500
+#: A string literal inside a long call is quoted to this many characters, so that every
+#: argument of the call still shows.
+MAX_SHOWN_LITERAL = 100
+# A quoted literal as Python's tokenizer reads one on a line (unrolled: no backtracking
+# through a long literal); a triple-quoted or unterminated one is cut by the final bound.
+_LITERAL = re.compile(r"""'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+\"""", re.S)
+
+
+def shorten(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text``, or its first ``limit`` characters and its length when longer: ``aaaa… (199,000 chars)``."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} chars)"
+
+
+def shorten_call(call: str, limit: int = MAX_SHOWN) -> str:
+    """A call as written, each long string literal quoted as ``'aaaa…' (199,000 chars)``, then bounded."""
+    if len(call) <= limit:
+        return call
+    return shorten(_LITERAL.sub(_shorten_literal, call), limit)
+
+
+def _shorten_literal(match: re.Match[str]) -> str:
+    literal = match.group()
+    if len(literal) <= MAX_SHOWN_LITERAL + 2:
+        return literal
+    quote = literal[0]
+    return f"{literal[:MAX_SHOWN_LITERAL + 1]}…{quote} ({len(literal) - 2:,} chars)"
+
+
+def shorten_value(value: Any, limit: int = MAX_SHOWN) -> Any:
+    """``value`` when its text is short; else its text's first ``limit`` characters and length.
+
+    A container's text is measured and cut without being built (``dag``): a value made by
+    repetition shares its parts, and its text is far longer than the memory it takes.
+    """
+    if isinstance(value, str):
+        return shorten(value, limit)
+    if not isinstance(value, (dict, list, tuple, set, frozenset)):
+        return value
+    from . import dag
+
+    if isinstance(value, (set, frozenset)):
+        value = list(value)
+    size = dag.text_size(value, "json")
+    if size <= limit:
+        return value
+    return f"{dag.text_prefix(value, limit, 'json')}… ({size:,} chars)"

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from . import _bfcl
+from . import _bfcl, limits, plain_values
 from .executor import MAX_CALL_CHARS, Refused, _arithmetic
 
 _PATCH_LOCK = threading.Lock()
@@ -43,6 +43,7 @@ def literal_only_eval(source: Any, *_: Any, **__: Any) -> Any:
     if len(source) > MAX_CALL_CHARS:
         raise ValueError("input too long to decode")
     tree = ast.parse(source.strip(), mode="eval")
+    limits.evaluating(source)
     return _literal(tree.body)
 
 
@@ -63,9 +64,13 @@ def _literal(node: ast.AST) -> Any:
         node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
     ):
         try:
-            return _arithmetic(node.op, _literal(node.left), _literal(node.right))
+            value = _arithmetic(node.op, _literal(node.left), _literal(node.right))
         except Refused as exc:
             raise ValueError(str(exc)) from None
+        # Held twice until the step is decoded: the value, and its repr in the call string
+        # BFCL's decoder writes (which the replay then counts as the call it keeps).
+        limits.charge(2 * plain_values.text_size(value))
+        return value
     raise ValueError(f"{type(node).__name__} is not a literal; not evaluated")
 
 

@@ -67,7 +67,7 @@ def format_bfcl_failure(evaluation: Evaluation) -> str:
         lines.append(f"  - missing reference result: {_short(missing)}")
     if verdict.turn is not None and verdict.turn < len(evaluation.reference.turns):
         reference = [c.call for c in evaluation.reference.turns[verdict.turn].calls]
-        model = [c.call for c in evaluation.replay.turns[verdict.turn].calls] if verdict.turn < len(evaluation.replay.turns) else []
+        model = [c.shown_call for c in evaluation.replay.turns[verdict.turn].calls] if verdict.turn < len(evaluation.replay.turns) else []
         lines.append(f"  reference calls, turn {verdict.turn}: {', '.join(reference) or '(none)'}")
         lines.append(f"  model calls,     turn {verdict.turn}: {', '.join(model) or '(none)'}")
     return "\n".join(lines)
@@ -100,7 +100,7 @@ def _turn_lines(evaluation: Evaluation, turn: int, calls: list[CallRecord]) -> l
     run = evaluation.run
     raw_index = run.raw_index[turn] if run and turn < len(run.raw_index) else []
     lines = [(raw_index[c.step] if c.step < len(raw_index) else c.step,
-              f"  [{c.step}] {clean(c.call, MAX_TEXT)}  ->  {_short(c.result)}  ({c.status})") for c in calls]
+              f"  [{c.step}] {clean(c.shown_call, MAX_TEXT)}  ->  {_short(c.result)}  ({c.status})") for c in calls]
     reasoning = _reasoning(evaluation, turn)
     for step in (run.no_calls[turn] if run and turn < len(run.no_calls) else []):
         lines.append((step.index, _no_call_line(step)))

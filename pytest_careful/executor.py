@@ -37,8 +37,10 @@ from .plain_values import Refused
 
 #: bfcl-eval's own deny-list, checked on the rewritten string as BFCL does.
 BLOCKED_NAMES = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")
-#: bfcl-eval's rewrite: every identifier directly followed by ``(``.
-_CALL_NAME = re.compile(r"\b([a-zA-Z_]\w*)\s*(?=\()")
+#: bfcl-eval's rewrite: every identifier directly followed by ``(``. Possessive quantifiers match
+#: the same names as bfcl-eval's ``\b([a-zA-Z_]\w*)\s*(?=\()`` (a shorter word is followed by a
+#: word character, never by ``(``) without backtracking through a 200,000-character word.
+_CALL_NAME = re.compile(r"\b([a-zA-Z_]\w*+)\s*+(?=\()")
 _INSTANCE_NAME_SANITIZE = re.compile(r"[-./:]")
 
 MAX_CALL_CHARS = 200_000
@@ -288,8 +290,16 @@ _NEWLINE = re.compile(r"\r\n|\r|\n")  # the tokenizer's line ends
 _REWRITE_SITE = "_careful_rewrite_site"
 
 
-@functools.lru_cache(maxsize=1 << 16)
+#: Longer calls are parsed each time they run: the cache outlives the conversation, and a few
+#: hundred calls of 200,000 characters would keep their text and trees for the rest of the process.
+_CACHED_CALL_CHARS = 10_000
+
+
 def _parse_raw(call: str) -> _Parsed:
+    return _parse_raw_cached(call) if len(call) <= _CACHED_CALL_CHARS else _parse(call)
+
+
+def _parse(call: str) -> _Parsed:
     name, arguments = _describe(call)
     try:
         tree = ast.parse(_eval_source(call), filename="<string>", mode="eval")
@@ -301,7 +311,7 @@ def _parse_raw(call: str) -> _Parsed:
     simple = head is not None and all(isinstance(n.func, ast.Name) for n in calls)
     strings: frozenset[str] = frozenset()
     if simple:  # no leading whitespace: positions in the tree are positions in ``call``
-        sites = {(m.start(1), m.group(1)) for m in _CALL_NAME.finditer(call)}
+        sites = _call_sites(call)
         index = _source_index(call)
         for node in calls:
             # The rewrite prefixes a name only as spelled in the raw text: a look-alike
@@ -326,6 +336,32 @@ def _parse_raw(call: str) -> _Parsed:
                    refusal)
 
 
+_parse_raw_cached = functools.lru_cache(maxsize=1 << 16)(_parse)
+
+
+def _call_sites(call: str) -> set[tuple[int, str]]:
+    """``{(m.start(1), m.group(1)) for m in _CALL_NAME.finditer(call)}``, found from each ``(``.
+
+    The regex tries every position of a call: 5 ms for one 200,000-character literal, paid by
+    every such call. Read back from each ``(``: the whitespace before it, then the word before
+    that (``\\w`` is ``isalnum`` or ``_``, ``\\s`` is ``isspace``, as ``re`` defines them); the
+    word is a site when it starts with ``[a-zA-Z_]`` (a word is never matched from inside).
+    """
+    sites = set()
+    opening = call.find("(")
+    while opening >= 0:
+        end = opening
+        while end > 0 and call[end - 1].isspace():
+            end -= 1
+        start = end
+        while start > 0 and (call[start - 1].isalnum() or call[start - 1] == "_"):
+            start -= 1
+        if start < end and (call[start].isascii() and (call[start].isalpha() or call[start] == "_")):
+            sites.add((start, call[start:end]))
+        opening = call.find("(", opening + 1)
+    return sites
+
+
 def _eval_source(call: str) -> str:
     """The text ``eval`` compiles: it encodes the string, then skips leading spaces and tabs."""
     call.encode("utf-8")  # raises eval's UnicodeEncodeError (a lone surrogate)
@@ -334,7 +370,9 @@ def _eval_source(call: str) -> str:
 
 def _source_index(source: str) -> Callable[[int, int], int]:
     """Maps an ast position (line, UTF-8 byte column) to an index into ``source``."""
-    starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
+    starts = [0]
+    if "\n" in source or "\r" in source:  # str's own search: far faster than the regex's scan
+        starts += [m.end() for m in _NEWLINE.finditer(source)]
     if source.isascii():
         return lambda lineno, col: starts[lineno - 1] + col
     columns: dict[int, dict[int, int]] = {}
@@ -682,6 +720,9 @@ class _Interpreter:
         except Exception as exc:
             invocation.raised = str(exc)
             raise
+        # A method may hand back what it was given (``echo``): the result string and every
+        # report copy its whole text, so it counts before anything is made from it.
+        plain_values.built(invocation.returned)
         return invocation.returned
 
 

@@ -19,6 +19,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
+from . import limits
 from .decoding import decoder
 from .executor import MAX_CALL_CHARS
 from .results import LoggedEntry
@@ -27,6 +28,10 @@ SAMPLE_CONVERSATIONS = 24  # spread evenly over the run
 STEPS_PER_CONVERSATION = 3  # the first steps with output: mostly calls in any run
 MIN_DECODED = 0.25  # below this share of the sample, the decoder reads (almost) nothing
 SUGGEST_DECODED = 0.5  # a candidate is suggested when it reads at least this share
+#: Each sampled step is decoded within this budget, and reads as no call past it: a step that
+#: expands (``'a' * 199_999`` a few thousand times) must not cost the run what its conversation's
+#: own budget refuses. Real steps decode to a few kB in milliseconds.
+SAMPLE_LIMITS = limits.Limits(max_memory_mb=32, max_seconds=2.0)
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,10 @@ def decoded_count(key: str, steps: Sequence[Any]) -> int:
 
     def reads(step: Any) -> bool:
         try:
-            calls = chosen.decode_step(step)
+            with limits.metered(SAMPLE_LIMITS):
+                calls = chosen.decode_step(step)
+        except limits.ResourceLimit:
+            return False
         except Exception:  # as in BFCL, a step that fails to decode makes no call
             return False
         return bool(calls) and all(_is_call(c) for c in calls)

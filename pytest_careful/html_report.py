@@ -54,12 +54,17 @@ _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200
                      "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff]")
 
 
+_PIECE = 1 << 16
+
+
 def clip(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, with a visible marker of how many bytes were cut."""
     if len(text) <= limit:
         return text
-    # str.isascii is a flag lookup: a megabyte of ASCII is measured without being encoded.
-    rest = len(text) - limit if text.isascii() else len(text[limit:].encode("utf-8", "surrogatepass"))
+    # str.isascii is a flag lookup: a megabyte of ASCII is measured without being encoded; other
+    # text is encoded a piece at a time, never copied whole (issue 23).
+    rest = len(text) - limit if text.isascii() else sum(
+        len(text[i:i + _PIECE].encode("utf-8", "surrogatepass")) for i in range(limit, len(text), _PIECE))
     return f"{text[:limit]}… ({rest} more bytes)"
 
 

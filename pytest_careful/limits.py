@@ -9,9 +9,14 @@ counted.
 
 Memory is counted, not measured: the bytes a conversation's scoring holds are the pickled
 snapshots it captures, the snapshots it unpickles (at ``UNPICKLED_FACTOR`` times their
-pickled size, the largest ratio measured), and per call its call string, its
-result string and ``CALL_OVERHEAD``. A count is deterministic: the same result file gives
-the same verdict on any machine, in any order, with or without xdist. The process's RSS
+pickled size, the largest ratio measured), per call its call string, its
+result string and ``CALL_OVERHEAD``, and every value the evaluators build (an operator's
+result, a method's return value, a string the decoder repeats or joins: ``plain_values.built``)
+at the length of its text, each shared part counted every time it is reached: the result
+strings and reports made from ``['a' * 199_999] * 100_000`` would copy 20 GB of it. Past the
+budget, the reason names the step, and the call, being scored (``at``). A count is
+deterministic: the same result file gives the same verdict on any machine, in any order,
+with or without xdist. The process's RSS
 is not: freed memory of an earlier conversation is reused without showing, and what the
 allocator keeps differs by platform; tracemalloc would triple the cost of every conversation.
 ``bench/hostile.py`` prints the count next to the measured peak for each hostile payload.
@@ -28,7 +33,7 @@ import contextlib
 import contextvars
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 #: Real runs stay over 100x below (``bench/hostile.py --real``): at most 49 calls, 0.08 s and
 #: 0.2 MB per conversation over the 800 references and a 600-conversation gpt-oss-20b run.
@@ -85,15 +90,24 @@ class Meter:
         self._ticks = 0
         self._deadline = self.started + limits.max_seconds
         self._max_bytes = int(limits.max_memory_mb * 1024 * 1024)
+        #: Where the scoring is (``at``): a reason names the step and call that crossed the limit.
+        self.where: tuple[int, int, int | None, Any] | None = None
+        self.expression: str | None = None  # what the decoder evaluates there (``evaluating``)
 
     @property
     def seconds(self) -> float:
         return time.monotonic() - self.started
 
+    def exceeded(self, limit: str, reason: str) -> ResourceLimit:
+        """The limit crossed, its reason naming the place (``at``) where one is set."""
+        if self.where is None:
+            return ResourceLimit(limit, reason)
+        return ResourceLimit(limit, f"{reason} at {place(self.where, self.expression)}")
+
     def call(self, nbytes: int) -> None:
         self.calls += 1
         if self.calls > self.limits.max_calls:
-            raise ResourceLimit("calls", f"more than {self.limits.max_calls:,} calls: over the call limit "
+            raise self.exceeded("calls", f"more than {self.limits.max_calls:,} calls: over the call limit "
                                          f"({OPTIONS['calls']}={self.limits.max_calls})")
         self.charge(nbytes + CALL_OVERHEAD)
         self.clock()
@@ -101,7 +115,7 @@ class Meter:
     def charge(self, nbytes: int) -> None:
         self.bytes += nbytes
         if self.bytes > self._max_bytes:
-            raise ResourceLimit("memory", f"more than {self.limits.max_memory_mb:g} MB of state, calls and results "
+            raise self.exceeded("memory", f"more than {self.limits.max_memory_mb:g} MB of state, calls and results "
                                           f"held after {self.calls:,} calls: over the memory limit "
                                           f"({OPTIONS['memory']}={self.limits.max_memory_mb:g})")
 
@@ -118,7 +132,7 @@ class Meter:
 
     def clock(self) -> None:
         if time.monotonic() > self._deadline:
-            raise ResourceLimit("seconds", f"scoring took more than {self.limits.max_seconds:g} s "
+            raise self.exceeded("seconds", f"scoring took more than {self.limits.max_seconds:g} s "
                                            f"(after {self.calls:,} calls): over the time limit "
                                            f"({OPTIONS['seconds']}={self.limits.max_seconds:g})")
 
@@ -171,3 +185,37 @@ def call(nbytes: int) -> None:
     meter = _CURRENT.get()
     if meter is not None:
         meter.call(nbytes)
+
+
+def metering() -> bool:
+    """Whether a budget counts here (a caller skips measuring what nothing would count)."""
+    return _CURRENT.get() is not None
+
+
+def at(turn: int | None, step: int = 0, position: int | None = None, call: Any = None) -> None:
+    """Where the scoring now is: a step being decoded, or (``position``, ``call``) a call being
+    replayed; ``None`` for nothing in particular. Kept as it is and put into words only when a
+    limit is crossed there (``place``): every call of every conversation passes here."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.where = None if turn is None else (turn, step, position, call)
+        meter.expression = None
+
+
+def evaluating(expression: str) -> None:
+    """The decoder is evaluating ``expression`` where the scoring is (named if a limit is crossed)."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.expression = expression
+
+
+def place(where: tuple[int, int, int | None, Any], expression: str | None = None) -> str:
+    """A place of ``at`` as a reason names it, on one line, long calls and literals cut."""
+    from ._text import escape, shorten_call
+
+    turn, step, position, call = where
+    if position is None:
+        what = f": {escape(shorten_call(expression, 200))}" if expression is not None else ""
+        return f"turn {turn}, step {step} (decoding{what})"
+    shown = escape(shorten_call(call, 200)) if isinstance(call, str) else type(call).__name__
+    return f"turn {turn}, step {step}, call {position}: {shown}"

@@ -254,8 +254,9 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="S", help=f"Budget of each conversation's scoring: wall time (default {DEFAULT_MAX_SECONDS:g} s)")
     add("--careful-max-memory-mb", dest="careful_max_memory_mb", default=DEFAULT_MAX_MEMORY_MB,
         type=_positive_number, metavar="MB",
-        help=f"Budget of each conversation's scoring: state snapshots, calls and results held, counted "
-             f"(default {DEFAULT_MAX_MEMORY_MB:g} MB)")
+        help=f"Budget of each conversation's scoring: state snapshots, calls and results held, and every "
+             f"value the decoder or a call builds ('a' * 199999, [x] * 100000) at the length of its text, "
+             f"counted (default {DEFAULT_MAX_MEMORY_MB:g} MB)")
     add("--careful-junit-strict", dest="careful_junit_strict", action="store_true",
         help="JUnit XML valid against Jenkins' junit-10.xsd: each conversation's careful_* values go to "
              "<system-out> as name=value lines instead of testcase <properties>")

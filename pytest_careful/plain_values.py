@@ -17,6 +17,8 @@ import decimal
 import operator
 from typing import Any, Callable
 
+from . import limits
+
 #: Longest str, bytes, list or tuple an operator may build (the longest call string).
 MAX_SEQUENCE_LENGTH = 200_000
 #: Largest int an operator may take or build, in bits (Python refuses to print
@@ -109,7 +111,96 @@ def binary(op: ast.operator, left: Any, right: Any) -> Any:
     result = _BINARY[type(op)](left, right)
     if type(result) is int and result.bit_length() > MAX_INT_BITS:
         raise Refused(f"an int of more than {MAX_INT_BITS} bits")
+    if limits.metering():
+        limits.charge(_built_size(op, left, right, result))
     return result
+
+
+def _built_size(op: ast.operator, left: Any, right: Any, result: Any) -> int:
+    """``text_size(result)``, from the operands where the result repeats or joins them (no walk of
+    a 200,000-item result that shares one item)."""
+    if isinstance(result, _SEQUENCES) and not isinstance(result, (str, bytes)):
+        if isinstance(op, ast.Mult):
+            seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
+            return 2 + max(int(count), 0) * max(text_size(seq) - 2, 0)
+        if isinstance(op, ast.Add):
+            return text_size(left) + text_size(right)
+    return text_size(result)
+
+
+def built(value: Any) -> None:
+    """Count a value the interpreter made against the conversation's memory budget.
+
+    Counted at the length of its text (``text_size``), not at the memory it takes: a list
+    repeated from a list shares its items, but a call result, an error message or a report
+    made from it copies every one (``['a' * 199_000] * 100_000`` takes 0.8 MB, its text 20 GB).
+    """
+    if limits.metering():
+        limits.charge(text_size(value))
+
+
+#: Characters a leaf's text is counted at when it is not measured (a number, None, an object).
+_LEAF_TEXT = 24
+
+
+def text_size(value: Any) -> int:
+    """About ``len(repr(value))``: each container measured once however often it is shared.
+
+    A str or bytes counts its length, an int its decimal digits, other scalars a fixed
+    ``_LEAF_TEXT``; a container 2 characters per item besides its items. A container met
+    inside itself counts nothing more (a simulator's state may link to itself).
+    """
+    flat = _flat_size(value)  # a scalar, or a result like {"status": "ok"}: most values, at a glance
+    if flat is not None:
+        return flat
+    sizes: dict[int, int] = {}
+    pending: list[tuple[Any, bool]] = [(value, False)]
+    while pending:
+        node, done = pending.pop()
+        if id(node) in sizes and not done:
+            continue
+        items = _items(node)
+        if items is None:
+            sizes[id(node)] = _leaf_size(node)
+        elif done:
+            sizes[id(node)] = 2 + sum(sizes.get(id(item), 0) + 2 for item in items)
+        else:
+            sizes[id(node)] = 0  # a cycle back to it adds nothing
+            pending.append((node, True))
+            pending.extend((item, False) for item in items if id(item) not in sizes)
+            limits.tick(len(items))
+    return sizes[id(value)]
+
+
+_CONTAINER_TYPES = (dict, list, tuple, set, frozenset)
+
+
+def _flat_size(value: Any) -> int | None:
+    """``text_size`` of a scalar or of a container of scalars; None for anything deeper."""
+    kind = type(value)
+    if kind not in _CONTAINER_TYPES:
+        return _leaf_size(value)
+    items = [*value.keys(), *value.values()] if kind is dict else value
+    if len(items) > 64 or any(type(item) in _CONTAINER_TYPES for item in items):
+        return None
+    return 2 + sum(_leaf_size(item) + 2 for item in items)
+
+
+def _items(value: Any) -> list[Any] | None:
+    kind = type(value)
+    if kind is dict:
+        return [*value.keys(), *value.values()]
+    if kind in (list, tuple, set, frozenset):
+        return list(value)
+    return None
+
+
+def _leaf_size(value: Any) -> int:
+    if type(value) in (str, bytes):
+        return len(value)
+    if type(value) is int:
+        return value.bit_length() * 30103 // 100000 + 1  # decimal digits, without building them
+    return _LEAF_TEXT
 
 
 def compare(op: ast.cmpop, left: Any, right: Any) -> Any:

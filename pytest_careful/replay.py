@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from . import limits
+from ._text import shorten_call, shorten_value
 from .dataset import Conversation
 from .executor import Execution, Simulators, independent_of_names, instance_name, template_of
 from .snapshot import Change, Snapshot, diff
@@ -68,6 +69,22 @@ class CallRecord:
     @property
     def success(self) -> bool:
         return self.status == OK
+
+    @property
+    def shown_call(self) -> str:
+        """The call as rows and reports quote it: long literals cut (``_text.shorten_call``), once."""
+        shown = self.__dict__.get("_shown_call")
+        if shown is None:
+            shown = self.__dict__["_shown_call"] = shorten_call(self.call)
+        return shown
+
+    @property
+    def shown_arguments(self) -> dict[str, Any]:
+        """The arguments as rows quote them: each long one cut (``_text.shorten_value``), once."""
+        shown = self.__dict__.get("_shown_arguments")
+        if shown is None:
+            shown = self.__dict__["_shown_arguments"] = {k: shorten_value(v) for k, v in self.arguments.items()}
+        return shown
 
     @property
     def changes(self) -> list[Change]:
@@ -169,6 +186,7 @@ def replay(
         touched_in_turn: set[str] = set()
         for step_index, step in enumerate(steps):
             for position, call in enumerate(step):
+                limits.at(turn_index, step_index, position, call)
                 # The conversation's budget (limits.py): each call and the strings it keeps.
                 limits.call(len(call) if isinstance(call, str) else 0)
                 shared = runner.shared(call)
@@ -194,6 +212,7 @@ def replay(
         if not snapshots and touched_in_turn:
             state = state.updated(runner.live().instances, touched_in_turn)
         turns.append(TurnReplay(turn_index, [list(s) for s in steps], records, state))
+    limits.at(None)  # what follows (verdict, rules) is no one call's
     return Replay(conversation, turns, initial, runner.names)
 
 

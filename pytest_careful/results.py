@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ._gc import paused
-from . import dataset
+from . import dataset, limits
 from ._bfcl import CATEGORIES
 from .dataset import Conversation
 from .decoding import Decoder
@@ -387,6 +387,7 @@ def decode_run(decoder: Decoder, result: Sequence[Sequence[Any]]) -> DecodedRun:
         steps, indices, silent = [], [], []
         items = turn if isinstance(turn, list) else []
         for index, item in enumerate(items):
+            limits.at(len(run.turns), index)
             decoded, error = _decode(decoder, item)
             if _is_empty(decoded):
                 silent.append(NoCallStep(index, step_text(item), error, item))

@@ -198,8 +198,8 @@ def score_turn(turn: TurnReplay, ref: TurnReplay, decl: Declarations, boundary: 
 
     def flag(rule: str, call: CallRecord, note: str = "") -> None:
         counts[rule] += 1
-        violations.append(Violation(
-            rule, call.turn, call.step, call.call, call.arguments,
+        violations.append(Violation(  # long calls and arguments cut once, on the record
+            rule, call.turn, call.step, call.shown_call, call.shown_arguments,
             [c for c in ref_calls if _name_of(c) == call.name],
             [c.to_json() for c in call.changes], note))
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
 from . import dag, limits
+from ._text import shorten
 
 #: Attributes that are not state, with the reason. Everything else is kept,
 #: public and private (``GorillaFileSystem._current_dir`` is hidden state).
@@ -213,12 +214,12 @@ def _clip(value: Any) -> Any:
     A container's text is measured and cut without being built: a state whose folders are
     shared by many paths has a text far longer than the state itself.
     """
-    if isinstance(value, str) and len(value) > MAX_EVIDENCE_CHARS:
-        return value[:MAX_EVIDENCE_CHARS] + f"... ({len(value)} chars)"
+    if isinstance(value, str):  # as every long value is quoted (``_text.shorten``)
+        return shorten(value, MAX_EVIDENCE_CHARS)
     if isinstance(value, (dict, list)):
         size = dag.text_size(value)
         if size > MAX_EVIDENCE_CHARS:
-            return dag.text_prefix(value, MAX_EVIDENCE_CHARS) + f"... ({size} chars)"
+            return dag.text_prefix(value, MAX_EVIDENCE_CHARS) + f"… ({size:,} chars)"
     return value
 
 

@@ -134,3 +134,55 @@ def as_fc_entry(conversation: dataset.Conversation, hostile: list[str]) -> dict[
     """One result-file line in BFCL's FC format (each step a list of ``{name: arguments}``)."""
     result = [[as_fc_step(step) for step in turn] for turn in as_run(conversation, hostile)]
     return {"id": conversation.id, "result": result}
+
+
+# --- short lines that expand (issue 23) ------------------------------------------------
+# A prompting step (``[f(a=1), ...]``, as Qwen/Qwen3-8B logs it) whose arguments the
+# decoder builds by repetition and concatenation, as BFCL's own ``eval`` would; and call
+# strings whose values only the call interpreter builds (list repetition, nested
+# repetition, big integers: no prompting decoder passes them on), for the passthrough decoder.
+
+#: Longest string the evaluators build in one operation (``plain_values.MAX_SEQUENCE_LENGTH`` - 1).
+LONG = 199_999
+#: The issue's line: 300 writes of 199,000 characters each (13 KB of text, 60 MB of arguments).
+ISSUE_STEP = "[" + ", ".join(f"echo(content='a'*199000, file_name='f{n}')" for n in range(300)) + "]"
+
+
+def _filled(unit: Callable[[int], str], size: int) -> str:
+    """A prompting step of calls ``unit(0), unit(1), ...``, ``size`` characters at most."""
+    calls: list[str] = []
+    length = 2
+    while length + len(unit(len(calls))) + 2 <= size:
+        calls.append(unit(len(calls)))
+        length += len(calls[-1]) + 2
+    return "[" + ", ".join(calls) + "]"
+
+
+#: Class -> a prompting step of about ``size`` characters, and the characters its arguments expand to.
+EXPANDING_STEPS: dict[str, Callable[[int], str]] = {
+    "string repetition": lambda size: _filled(lambda n: f"echo(content='a'*{LONG}, file_name='f{n}')", size),
+    "results that echo": lambda size: _filled(lambda n: f"echo(content='b'*{LONG})", size),
+    "nested containers": lambda size: _filled(
+        lambda n: f"echo(content=['c'*{LONG}, {{'k': ('d'*{LONG},)}}])", size),
+    "concatenation chains": lambda size: _filled(
+        lambda n: "echo(content='e'*50000+'f'*50000+'g'*50000+'h'*49999)", size),
+    "number arithmetic": lambda size: _filled(
+        lambda n: "echo(content=123456789*987654321*123456789*987654321-7)", size),
+}
+
+
+def expanded_chars(step: str) -> int:
+    """Characters the step's repetitions make (``'x'*N`` counts N), read off the step's text."""
+    import re
+
+    return sum(int(count) for count in re.findall(r"'\w'\*(\d+)", step))
+
+
+#: Class -> calls for the passthrough decoder: values only the call interpreter builds.
+EXPANDING_CALLS: dict[str, list[str]] = {
+    "list repetition": [f"echo(content=['a'*{LONG}]*{LONG})"],
+    "nested repetition": ["echo(content=[[0]*100000]*100000)"],
+    "big integers": ["echo(content=[3**50000]*100000)"],  # 3**50000: 79,249 bits, 23,857 digits
+    "results that echo": [f"echo(content='a'*{LONG})"] * 3000,
+    "concatenation chains": ["echo(content='a'*50000+'b'*50000+'c'*50000+'d'*49999)"] * 3000,
+}
