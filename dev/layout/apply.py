@@ -298,12 +298,13 @@ def special_cases(mapping: dict, names: Names) -> None:
 
     pyproject = ROOT / "pyproject.toml"
     text = pyproject.read_text()
-    m = re.search(r"^packages = \[(.*?)\]", text, re.M)
+    m = re.search(r"^packages = \[(.*?)\]", text, re.M | re.S)
     if m:
         current = re.findall(r'"([^"]+)"', m.group(1))
         wanted = [dotted(p) for p in mapping.get("packages", {})]
         merged = current[:1] + [p for p in wanted if p not in current] + current[1:]
-        text = text[: m.start(1)] + ", ".join(f'"{p}"' for p in merged) + text[m.end(1):]
+        listed = "".join(f'\n    "{p}",' for p in merged) + "\n"
+        text = text[: m.start(1)] + listed + text[m.end(1):]
     for src, dst in mapping["moves"].items():
         if src.endswith(".py") or not src.startswith(PACKAGE):
             continue
