@@ -274,6 +274,15 @@ def rewrite(mapping: dict) -> None:
         if new is not None:
             p.write_text(new)
             changed.append(rel)
+    for p in files:  # `from pytest_careful import results` inside strings (`python -c`, textwrap scripts)
+        rel = str(p.relative_to(ROOT))
+        if p.suffix != ".py":
+            continue
+        text = p.read_text()
+        new = IN_STRING.sub(lambda m: in_string(m, names), text)
+        if new != text:
+            p.write_text(new)
+            changed.append(rel)
     special_cases(mapping, names)
     for pkg, doc in {**mapping.get("packages", {}), **mapping.get("test_packages", {})}.items():
         init = ROOT / pkg / "__init__.py"
@@ -283,6 +292,24 @@ def rewrite(mapping: dict) -> None:
     git("commit", "-q", "-m", "Layout (issue 25): rewrite imports, dotted names and paths for the moves "
         "(dev/layout/apply.py); stage __init__ docstrings")
     print(f"apply.py: rewrote {len(set(changed))} files")
+
+
+IN_STRING = re.compile(r"(?<![\w.])from pytest_careful import (\w+(?: as \w+)?(?:, \w+(?: as \w+)?)*)(?=[;\"'\\]|\\n|$)", re.M)
+
+
+def in_string(m: re.Match[str], names: Names) -> str:
+    """One `from pytest_careful import a, b` in a string: a statement per new package, joined by `; `."""
+    groups: dict[str, list[str]] = {}
+    for part in m.group(1).split(", "):
+        name, _, alias = part.partition(" as ")
+        new = names.modules.get(f"{PACKAGE}.{name}")
+        if new is None:
+            groups.setdefault(PACKAGE, []).append(part)
+            continue
+        parent, leaf = new.rsplit(".", 1)
+        asname = alias or (name if leaf != name else "")
+        groups.setdefault(parent, []).append(leaf + (f" as {asname}" if asname else ""))
+    return "; ".join(f"from {pkg} import {', '.join(parts)}" for pkg, parts in groups.items())
 
 
 def special_cases(mapping: dict, names: Names) -> None:
