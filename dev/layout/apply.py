@@ -90,8 +90,9 @@ def move(mapping: dict) -> None:
         git("mv", src, dst)
         moved += 1
     if moved:
-        git("commit", "-q", "-m", "Layout (issue 25): move modules into stage subpackages and tests into "
-            "tests/<stage>/ (git mv only; dev/layout/apply.py, dev/layout/mapping.json)")
+        tests = " and tests into tests/<stage>/" if mapping["test_moves"] else ""
+        git("commit", "-q", "-m", f"Layout (issue 25): move modules into stage subpackages{tests} "
+            "(git mv only; dev/layout/apply.py, dev/layout/mapping.json)")
     print(f"apply.py: moved {moved} paths")
 
 
