@@ -242,6 +242,51 @@ def test_helper_fixups(text: str, names: Names) -> str:
     return text
 
 
+def tests_on_path_fixups(text: str, rel: str, old_rel: str | None) -> str:
+    """`sys.path.insert(0, ROOT / "tests")` meant the folder of the test module (a child process
+    imports it by name) or of the helpers (bench/): now tests/<stage>/ or tests/helpers/."""
+    if old_rel is not None and old_rel.startswith("tests/") and rel.startswith("tests/"):
+        folder = str(Path(rel).parent)
+    elif not rel.startswith("tests/"):
+        folder = "tests/helpers"
+    else:
+        return text
+    if folder == "tests":
+        return text
+    parts = folder.split("/")
+    for quote in ('"', "'"):
+        joined = " / ".join(f"{quote}{p}{quote}" for p in parts)
+        text = text.replace(f"ROOT / {quote}tests{quote})", f"ROOT / {joined})")
+        text = text.replace(f"sys.path.insert(0, {quote}tests{quote})", f"sys.path.insert(0, {quote}{folder}{quote})")
+    return text
+
+
+HELPERS_ON_PATH = """
+# Shared test helpers (tests/helpers/) are imported by bare name, here and in the child processes
+# the tests start (which also import conftest and test modules by name): on sys.path and PYTHONPATH.
+HELPERS = Path(__file__).resolve().parent / "helpers"
+sys.path.insert(0, str(HELPERS))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(HELPERS), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")) if p)
+"""
+
+
+def helpers_on_path(mapping: dict) -> None:
+    """tests/conftest.py puts tests/helpers/ on the path when helpers moved there."""
+    if not any(dst.startswith("tests/helpers/") for dst in mapping["test_moves"].values()):
+        return
+    conftest = ROOT / "tests" / "conftest.py"
+    text = conftest.read_text()
+    if "HELPERS = " in text:
+        return
+    anchor = 'pytest_plugins = ["pytester"]\n'
+    if anchor not in text:
+        print("apply.py: tests/conftest.py has no pytest_plugins line; put tests/helpers on sys.path by hand",
+              file=sys.stderr)
+        return
+    conftest.write_text(text.replace(anchor, anchor + HELPERS_ON_PATH, 1))
+
+
 def rewrite(mapping: dict) -> None:
     names = Names(mapping)
     changed: list[str] = []
@@ -254,6 +299,8 @@ def rewrite(mapping: dict) -> None:
         old_rel = names.new_to_old.get(rel)
         if old_rel is not None and p.suffix == ".py":
             new = file_depth_fixups(new, rel.count("/") - old_rel.count("/"))
+        if p.suffix == ".py" and names.test_modules:
+            new = tests_on_path_fixups(new, rel, old_rel)
         if new != text:
             p.write_text(new)
             changed.append(rel)
@@ -285,6 +332,7 @@ def rewrite(mapping: dict) -> None:
             p.write_text(new)
             changed.append(rel)
     special_cases(mapping, names)
+    helpers_on_path(mapping)
     for pkg, doc in {**mapping.get("packages", {}), **mapping.get("test_packages", {})}.items():
         init = ROOT / pkg / "__init__.py"
         if not init.exists() and pkg.startswith(PACKAGE):
