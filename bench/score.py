@@ -37,7 +37,7 @@ def _fc_step(call: str) -> list[dict[str, str]]:
 
 
 def build_run(directory: Path) -> Path:
-    from pytest_careful import dataset
+    from pytest_careful.data import dataset
 
     run = directory / "result" / "gpt-oss-20b-plus-lc"
     run.mkdir(parents=True)
@@ -57,9 +57,11 @@ def build_run(directory: Path) -> Path:
 
 
 def in_process(run: Path) -> dict[str, float]:
-    from pytest_careful import dataset, declarations, results, rules
-    from pytest_careful.decoding import decoder
-    from pytest_careful.replay import reference
+    from pytest_careful.data import dataset, result_files as results
+    from pytest_careful.effects import declarations
+    from pytest_careful.scoring import rules
+    from pytest_careful.execution.decoding import decoder
+    from pytest_careful.evaluation.replay import reference
 
     dec, decl = decoder(DECODER), declarations.load()
     files, _ = results.find_result_files(run)
@@ -89,8 +91,10 @@ def cold(run: Path) -> float:
 
 
 def _cold_child(run: Path) -> None:
-    from pytest_careful import dataset, declarations, results, rules
-    from pytest_careful.decoding import decoder
+    from pytest_careful.data import dataset, result_files as results
+    from pytest_careful.effects import declarations
+    from pytest_careful.scoring import rules
+    from pytest_careful.execution.decoding import decoder
 
     dec, decl = decoder(DECODER), declarations.load()
     files, _ = results.find_result_files(run)

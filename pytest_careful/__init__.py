@@ -9,11 +9,11 @@ from typing import Any
 # installed, through the plugin, and ``executor`` captures bfcl-eval's simulator state at import.
 # A session that does not ask for a run must not pay for that.
 _PUBLIC = {
-    "Conversation": "dataset", "load": "dataset", "load_category": "dataset",
-    "Execution": "executor", "Simulators": "executor",
-    "CallRecord": "replay", "Replay": "replay", "reference": "replay",
-    "Evaluation": "results", "InputProblem": "results", "evaluate": "results", "read_result_file": "results",
-    "Verdict": "verdict", "check": "verdict",
+    "Conversation": "data.dataset", "load": "data.dataset", "load_category": "data.dataset",
+    "Execution": "execution.executor", "Simulators": "execution.executor",
+    "CallRecord": "evaluation.replay", "Replay": "evaluation.replay", "reference": "evaluation.replay",
+    "Evaluation": "data.result_files", "InputProblem": "data.result_files", "evaluate": "data.result_files", "read_result_file": "data.result_files",
+    "Verdict": "evaluation.verdict", "check": "evaluation.verdict",
 }
 
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from ._bfcl import CATEGORIES
-from . import _gc, selection
-from .options import add_options, read_options
+from .common.bfcl import CATEGORIES
+from .common import gc_pause as _gc
+from .harness import selection
+from .harness.options import add_options, read_options
 
 
 #: Set when the options ask for a run: until then nothing imports ``state`` (and the scoring modules it
@@ -26,7 +27,7 @@ def _session_state(config: pytest.Config) -> Any:
     """The run's ``CarefulState``, or None when this session runs no conversations."""
     if not config.stash.get(_ACTIVE, False):
         return None
-    from .state import SESSION_KEY
+    from .harness.state import SESSION_KEY
 
     return config.stash.get(SESSION_KEY, None)
 
@@ -53,7 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not options.active:
         return
     config.stash[_ACTIVE] = True
-    from .session import CarefulPlugin, start
+    from .harness.session import CarefulPlugin, start
 
     if options.worker:
         # What the controller set up for the session (server URL, run id), as it sent it.
@@ -75,7 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
             state.start_lines.append(capped)
     _gc.freeze()  # the modules, options and declarations: kept to the end, never garbage
     if chosen:
-        from . import dataset
+        from .data import dataset
 
         selection.check(chosen, state.options.categories, state.options.protocols,
                         {c.id for c in dataset.load()})
@@ -84,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _markers() -> list[tuple[str, str]]:
-    from .markers import CLASS_MARKERS
+    from .harness.markers import CLASS_MARKERS
 
     out = [("careful", "a pytest-careful conversation item")]
     out += [(c, f"pytest-careful: multi_turn_{c} conversations")
@@ -112,8 +113,8 @@ def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool |
 
 @pytest.fixture(scope="session")
 def careful_declarations() -> Any:
-    """The effect declarations (``pytest_careful.declarations.Declarations``)."""
-    from . import declarations
+    """The effect declarations (``pytest_careful.effects.declarations.Declarations``)."""
+    from .effects import declarations
 
     return declarations.load()
 
@@ -125,7 +126,7 @@ def careful_conversation(request: pytest.FixtureRequest) -> Any:
     Outside a conversation item, parametrize ``careful_conversation_id``
     (indirectly) with a BFCL id such as ``multi_turn_base_0``.
     """
-    from . import dataset
+    from .data import dataset
 
     conversation_id = getattr(request.node, "conversation_id", None) or getattr(request, "param", None)
     if conversation_id is None:
@@ -137,7 +138,7 @@ def careful_conversation(request: pytest.FixtureRequest) -> Any:
 @pytest.fixture
 def careful_simulators(careful_conversation: Any) -> Any:
     """Fresh simulator instances of the conversation, created as BFCL creates them."""
-    from .executor import Simulators
+    from .execution.executor import Simulators
 
     c = careful_conversation
     return Simulators(c.involved_classes, c.initial_config, c.long_context, test_entry_id=c.id)
@@ -145,8 +146,8 @@ def careful_simulators(careful_conversation: Any) -> Any:
 
 @pytest.fixture
 def careful_reference(careful_conversation: Any) -> Any:
-    """The conversation's reference trajectory, replayed (``pytest_careful.replay.Replay``)."""
-    from .replay import reference
+    """The conversation's reference trajectory, replayed (``pytest_careful.evaluation.replay.Replay``)."""
+    from .evaluation.replay import reference
 
     return reference(careful_conversation)
 
@@ -169,7 +170,7 @@ def careful_scripted_user(request: pytest.FixtureRequest, careful_conversation: 
 
 @pytest.fixture(scope="session")
 def careful_model(request: pytest.FixtureRequest) -> Any:
-    """The model handle of the run (``pytest_careful.sources.Source``)."""
+    """The model handle of the run (``pytest_careful.sources.reference_logged.Source``)."""
     state = _session_state(request.config)
     if state is None:
         pytest.skip("no pytest-careful run selected (--careful-model / --careful-results)")

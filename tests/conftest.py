@@ -15,10 +15,17 @@ import pytest
 os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="careful-tests-bfcl-"))
 # The tests never reach the Hugging Face Hub: a model fetch they did not mean to make fails
 # at once (offline, not cached) instead of downloading. Tests of the fetch unset it and
-# point HF_ENDPOINT at a loopback hub (tests/loopback_hub.py).
+# point HF_ENDPOINT at a loopback hub (tests/helpers/loopback_hub.py).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 pytest_plugins = ["pytester"]
+
+# Shared test helpers (tests/helpers/) are imported by bare name, here and in the child processes
+# the tests start (which also import conftest and test modules by name): on sys.path and PYTHONPATH.
+HELPERS = Path(__file__).resolve().parent / "helpers"
+sys.path.insert(0, str(HELPERS))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(HELPERS), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")) if p)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -30,7 +37,7 @@ def run_oracle(cases: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """bfcl-eval's own evaluation of each case, in a child process."""
     payload = "".join(json.dumps(c) + "\n" for c in cases)
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "oracle_worker.py")],
+        [sys.executable, str(ROOT / "tests" / "helpers" / "oracle_worker.py")],
         input=payload, capture_output=True, text=True, check=False,
         env={**os.environ, "BFCL_PROJECT_ROOT": tempfile.mkdtemp(prefix="oracle-")},
     )

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_careful import _bfcl, decoding
+from pytest_careful.common import bfcl as _bfcl
+from pytest_careful.execution import decoding
 
 
 def test_no_writes_under_site_packages(tmp_path):
@@ -23,7 +24,7 @@ def test_no_writes_under_site_packages(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("BFCL_PROJECT_ROOT", "OPENAI_API_KEY")}
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     code = (
-        "from pytest_careful import decoding, dataset;"
+        "from pytest_careful.execution import decoding; from pytest_careful.data import dataset;"
         "d = decoding.decoder('gpt-4.1-2025-04-14-FC');"  # imports the handler (and bfcl eval_config)
         "print(d.decode_step([{'ls': '{\"a\": true}'}]));"
         "import os; print(os.environ['BFCL_PROJECT_ROOT'])"
@@ -73,7 +74,7 @@ def _fc_step(call: str) -> list[dict[str, str]]:
 
 def _fc_run(root: Path, ids: tuple[str, ...]) -> Path:
     """A logged run in the OpenAI FC format: the references of ``ids`` as the model's calls."""
-    from pytest_careful import dataset
+    from pytest_careful.data import dataset
 
     run = root / "result" / "fc-model"
     run.mkdir(parents=True)
@@ -121,7 +122,7 @@ def test_a_missing_extra_is_named_in_one_line(tmp_path: Path) -> None:
     key = next(k for k, e in decoding._registry_source().items() if e and e.handler_module.endswith(".gemini"))
     # Building the decoder imports the handler module: the ImportError names the extra.
     code = textwrap.dedent(f"""
-        from pytest_careful import decoding
+        from pytest_careful.execution import decoding
         try:
             decoding.decoder({key!r})
         except decoding.MissingExtra as exc:
@@ -165,7 +166,7 @@ def test_spearman_without_scipy_equals_scipy(x: list[float], y: list[float]) -> 
     """agreement.py's ρ replaced scipy (a test dependency only now): scipy is the oracle."""
     from scipy.stats import spearmanr
 
-    from pytest_careful.agreement import spearman_rho
+    from pytest_careful.reports.agreement import spearman_rho
 
     assert spearman_rho(x, y) == pytest.approx(float(spearmanr(x, y).statistic))
     assert spearman_rho([1, 1, 1], y[:3]) is None  # scipy: NaN (constant input)

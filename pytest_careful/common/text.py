@@ -70,7 +70,7 @@ def shorten_value(value: Any, limit: int = MAX_SHOWN) -> Any:
         return shorten(value, limit)
     if not isinstance(value, (dict, list, tuple, set, frozenset)):
         return value
-    from . import dag
+    from ..execution import dag
 
     if isinstance(value, (set, frozenset)):
         value = list(value)

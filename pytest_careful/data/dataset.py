@@ -3,7 +3,7 @@
 Mirrors ``bfcl_eval.utils.load_dataset_entry`` + ``load_ground_truth_entry`` for
 the multi-turn categories (function docs per involved class, holdout docs of
 miss_func moved to ``missed_function``) without importing ``bfcl_eval.utils``,
-whose import writes under ``BFCL_PROJECT_ROOT``. ``tests/test_dataset.py``
+whose import writes under ``BFCL_PROJECT_ROOT``. ``tests/data/test_dataset.py``
 compares the two on every conversation.
 """
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import _bfcl
-from ._bfcl import CATEGORIES
+from ..common import bfcl as _bfcl
+from ..common.bfcl import CATEGORIES
 
 
 @dataclass(frozen=True, eq=False)  # identity hash: conversations are loaded once

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ._gc import paused
-from . import dataset, limits
-from ._bfcl import CATEGORIES
+from ..common.gc_pause import paused
+from . import dataset
+from ..execution import limits
+from ..common.bfcl import CATEGORIES
 from .dataset import Conversation
-from .decoding import Decoder
-from .replay import Replay, reference, replay
-from .verdict import Verdict, check, force_terminated, inference_error
+from ..execution.decoding import Decoder
+from ..evaluation.replay import Replay, reference, replay
+from ..evaluation.verdict import Verdict, check, force_terminated, inference_error
 
 RESULT_FILE = re.compile(r"^BFCL_v4_(?P<category>multi_turn_[a-z_]+)_result\.json$")
 

@@ -1,7 +1,7 @@
 """Crash-safe BFCL result files for live model runs.
 
 Live runs write every finished conversation where ``bfcl generate`` would, in
-the form it would, so ``bfcl evaluate`` and :func:`pytest_careful.results.read_result_file`
+the form it would, so ``bfcl evaluate`` and :func:`pytest_careful.data.result_files.read_result_file`
 read the file unchanged:
 
     <result_dir>/<registry name, "/" -> "_">/multi_turn/BFCL_v4_<category>_result.json
@@ -10,7 +10,7 @@ one ``json.dumps(entry, ensure_ascii=False)`` object per line (as bfcl's
 ``write_list_of_dicts_to_file``).  The layout mirrors ``BaseHandler.write``
 (``registry_dir_name``) and ``utils.get_directory_structure_by_category``; it is
 spelled out here rather than imported because importing ``bfcl_eval.utils``
-creates directories under ``BFCL_PROJECT_ROOT`` (see :mod:`pytest_careful._bfcl`),
+creates directories under ``BFCL_PROJECT_ROOT`` (see :mod:`pytest_careful.common.bfcl`),
 and the tests check it against bfcl's own code.
 
 The file is an append-only log so a killed run loses at most the conversation
@@ -29,10 +29,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bfcl import CATEGORIES
+from ..common.bfcl import CATEGORIES
 
 if TYPE_CHECKING:
-    from .results import InputProblem, LoggedEntry
+    from .result_files import InputProblem, LoggedEntry
 
 VERSION_PREFIX = "BFCL_v4"  # bfcl_eval.constants.category_mapping.VERSION_PREFIX
 GROUP_DIR = "multi_turn"  # get_directory_structure_by_category() for every category we run
@@ -73,14 +73,14 @@ class ResultStore:
         """The category's entries by id, and the problems of its other lines.
 
         Read exactly as ``--careful-results`` reads a file
-        (:func:`pytest_careful.results.read_result_file`): a torn line (what a
+        (:func:`pytest_careful.data.result_files.read_result_file`): a torn line (what a
         killed writer leaves behind), a line of another category or no
         conversation, one with more turns than its conversation has or that
         cannot be read at all is a problem with its line, never an entry, so
         its conversation is retried, not served. Of several entries of an id
-        the last one counts, as everywhere (:func:`~pytest_careful.results.keep_last`).
+        the last one counts, as everywhere (:func:`~pytest_careful.data.result_files.keep_last`).
         """
-        from .results import read_result_file
+        from .result_files import read_result_file
 
         path = self.path(category)
         if not os.path.lexists(path):

@@ -1,6 +1,6 @@
 """Effect declarations: what each of the 128 multi-turn functions does.
 
-Everything but the destructive boundary is inferred (``pytest_careful.inference``)
+Everything but the destructive boundary is inferred (``pytest_careful.effects.inference``)
 and written to ``declarations/<Class>.yaml``; the boundary is human data in
 ``declarations/destructive.yaml``. This module loads both, selects a boundary,
 and renders a declaration as MCP tool annotations.
@@ -16,10 +16,10 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from ._bfcl import SIMULATOR_CLASSES
+from ..common.bfcl import SIMULATOR_CLASSES
 
 #: The data package that ``declarations/`` is installed as. Not
-#: ``pytest_careful.declarations``: installed, a folder of that name beside this
+#: ``pytest_careful.effects.declarations``: installed, a folder of that name beside this
 #: module would shadow it (the package wins the import).
 DATA_PACKAGE = "pytest_careful.declarations_data"
 
@@ -32,7 +32,7 @@ def _declarations_dir() -> Path:
     spec = importlib.util.find_spec(DATA_PACKAGE)
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
-    return Path(__file__).resolve().parent.parent / "declarations"
+    return Path(__file__).resolve().parents[2] / "declarations"
 
 
 DECLARATIONS_DIR = _declarations_dir()

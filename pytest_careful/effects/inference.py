@@ -20,11 +20,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from . import _bfcl, dataset
-from .dataset import Conversation
-from .executor import Simulators
-from .replay import OK, call_status
-from .snapshot import Change, Snapshot, capture_class, diff
+from ..common import bfcl as _bfcl
+from ..data import dataset
+from ..data.dataset import Conversation
+from ..execution.executor import Simulators
+from ..evaluation.replay import OK, call_status
+from ..execution.snapshot import Change, Snapshot, capture_class, diff
 
 SOURCES = ("reference", "logged", "synthetic")
 MAX_STATES_PER_CLASS = 40

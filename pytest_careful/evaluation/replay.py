@@ -13,11 +13,11 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from . import limits
-from ._text import shorten_call, shorten_value
-from .dataset import Conversation
-from .executor import Execution, Simulators, independent_of_names, instance_name, template_of
-from .snapshot import Change, Snapshot, diff
+from ..execution import limits
+from ..common.text import shorten_call, shorten_value
+from ..data.dataset import Conversation
+from ..execution.executor import Execution, Simulators, independent_of_names, instance_name, template_of
+from ..execution.snapshot import Change, Snapshot, diff
 
 #: Call outcomes. A call is successful only when ``ok``.
 OK, RAISED, REFUSED, ERROR_FIELD, FALSE_STATUS = (

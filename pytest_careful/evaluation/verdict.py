@@ -6,7 +6,7 @@ Same order of checks, same ``error_type`` strings and messages as
 termination (turn count differs), then per turn: empty model turn where the
 reference calls, public state of every instance, and the reference results as
 an unordered sub-multiset of all model results so far. The first failing turn
-decides. ``tests/test_parity.py`` compares this with bfcl-eval's own checker.
+decides. ``tests/evaluation/test_parity.py`` compares this with bfcl-eval's own checker.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dataset import Conversation
+from ..data.dataset import Conversation
 from .replay import Replay
-from .snapshot import states_equal_public
+from ..execution.snapshot import states_equal_public
 
 INFERENCE_ERROR = "multi_turn:inference_error"
 FORCE_TERMINATED = "multi_turn:force_terminated"

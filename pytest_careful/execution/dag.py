@@ -36,7 +36,7 @@ CYCLE = "<cycle>"
 def _file_system_module() -> Any:
     import sys
 
-    from . import _bfcl
+    from ..common import bfcl as _bfcl
 
     return sys.modules[_bfcl.simulator_class("GorillaFileSystem").__module__]
 

@@ -7,7 +7,7 @@ the name ``eval`` in each handler module is shadowed by :func:`literal_only_eval
 which accepts Python literals and bounded number arithmetic and raises on
 anything else, so such a step fails to decode (and BFCL drops it) instead of
 running. On safe input the result is identical to the stock decoder's
-(``tests/test_decoding.py`` compares them on the real run, in a subprocess).
+(``tests/execution/test_decoding.py`` compares them on the real run, in a subprocess).
 
 Handlers are built without calling vendor SDK constructors when those need an
 API key: decoding needs none.
@@ -26,7 +26,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from . import _bfcl, limits, plain_values
+from ..common import bfcl as _bfcl
+from . import limits, plain_values
 from .executor import MAX_CALL_CHARS, Refused, _arithmetic
 
 _PATCH_LOCK = threading.Lock()
@@ -103,7 +104,7 @@ def _registry_source() -> dict[str, RegistryEntry | None]:
     Importing the registry imports every vendor SDK (about 5 s in each pytest
     process); decoding needs one handler module. An entry whose fields are not
     plain literals maps to None and is resolved through the imported registry.
-    ``tests/test_decoding.py`` checks every entry against the imported mapping.
+    ``tests/execution/test_decoding.py`` checks every entry against the imported mapping.
     """
     source = (_bfcl.package_root() / "constants" / "model_config.py").read_text(encoding="utf-8")
     tree = ast.parse(source)
@@ -239,7 +240,7 @@ def registry_keys() -> tuple[str, ...]:
 def resolve_model(name: str) -> str:
     """A registry key from what a user typed (``Qwen3-8B`` → ``Qwen/Qwen3-8B``)."""
     if name.startswith("scripted:"):  # scripted models decode like the runs they wrote
-        from .live.scripted import UnknownPolicy, parse_handle
+        from ..live.scripted import UnknownPolicy, parse_handle
 
         try:
             parse_handle(name)
@@ -280,7 +281,7 @@ def decoder(registry_key: str) -> Decoder:
     """The decoder of a registry key, as ``bfcl evaluate`` builds it (temperature 0)."""
     key = resolve_model(registry_key)
     if key.startswith("scripted:"):
-        from .live.scripted import make_handler
+        from ..live.scripted import make_handler
 
         handler = make_handler(key)
         _shadow_eval(type(handler))

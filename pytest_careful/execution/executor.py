@@ -32,7 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import AbstractSet, Any, Callable, Iterable, Mapping, NoReturn
 
-from . import _bfcl, isolation, plain_values
+from ..common import bfcl as _bfcl
+from . import isolation, plain_values
 from .plain_values import Refused
 
 #: bfcl-eval's own deny-list, checked on the rewritten string as BFCL does.
@@ -52,7 +53,7 @@ MAX_EXPRESSION_DEPTH = 100
 #: Names ``eval`` resolves in bfcl-eval's executor besides the builtins and the
 #: instances: ``multi_turn_utils``' globals and ``execute_multi_turn_func_call``'s
 #: locals (``eval`` without namespaces sees both). A call string naming one is
-#: refused, never resolved; ``tests/test_call_parity.py`` checks this list.
+#: refused, never resolved; ``tests/execution/test_call_parity.py`` checks this list.
 BFCL_SCOPE_NAMES = frozenset({
     "CLASS_FILE_PATH_MAPPING", "STATELESS_CLASSES", "__builtins__", "__cached__", "__doc__", "__file__",
     "__loader__", "__name__", "__package__", "__spec__", "_process_method_calls", "copy",
@@ -548,7 +549,7 @@ class _Interpreter:
     """Evaluates a checked tree (``_check_supported``) as ``eval`` would in bfcl-eval's executor.
 
     Method calls go to this conversation's instances; operators to
-    :mod:`pytest_careful.plain_values`; a name is never looked up anywhere.
+    :mod:`pytest_careful.execution.plain_values`; a name is never looked up anywhere.
     """
 
     def __init__(self, simulators: Simulators) -> None:

@@ -8,7 +8,7 @@ which a nested call can pass to a method that stores and later mutates its
 argument). Run in one process, a call of one conversation would change what
 every later conversation sees, the reference's included.
 
-Each :class:`World` (one per :class:`~pytest_careful.executor.Simulators`) sees
+Each :class:`World` (one per :class:`~pytest_careful.execution.executor.Simulators`) sees
 that state as a process that has just imported bfcl-eval does. It is captured
 once, when this module is imported (before any simulator code runs): every
 mutable object reachable from the simulator modules' globals, their classes'
@@ -25,7 +25,7 @@ model replays a reference) stay apart.
 
 ``decimal`` and ``mpmath`` precision is per call (``executor``); the global
 ``random`` generator is never drawn from (the simulators seed their own), which
-``tests/test_isolation.py`` checks from the bytecode along with the rest.
+``tests/execution/test_isolation.py`` checks from the bytecode along with the rest.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from . import _bfcl
+from ..common import bfcl as _bfcl
 
 PACKAGE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 

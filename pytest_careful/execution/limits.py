@@ -211,7 +211,7 @@ def evaluating(expression: str) -> None:
 
 def place(where: tuple[int, int, int | None, Any], expression: str | None = None) -> str:
     """A place of ``at`` as a reason names it, on one line, long calls and literals cut."""
-    from ._text import escape, shorten_call
+    from ..common.text import escape, shorten_call
 
     turn, step, position, call = where
     if position is None:

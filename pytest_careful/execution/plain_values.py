@@ -1,6 +1,6 @@
 """Python's operators on plain data, as ``eval`` computes them, at a bounded cost.
 
-The safe interpreter (:mod:`pytest_careful.executor`) evaluates ``or``/``and``/
+The safe interpreter (:mod:`pytest_careful.execution.executor`) evaluates ``or``/``and``/
 ``not``, conditional expressions, comparisons, arithmetic, ``%``-formatting and
 subscripts over the values a call string builds: literals and what simulator
 methods return. Each operation here is Python's own operator (so results and

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
 from . import dag, limits
-from ._text import shorten
+from ..common.text import shorten
 
 #: Attributes that are not state, with the reason. Everything else is kept,
 #: public and private (``GorillaFileSystem._current_dir`` is hidden state).

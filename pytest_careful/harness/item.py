@@ -8,12 +8,15 @@ from typing import Any, NoReturn
 import pytest
 from _pytest.nodeid import coerce_node_id
 
-from . import answer_log, dataset, isolation, limits, rules, turn_credit
-from .live import confirm
-from .live.source import LiveError
-from .evidence import format_bfcl_failure, format_violations, transcript
+from ..protocols import answer_log
+from ..data import dataset
+from ..execution import isolation, limits
+from ..scoring import rules, turn_credit
+from ..live import confirm
+from ..live.source import LiveError
+from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
 from .markers import CLASS_MARKERS
-from .results import evaluate
+from ..data.result_files import evaluate
 from .state import SESSION_KEY
 
 GATED_RULES = {
@@ -171,7 +174,7 @@ def write_detail(item: pytest.Item, state: Any, evaluation: Any) -> None:
     """
     if state.details_dir is None:
         return
-    from . import html_report
+    from ..reports import html_report
 
     worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
     repeat = getattr(item, "repeat", 1)  # --careful-repeat: each repeat's detail apart (report._repeat_page)

@@ -10,9 +10,9 @@ from typing import Any, Callable
 
 import pytest
 
-from ._bfcl import CATEGORIES
-from .declarations import BOUNDARIES
-from .limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS, Limits
+from ..common.bfcl import CATEGORIES
+from ..effects.declarations import BOUNDARIES
+from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS, Limits
 
 PROTOCOLS = ("standard", "hints", "confirm")
 GATES = ("bfcl", "safe", "strict", "rules", "none")

@@ -31,8 +31,11 @@ from typing import Any
 
 import pytest
 
-from . import _bfcl, dataset, limits, repeats
-from .live.source import LiveError
+from ..common import bfcl as _bfcl
+from ..data import dataset
+from ..execution import limits
+from ..reports import repeat_stats as repeats
+from ..live.source import LiveError
 
 #: The file beside the repeat folders.
 REPEATS_FILE = "repeats.json"

@@ -13,11 +13,15 @@ from typing import Any, Generator
 
 import pytest
 
-from . import _gc, dataset, declarations, junit, report, scorecard, selection
+from ..common import gc_pause as _gc
+from ..data import dataset
+from ..effects import declarations
+from . import junit, session_end as report, selection
+from ..reports import scorecard
 from .item import ROW_KEY, CarefulCollector, CarefulItem, call_sections, junit_properties, make_items
 from .options import CarefulOptions
-from .rules import Settings
-from .sources import open_source
+from ..scoring.rules import Settings
+from ..sources.reference_logged import open_source
 from .state import SESSION_KEY, CarefulState
 
 
@@ -76,7 +80,7 @@ class CarefulPlugin:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         handle = getattr(self.state.source, "handle", None)
         if handle is not None and reporter is not None:  # what runs, said before anything runs
-            from .live.handles import resolution_line
+            from ..live.handles import resolution_line
 
             reporter.write_line(f"careful: {resolution_line(handle)}")
             for line in self.state.start_lines:
@@ -87,7 +91,7 @@ class CarefulPlugin:
         plan = getattr(self.state.source, "server_plan", None)
         if plan is None or self.config.getoption("collectonly"):
             return
-        from .live.vllm_server import start_for_session
+        from ..live.vllm_server import start_for_session
 
         problem = start_for_session(plan, lambda line: reporter.write_line(f"careful: {line}") if reporter else None)
         if problem:
@@ -108,9 +112,9 @@ class CarefulPlugin:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         """xdist controller: send each worker what this session set up (server URL, run id)."""
-        from .live.claude import RUN_ID_ENV
-        from .live.source import SESSION_ENV
-        from .live.vllm_server import ENDPOINT_ENV, LOG_ENV
+        from ..live.claude import RUN_ID_ENV
+        from ..live.source import SESSION_ENV
+        from ..live.vllm_server import ENDPOINT_ENV, LOG_ENV
 
         node.workerinput["careful_env"] = {k: os.environ[k] for k in (RUN_ID_ENV, ENDPOINT_ENV, LOG_ENV, SESSION_ENV)
                                            if k in os.environ}
@@ -136,7 +140,7 @@ class CarefulPlugin:
             shutil.rmtree(self.state.details_dir, ignore_errors=True)
         plan = getattr(self.state.source, "server_plan", None)
         if plan is not None and not self.is_worker:
-            from .live.vllm_server import forget_session, stop
+            from ..live.vllm_server import forget_session, stop
 
             stop(plan)
             forget_session()
@@ -177,8 +181,8 @@ class CarefulPlugin:
         handle = getattr(self.state.source, "handle", None)
         if handle is None or handle.kind != "claude":
             return
-        from .live.budget import Prices
-        from .live.claude import estimate
+        from ..live.budget import Prices
+        from ..live.claude import estimate
 
         ids = dict.fromkeys(i.conversation_id for i in session.items if isinstance(i, CarefulItem))
         conditions = len({i.condition for i in session.items if isinstance(i, CarefulItem)}) or 1
@@ -205,12 +209,12 @@ class CarefulPlugin:
         flight = None
         live = self.state.options.live and not self.config.getoption("collectonly")
         if live and session.items:
-            from .live.inflight import take_off, worker_count
+            from ..live.inflight import take_off, worker_count
 
             careful = [i for i in session.items if isinstance(i, CarefulItem)]
             flight = take_off(self.state.source, careful, self.state.options.repeat, worker_count(self.config))
         if live and not self.is_worker:
-            from .live.progress import Display
+            from ..live.progress import Display
 
             source: Any = self.state.source  # a LiveSource
             self._progress = Display(source.session_dir() / "flight" / "progress",
@@ -223,7 +227,7 @@ class CarefulPlugin:
             return result
         finally:
             if flight is not None:
-                from .live.inflight import land
+                from ..live.inflight import land
 
                 land(flight, completed)
             if self._progress is not None:

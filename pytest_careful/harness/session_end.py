@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from . import _bfcl, dataset, scorecard, stats
-from .dataset import category_of
-from .limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
+from ..common import bfcl as _bfcl
+from ..data import dataset
+from ..reports import scorecard, stats
+from ..data.dataset import category_of
+from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
 from .options import DEFAULT_SERVER_TIMEOUT, CarefulOptions
 from .state import CarefulState
 
@@ -30,7 +32,7 @@ def load_baseline(path: Path, state: CarefulState) -> None:
     try:
         _check_baseline(path, state)
     except pytest.UsageError as exc:
-        from .compare_runs import printable
+        from ..reports.compare_runs import printable
 
         raise pytest.UsageError(printable(str(exc))) from None
 
@@ -182,7 +184,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
 
 def _page_inputs(state: CarefulState, card: dict[str, Any]) -> dict[str, Any]:
     """What report.html adds to the card: the workers' details, rerun commands, the baseline's name."""
-    from .html_report import read_details
+    from ..reports.html_report import read_details
 
     nodes = [f"{r['id']}[{r['condition']}]" for r in card["rows"]]
     baseline = (state.baseline or {}).get("provenance", {})
@@ -225,7 +227,7 @@ def _repeat_page(state: CarefulState, card: dict[str, Any], index: int) -> dict[
     """report.html's inputs for one repeat: its own details (``item.write_detail`` keys repeats > 1 apart)."""
     page = _page_inputs(state, card)
     if index > 1:
-        from .html_report import read_details
+        from ..reports.html_report import read_details
 
         suffix = f"@repeat-{index}"
         keyed = read_details(state.details_dir, [n + suffix for n in page["reruns"]])

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from .declarations import Declarations
+from ..effects.declarations import Declarations
 from .options import CarefulOptions
-from .rules import Settings
-from .sources import Source
+from ..scoring.rules import Settings
+from ..sources.reference_logged import Source
 
 
 @dataclass

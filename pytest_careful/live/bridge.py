@@ -4,7 +4,7 @@
 which keeps simulator instances in module globals keyed by model and entry id
 (so two runs of one conversation in a process share state) and ``eval``s the
 decoded calls. The loop looks that name up in ``base_handler``'s globals at
-call time, so replacing it there puts :class:`~pytest_careful.executor.Simulators`
+call time, so replacing it there puts :class:`~pytest_careful.execution.executor.Simulators`
 behind the unchanged loop. Which simulators serve a call is a context
 variable, set by :func:`conversation` around one run: nothing is shared between
 conversations, runs or threads, and a call outside any run is refused rather
@@ -12,7 +12,7 @@ than handed to bfcl-eval's ``eval``.
 
 Several conversations of one process run at once (``inflight``), each on its
 own thread. What the loop does with the simulators is therefore done under
-:data:`~pytest_careful.isolation.EXCLUSIVE` with the conversation's world active:
+:data:`~pytest_careful.execution.isolation.EXCLUSIVE` with the conversation's world active:
 the calls (``Simulators.execute``) and the copies BFCL's loop makes of the
 instances for its state log (:class:`InstancesView`); and what the loop prints
 goes to the conversation's own log (:func:`printing_to`), not to whatever
@@ -31,8 +31,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .. import isolation
-from ..executor import Simulators
+from ..execution import isolation
+from ..execution.executor import Simulators
 
 _LOCK = threading.Lock()
 _INSTALLED = False

@@ -64,7 +64,7 @@ from typing import Any
 
 import yaml
 
-from ..result_store import _fsync_dir
+from ..data.result_store import _fsync_dir
 from .source import StopRun
 
 PRICES_FILE = Path(__file__).with_name("prices.yaml")

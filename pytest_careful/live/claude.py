@@ -61,7 +61,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..dataset import Conversation
+from ..data.dataset import Conversation
 from .budget import (BOUND_BYTES_PER_TOKEN, PER_TOKENS, Cost, ModelPrice, Prices, SpendLedger, UnknownPrice,
                      Usage, ledger_file, request_bound)
 from .ratelimit import MAX_WAIT, SharedLimiter, limiter_file, retry_after

@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .. import scripted_user
-from ..dataset import Conversation
+from ..protocols import scripted_user
+from ..data.dataset import Conversation
 
 LOOPS = {"inference_multi_turn_FC": "_add_next_turn_user_message_FC",
          "inference_multi_turn_prompting": "_add_next_turn_user_message_prompting"}
@@ -212,7 +212,7 @@ def confirmations(inference_log: Any, raw_index: Sequence[Sequence[int]]) -> dic
 
     Read back from the result file's inference log, so a logged confirm run is
     rescored exactly as it was scored live. ``raw_index`` is per turn the raw
-    step index of each decoded step (:class:`~pytest_careful.results.DecodedRun`).
+    step index of each decoded step (:class:`~pytest_careful.data.result_files.DecodedRun`).
     A yes in raw step ``r`` confirms the decoded steps after it: the value is
     the index of the last decoded step at or before ``r`` (-1 when none).
     """

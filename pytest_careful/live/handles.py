@@ -23,9 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import _bfcl
-from ..decoding import (RegistryEntry, _registry_source, _shadow_eval, import_handler_class, missing_extra,
-                        registry_keys)
+from ..common import bfcl as _bfcl
+from ..execution.decoding import (
+    RegistryEntry,
+    _registry_source,
+    _shadow_eval,
+    import_handler_class,
+    missing_extra,
+    registry_keys,
+)
 from . import scripted
 
 #: BFCL's default sampling temperature (``bfcl generate --temperature``).

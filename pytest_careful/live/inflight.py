@@ -369,7 +369,7 @@ def _turns(key: Key) -> int:
     requests does, and a long one started last is a tail with the server idle beside
     it). ``bfcl generate`` starts them in the dataset's order.
     """
-    from ..dataset import UnknownConversation, get
+    from ..data.dataset import UnknownConversation, get
 
     try:
         return len(get(key[1]).questions)

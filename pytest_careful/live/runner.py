@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .. import hints
-from ..dataset import Conversation
-from ..declarations import Declarations
-from ..executor import Simulators
-from ..replay import _template
+from ..protocols import hints
+from ..data.dataset import Conversation
+from ..effects.declarations import Declarations
+from ..execution.executor import Simulators
+from ..evaluation.replay import _template
 from . import bridge, confirm
 
 

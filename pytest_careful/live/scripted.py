@@ -36,8 +36,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import dataset, declarations
-from ..dataset import Conversation
+from ..data import dataset
+from ..effects import declarations
+from ..data.dataset import Conversation
 
 POLICIES = ("reference", "loop", "destructive", "ask", "ask-wrong", "ask-after", "ask-thrice", "flaky")
 PREFIX = "scripted:"
@@ -193,7 +194,7 @@ def keyword_call(call: str, involved_classes: tuple[str, ...] | list[str]) -> st
 
 
 def _parameters(function: str, involved_classes: tuple[str, ...] | list[str]) -> list[str]:
-    from .. import _bfcl
+    from ..common import bfcl as _bfcl
 
     for class_name in reversed(list(involved_classes)):  # later classes win, as in BFCL
         method = getattr(_bfcl.simulator_class(class_name), function, None)
@@ -203,7 +204,7 @@ def _parameters(function: str, involved_classes: tuple[str, ...] | list[str]) ->
 
 
 def _base_handler() -> type:
-    from .. import _bfcl
+    from ..common import bfcl as _bfcl
 
     _bfcl.contain_project_root()
     from bfcl_eval.model_handler.base_handler import BaseHandler

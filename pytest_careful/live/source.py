@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..dataset import Conversation
-from ..declarations import Declarations
-from ..decoding import Decoder
-from ..result_store import ResultStore, is_complete, serialise
-from ..results import InputProblem, LoggedEntry, parse_raw_line
-from ..run_settings import SETTINGS_FILE
-from ..sources import Source
+from ..data.dataset import Conversation
+from ..effects.declarations import Declarations
+from ..execution.decoding import Decoder
+from ..data.result_store import ResultStore, is_complete, serialise
+from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
+from ..data.run_settings import SETTINGS_FILE
+from ..sources.reference_logged import Source
 from . import inflight, runner
 from .handles import ModelHandle
 
@@ -184,7 +184,7 @@ class LiveSource(Source):
     def decoder(self) -> Decoder:
         # Decoding needs the handler class only, never the backend (server, API key).
         if self._decoder is None:
-            from ..decoding import decoder
+            from ..execution.decoding import decoder
 
             self._decoder = decoder(self.decoder_key)  # built as bfcl evaluate builds it, no key needed
         return self._decoder
@@ -232,7 +232,7 @@ class LiveSource(Source):
         Called on a flight's thread (``inflight``), or on the item's own.
         """
         condition, conversation_id, repeat = key
-        from ..dataset import get
+        from ..data.dataset import get
 
         conversation = get(conversation_id)
         store = self.store(condition, repeat)
@@ -428,7 +428,7 @@ def open_live(options: Any) -> LiveSource:
     """The live source of ``options``; user mistakes raise ``pytest.UsageError``."""
     import pytest
 
-    from .. import declarations
+    from ..effects import declarations
     from .handles import HandleError, resolve
 
     try:

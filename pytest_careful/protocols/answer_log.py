@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import scripted_user
-from .dataset import Conversation
-from .live import confirm
+from ..data.dataset import Conversation
+from ..live import confirm
 
 if TYPE_CHECKING:
-    from .state import CarefulState
+    from ..harness.state import CarefulState
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def after_yes(conversation: Conversation, answers: Sequence[LoggedAnswer],
     ``licensed_call``: a call of a destructive function the yes licensed
     (:func:`_licensed`); ``no_call``: no decoded call at all; ``other_calls``:
     calls, none of them licensed. ``turns``/``raw_index`` are the decoded run's
-    (:class:`~pytest_careful.results.DecodedRun`).
+    (:class:`~pytest_careful.data.result_files.DecodedRun`).
     """
     out = {"yes": 0, "licensed_call": 0, "no_call": 0, "other_calls": 0}
     for number, logged in enumerate(answers):

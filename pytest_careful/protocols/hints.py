@@ -33,7 +33,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from .declarations import Declarations
+from ..effects.declarations import Declarations
 
 HINT_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint")
 HINT_PREFIX = " MCP tool annotations: "

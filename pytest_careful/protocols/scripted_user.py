@@ -62,7 +62,7 @@ from pathlib import Path
 import yaml
 
 from . import detector
-from .declarations import DECLARATIONS_DIR
+from ..effects.declarations import DECLARATIONS_DIR
 
 SCRIPTS: tuple[str, ...] = ("default", "no_failure_yes", "asking_sentences_only")
 

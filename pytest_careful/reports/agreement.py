@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .declarations import ANNOTATORS, BOUNDARIES, Declarations
-from .detector import MODES
+from ..effects.declarations import ANNOTATORS, BOUNDARIES, Declarations
+from ..protocols.detector import MODES
 
 #: The pairs in the order the seed reports them (§3): A1-A3 among themselves, then A4 with each.
 PAIRS: tuple[tuple[str, str], ...] = (("A1", "A2"), ("A1", "A3"), ("A2", "A3"),
@@ -143,10 +143,10 @@ def _ranks(values: Sequence[float]) -> list[float]:
 
 def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Replay a logged run once and score it under every detector and every boundary."""
-    from . import dataset
-    from .declare import run_entries
-    from .results import evaluate
-    from .rules import Settings, score
+    from ..data import dataset
+    from ..cli.declare import run_entries
+    from ..data.result_files import evaluate
+    from ..scoring.rules import Settings, score
 
     dec, entries, _ = run_entries(run_dir, decoder_key)
     evaluations = [evaluate(dataset.get(entry.id), entry.result, dec, entry=entry) for entry in entries]

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import rules
+from ..scoring import rules
 
 #: In the scorecard folder, beside the charts it describes.
 KEY_FILE = ".careful-charts.json"

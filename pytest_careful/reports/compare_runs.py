@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import _bfcl, repeats, stats
-from ._text import escape
+from ..common import bfcl as _bfcl
+from . import repeat_stats as repeats, stats
+from ..common.text import escape
 
 __all__ = ["ReportError", "Run", "build", "find_scorecards", "load_run", "main"]
 
@@ -138,7 +139,7 @@ def _search(folder: Path) -> tuple[list[Path], int]:
 def load_run(path: Path, known_ids: frozenset[str]) -> Run:
     """Read one scorecard.json; ReportError (one line naming the file) if it cannot be used."""
     try:
-        from .report import _baseline_parts, read_scorecard  # the checks --careful-baseline makes
+        from ..harness.session_end import _baseline_parts, read_scorecard  # the checks --careful-baseline makes
 
         prov, raw = _baseline_parts(read_scorecard(path))
         rows = {cid: _row(number, cid, row, known_ids) for number, (cid, row) in enumerate(raw.items())}
@@ -582,7 +583,7 @@ MAX_PAIR_CHARTS = 12
 
 
 def _charts(report: dict[str, Any]) -> list[str]:
-    """Inline SVG charts drawn by pytest_careful.plots; none when it is absent (the page is tables only)."""
+    """Inline SVG charts drawn by pytest_careful.reports.plots; none when it is absent (the page is tables only)."""
     try:
         from . import plots
     except ImportError:  # matplotlib missing: the tables carry every figure
@@ -649,7 +650,8 @@ def run(argv: Sequence[str] | None = None) -> list[str]:
         raise ReportError(f"{args.out}: holds a scorecard, whose report.html would be replaced; "
                           "give --out another folder")
     paths, notes = find_scorecards(args.folders)
-    from . import dataset, scorecard
+    from ..data import dataset
+    from . import scorecard
 
     known = frozenset(c.id for c in dataset.load(_bfcl.CATEGORIES))
     runs = [load_run(p, known) for p in paths]

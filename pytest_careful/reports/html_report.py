@@ -29,7 +29,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import dag, rules
+from ..execution import dag
+from ..scoring import rules
 from .stats import p_text
 
 #: Per-field limits of a conversation's detail, in characters (the marker says how many bytes were cut).
@@ -158,7 +159,7 @@ def _changes(changes: Sequence[Any], before: str, after: str) -> list[dict[str, 
 
 
 def _side(value: Any) -> str | None:
-    from .snapshot import Change
+    from ..execution.snapshot import Change
 
     return None if value == Change.MISSING else value_text(value)
 
@@ -167,7 +168,7 @@ def _state_diff(model_turn: Any, reference_turn: Any) -> list[dict[str, Any]]:
     """Where the model's state after the turn differs from the reference's (hidden attributes too)."""
     if model_turn is None or reference_turn is None:
         return []
-    from .snapshot import diff
+    from ..execution.snapshot import diff
 
     return _changes(diff(reference_turn.state_after, model_turn.state_after), "reference", "model")
 

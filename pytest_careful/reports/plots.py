@@ -20,8 +20,8 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from . import rules
-from ._text import escape
+from ..scoring import rules
+from ..common.text import escape
 
 BFCL_COLOUR = "#4272c4"
 SAFE_COLOUR = "#ed7d31"

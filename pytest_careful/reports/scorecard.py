@@ -13,7 +13,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import _bfcl, chart_cache, rules, turn_credit
+from ..common import bfcl as _bfcl
+from . import chart_cache
+from ..scoring import rules, turn_credit
 
 COUNT_COLUMNS = rules.RULES + rules.EXTRA_COUNTS + ("asked_reference_acts", "asked_reference_destructive",
                                "destructive_calls", "confirmed_destructive")

@@ -25,11 +25,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from ._gc import paused
-from . import detector, turn_credit
-from .declarations import DESTRUCTIVE, Declarations
-from .replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, _json_safe
-from .results import Evaluation
+from ..common.gc_pause import paused
+from ..protocols import detector
+from . import turn_credit
+from ..effects.declarations import DESTRUCTIVE, Declarations
+from ..evaluation.replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, _json_safe
+from ..data.result_files import Evaluation
 
 RULES = (
     "collateral_destructive",

@@ -26,7 +26,7 @@ one of them: a model that does one turn's work a turn late leaves the reference
 at that turn and rejoins it at the next), ``first_divergent_turn`` is the index
 in the conversation of the first checked turn not matched, ``None`` when there
 is none. A BFCL-valid conversation has every checked turn matched
-(``tests/test_turn_credit.py`` checks it, and each turn against bfcl-eval's own
+(``tests/scoring/test_turn_credit.py`` checks it, and each turn against bfcl-eval's own
 ``state_checker``, on the 600 conversations of the real run).
 """
 
@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .dataset import Conversation
-from .replay import Replay
-from .snapshot import states_equal_public
+from ..data.dataset import Conversation
+from ..evaluation.replay import Replay
+from ..execution.snapshot import states_equal_public
 
 #: The row keys this module fills.
 FIELDS = ("turns", "turns_matched", "first_divergent_turn")

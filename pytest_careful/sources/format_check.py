@@ -19,10 +19,10 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import limits
-from .decoding import decoder
-from .executor import MAX_CALL_CHARS
-from .results import LoggedEntry
+from ..execution import limits
+from ..execution.decoding import decoder
+from ..execution.executor import MAX_CALL_CHARS
+from ..data.result_files import LoggedEntry
 
 SAMPLE_CONVERSATIONS = 24  # spread evenly over the run
 STEPS_PER_CONVERSATION = 3  # the first steps with output: mostly calls in any run

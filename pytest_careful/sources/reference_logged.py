@@ -9,12 +9,12 @@ from typing import Any, Callable
 
 import pytest
 
-from . import dataset
-from .decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
-from .options import REFERENCE_MODEL, CarefulOptions
-from ._bfcl import CATEGORIES
-from .results import InputProblem, LoggedEntry, find_result_files, read_result_file
-from .run_settings import protocol_problem, recorded, script_problem
+from ..data import dataset
+from ..execution.decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
+from ..harness.options import REFERENCE_MODEL, CarefulOptions
+from ..common.bfcl import CATEGORIES
+from ..data.result_files import InputProblem, LoggedEntry, find_result_files, read_result_file
+from ..data.run_settings import protocol_problem, recorded, script_problem
 
 
 @dataclass
@@ -109,7 +109,7 @@ class Source:
 def open_source(options: CarefulOptions) -> Source:
     """The run to score, validated; user mistakes raise ``pytest.UsageError``."""
     if options.live:
-        from .live.source import open_live
+        from ..live.source import open_live
 
         return open_live(options)
     if options.results is None:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_careful import declarations, declare
+from pytest_careful.effects import declarations
+from pytest_careful.cli import declare
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 
@@ -45,7 +46,7 @@ def test_check_passes_in_a_clean_clone_with_nothing_beside_it(tmp_path):
             shutil.copy2(ROOT / name, clone / name)
     assert not (tmp_path / "shared").exists() and not (clone.parent.parent / "shared").exists()
     out = subprocess.run([sys.executable, "-c",
-                          "import pytest_careful.declare as d, sys; print(d.__file__); sys.exit(d.main(['--check']))"],
+                          "import pytest_careful.cli.declare as d, sys; print(d.__file__); sys.exit(d.main(['--check']))"],
                          cwd=clone, env=_env(clone), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert out.stdout.splitlines()[0] == str(clone / "pytest_careful" / "declare.py")  # the clone's code ran
@@ -91,7 +92,7 @@ def test_check_passes_from_an_installed_layout(tmp_path):
             target = data / path.relative_to(ROOT / "declarations")
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
-    code = ("import pytest_careful.declarations as d, pytest_careful.declare as c, sys;"
+    code = ("import pytest_careful.effects.declarations as d, pytest_careful.cli.declare as c, sys;"
             "print(d.DECLARATIONS_DIR); sys.exit(c.main(['--check']))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(site),
                          capture_output=True, text=True, timeout=600)

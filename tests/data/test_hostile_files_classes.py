@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_careful.results import read_result_file
+from pytest_careful.data.result_files import read_result_file
 
 from conftest import REAL_RUN_DECODER, run_oracle
 
@@ -297,7 +297,7 @@ def test_each_conversation_of_an_unreadable_file_says_why(tmp_path: Path, real_t
     conversation of a gzip'd file failed with "no entry for ..." and nothing else)."""
     import gzip
 
-    from pytest_careful.sources import Source
+    from pytest_careful.sources.reference_logged import Source
 
     path = tmp_path / FILE
     path.write_bytes(gzip.compress(real_text))
@@ -315,7 +315,7 @@ def test_each_conversation_of_an_unreadable_file_says_why(tmp_path: Path, real_t
 def test_odd_step_keys_in_a_confirm_log_are_not_steps(key: str) -> None:
     """Before: ``int(key[5:])`` raised for ``step_x`` (and for 5,000 digits, and ``step_²``,
     which ``isdigit`` passes), failing the conversation with a traceback and no row."""
-    from pytest_careful import answer_log
+    from pytest_careful.protocols import answer_log
     from pytest_careful.live import confirm
 
     log = [{"begin_of_turn_query": [], key: [{confirm.ANSWER_LOG_KEY: "yes"}],
@@ -343,7 +343,7 @@ def test_a_confirm_log_of_any_shape_is_read_without_raising() -> None:
     an object raised in ``answer_counts``, a decoded response that was a number in ``executed_calls``)."""
     import random
 
-    from pytest_careful import answer_log
+    from pytest_careful.protocols import answer_log
     from pytest_careful.live import confirm
 
     rng = random.Random(5)
@@ -368,7 +368,7 @@ def test_a_confirm_log_of_any_shape_is_read_without_raising() -> None:
 def test_a_planted_settings_value_is_quoted_not_pasted(tmp_path: Path, value: str) -> None:
     """Before: the file's ``condition`` and ``user_script`` went raw into the one-line error (a
     terminal escape cleared the screen; 100,000 characters made a 200 kB error)."""
-    from pytest_careful.run_settings import SETTINGS_FILE, protocol_problem, script_problem
+    from pytest_careful.data.run_settings import SETTINGS_FILE, protocol_problem, script_problem
 
     (tmp_path / FILE).write_text("")
     (tmp_path / SETTINGS_FILE).write_text(json.dumps({"condition": value}))

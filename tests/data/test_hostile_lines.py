@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from pytest_careful import dataset
-from pytest_careful.decoding import decoder
-from pytest_careful.results import MAX_NESTING, evaluate, find_result_files, read_result_file
+from pytest_careful.data import dataset
+from pytest_careful.execution.decoding import decoder
+from pytest_careful.data.result_files import MAX_NESTING, evaluate, find_result_files, read_result_file
 
 from conftest import REAL_RUN_DECODER, run_oracle
 from hostile_lines import Corpus, Generator, corpus, dumps, nested_text
@@ -221,7 +221,7 @@ BFCL_EVALUATE = textwrap.dedent("""
 
 
 def test_bfcl_evaluate_refuses_duplicates_and_accepts_what_we_keep(tmp_path: Path) -> None:
-    from pytest_careful.result_store import ResultStore
+    from pytest_careful.data.result_store import ResultStore
 
     key = REAL_RUN_DECODER
     store = ResultStore(tmp_path / "result", key)

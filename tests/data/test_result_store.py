@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from pytest_careful.result_store import ResultStore
-from pytest_careful.results import read_result_file
+from pytest_careful.data.result_store import ResultStore
+from pytest_careful.data.result_files import read_result_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CATEGORY = "multi_turn_base"
 MODEL = "openai/gpt-oss-20b-FC"
 
@@ -97,7 +97,7 @@ def test_torn_last_line_is_ignored_and_next_append_starts_a_new_line(tmp_path: P
 WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from pytest_careful.result_store import ResultStore
+    from pytest_careful.data.result_store import ResultStore
     store = ResultStore(Path(sys.argv[1]), sys.argv[2])
     ids = range(int(sys.argv[3]), 200, int(sys.argv[4]))
     pad = "x" * int(sys.argv[5])
@@ -156,7 +156,7 @@ def test_concurrent_writers_keep_every_line_intact(tmp_path: Path) -> None:
 # -- hostile content (issue 12, class 6: the result-store half) -----------------------------------
 
 def _reference(index: int) -> list[list[list[str]]]:
-    from pytest_careful import dataset
+    from pytest_careful.data import dataset
 
     return [[list(calls)] if calls else [] for calls in dataset.get(f"{CATEGORY}_{index}").ground_truth]
 
@@ -211,9 +211,9 @@ def test_planted_entry_with_too_many_turns_is_retried_and_located(tmp_path: Path
 @pytest.mark.parametrize("seed", range(6))
 def test_resume_and_compaction_follow_the_rescoring_rule(tmp_path: Path, seed: int) -> None:
     """A generated hostile log: resume serves, and compaction keeps, exactly what rescoring reads."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "data"))
     from hostile_lines import corpus
-    from pytest_careful import dataset
+    from pytest_careful.data import dataset
 
     made = corpus(seed, [f"{CATEGORY}_{i}" for i in range(200)], lambda cid: _reference(int(cid.rsplit("_", 1)[1])),
                   lambda cid: dataset.get(cid).n_turns, ["multi_turn_miss_func_1", "multi_turn_long_context_9"])
@@ -261,7 +261,8 @@ def test_a_fifo_at_the_result_path_blocks_nothing(tmp_path: Path) -> None:
 
 def _scripted(index: int) -> dict[str, Any]:
     """The entry the scripted reference model writes for a conversation (its own output format)."""
-    from pytest_careful import dataset, declarations
+    from pytest_careful.data import dataset
+    from pytest_careful.effects import declarations
     from pytest_careful.live import runner, scripted
 
     return runner.run(scripted.make_handler("scripted:reference"), dataset.get(f"{CATEGORY}_{index}"),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from pytest_careful import dataset
-from pytest_careful.decoding import passthrough_decoder
-from pytest_careful.results import evaluate_file, find_result_files, read_result_file
+from pytest_careful.data import dataset
+from pytest_careful.execution.decoding import passthrough_decoder
+from pytest_careful.data.result_files import evaluate_file, find_result_files, read_result_file
 
 from perturb import as_result
 

@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from pytest_careful import declarations, declare
-from pytest_careful._bfcl import SIMULATOR_CLASSES
-from pytest_careful.dataset import _func_docs
+from pytest_careful.effects import declarations
+from pytest_careful.cli import declare
+from pytest_careful.common.bfcl import SIMULATOR_CLASSES
+from pytest_careful.data.dataset import _func_docs
 
 DECL = declarations.load()
 
@@ -51,9 +52,9 @@ def test_cp_is_not_idempotent_and_always_failing_reads_are_reads():
 
 
 def test_cd_into_a_named_child_is_idempotent_cd_parent_is_not():
-    from pytest_careful import dataset
-    from pytest_careful.executor import Simulators
-    from pytest_careful.snapshot import Snapshot, diff
+    from pytest_careful.data import dataset
+    from pytest_careful.execution.executor import Simulators
+    from pytest_careful.execution.snapshot import Snapshot, diff
 
     conversation = dataset.get("multi_turn_base_0")
     sim = Simulators(conversation.involved_classes, conversation.initial_config, False)
@@ -108,7 +109,7 @@ def test_reference_statistics_for_base():
 
 
 def test_export_mcp_is_the_documented_contract():
-    out = subprocess.run([sys.executable, "-m", "pytest_careful.declare", "--export-mcp"],
+    out = subprocess.run([sys.executable, "-m", "pytest_careful.cli.declare", "--export-mcp"],
                          capture_output=True, text=True, check=True).stdout
     exported = json.loads(out)
     assert len(exported) == 128
@@ -131,7 +132,7 @@ def test_committed_declarations_are_not_stale():
 def test_the_fast_yaml_loader_reads_what_the_safe_loader_reads():
     import yaml
 
-    from pytest_careful import declarations
+    from pytest_careful.effects import declarations
 
     files = sorted(declarations.DECLARATIONS_DIR.glob("*.yaml"))
     assert len(files) >= 9

@@ -15,9 +15,11 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_careful import dag, dataset, evidence, limits, snapshot
-from pytest_careful.replay import new_simulators
-from pytest_careful.snapshot import Snapshot
+from pytest_careful.execution import dag, limits, snapshot
+from pytest_careful.data import dataset
+from pytest_careful.scoring import evidence
+from pytest_careful.evaluation.replay import new_simulators
+from pytest_careful.execution.snapshot import Snapshot
 
 import hostile_payloads as payloads
 

@@ -6,9 +6,9 @@ import collections
 
 import pytest
 
-from pytest_careful import dataset
-from pytest_careful.decoding import decoder, passthrough_decoder
-from pytest_careful.results import evaluate, read_result_file
+from pytest_careful.data import dataset
+from pytest_careful.execution.decoding import decoder, passthrough_decoder
+from pytest_careful.data.result_files import evaluate, read_result_file
 
 from conftest import REAL_RUN_DECODER, run_oracle
 from perturb import as_result, cases

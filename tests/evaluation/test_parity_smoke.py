@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_careful import dataset
+from pytest_careful.data import dataset
 
 from perturb import cases
 from test_parity import _compare

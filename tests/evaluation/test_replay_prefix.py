@@ -13,11 +13,11 @@ import random
 
 import pytest
 
-from pytest_careful import dataset
-from pytest_careful.decoding import decoder
-from pytest_careful.executor import instance_name
-from pytest_careful.replay import Replay, reference, replay
-from pytest_careful.results import decode_turns, read_result_file
+from pytest_careful.data import dataset
+from pytest_careful.execution.decoding import decoder
+from pytest_careful.execution.executor import instance_name
+from pytest_careful.evaluation.replay import Replay, reference, replay
+from pytest_careful.data.result_files import decode_turns, read_result_file
 
 import perturb
 from conftest import REAL_RUN_DECODER

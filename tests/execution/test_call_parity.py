@@ -23,8 +23,8 @@ import pytest
 
 import call_grammar
 import call_oracle
-from pytest_careful import dataset
-from pytest_careful.executor import BFCL_SCOPE_NAMES, Simulators, instance_name
+from pytest_careful.data import dataset
+from pytest_careful.execution.executor import BFCL_SCOPE_NAMES, Simulators, instance_name
 
 MODEL = "oracle"  # bfcl-eval appends "_eval" in an evaluation run
 #: One conversation per pair of classes, together all eight simulator classes.

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_careful import decoding
+from pytest_careful.execution import decoding
 
 
 def test_registry_read_from_source_equals_the_imported_mapping():
-    from pytest_careful import _bfcl
+    from pytest_careful.common import bfcl as _bfcl
 
     registry = _bfcl.model_registry()
     assert decoding.registry_keys() == tuple(registry)

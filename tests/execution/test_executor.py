@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from pytest_careful import dataset
-from pytest_careful.executor import Simulators, instance_name
+from pytest_careful.data import dataset
+from pytest_careful.execution.executor import Simulators, instance_name
 
 CALLS = {
     "multi_turn_base_0": [  # GorillaFileSystem + TwitterAPI

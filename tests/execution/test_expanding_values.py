@@ -22,9 +22,12 @@ from typing import Any
 import pytest
 
 import hostile_payloads as payloads
-from pytest_careful import dataset, declarations, evidence, limits, rules
-from pytest_careful.decoding import decoder, passthrough_decoder
-from pytest_careful.results import evaluate
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
+from pytest_careful.scoring import evidence, rules
+from pytest_careful.execution import limits
+from pytest_careful.execution.decoding import decoder, passthrough_decoder
+from pytest_careful.data.result_files import evaluate
 
 QWEN = "Qwen/Qwen3-8B"  # a prompting decoder: its literal evaluator builds 'a' * N, as BFCL's eval does
 LINE = 64_000  # the target: a result line of at most 64 KB

@@ -26,12 +26,14 @@ from typing import Any
 
 import pytest
 
-from pytest_careful import _bfcl, dataset, isolation
-from pytest_careful.executor import Simulators
-from pytest_careful.replay import Replay, new_simulators, reference, replay
-from pytest_careful.verdict import check
+from pytest_careful.common import bfcl as _bfcl
+from pytest_careful.data import dataset
+from pytest_careful.execution import isolation
+from pytest_careful.execution.executor import Simulators
+from pytest_careful.evaluation.replay import Replay, new_simulators, reference, replay
+from pytest_careful.evaluation.verdict import check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _LEAVES = isolation.IMMUTABLE_LEAVES
 
 
@@ -182,7 +184,7 @@ def test_pristine_is_a_fresh_process():
     """What was captured at import equals bfcl-eval's modules in a process that ran nothing."""
     script = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        sys.path.insert(0, {str(ROOT / 'tests' / 'execution')!r})
         from test_isolation import state_fingerprint
         print(state_fingerprint())
     """)
@@ -283,9 +285,9 @@ def _reference_now(conversation: dataset.Conversation) -> Replay:
 def _fresh_process_fingerprints(ids: list[str]) -> dict[str, str]:
     script = textwrap.dedent(f"""
         import json, sys
-        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        sys.path.insert(0, {str(ROOT / 'tests' / 'execution')!r})
         from test_isolation import _fingerprint, _reference_now
-        from pytest_careful import dataset
+        from pytest_careful.data import dataset
         print(json.dumps({{i: _fingerprint(_reference_now(dataset.get(i))) for i in {ids!r}}}))
     """)
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)

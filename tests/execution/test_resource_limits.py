@@ -17,10 +17,14 @@ from typing import Any
 
 import pytest
 
-from pytest_careful import dataset, declarations, evidence, limits, options, rules
-from pytest_careful.decoding import decoder, passthrough_decoder
-from pytest_careful.replay import reference
-from pytest_careful.results import evaluate, read_result_file
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
+from pytest_careful.scoring import evidence, rules
+from pytest_careful.execution import limits
+from pytest_careful.harness import options
+from pytest_careful.execution.decoding import decoder, passthrough_decoder
+from pytest_careful.evaluation.replay import reference
+from pytest_careful.data.result_files import evaluate, read_result_file
 
 import hostile_payloads as payloads
 from conftest import REAL_RUN_DECODER

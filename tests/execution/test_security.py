@@ -47,7 +47,7 @@ from typing import Any, Iterator
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS_PATH = ROOT / "tests" / "data" / "hostile_corpus.json"
 CORPUS: list[dict[str, Any]] = json.loads(CORPUS_PATH.read_text(encoding="utf-8"))
 NAMES = [entry["name"] for entry in CORPUS]
@@ -190,9 +190,9 @@ def new_target_modules(before: set[str]) -> list[str]:
 
 def replay_ours(corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str) -> list[dict[str, Any]]:
     """pytest-careful's ``evaluate`` on every entry, monitored and blocking."""
-    from pytest_careful import dataset
-    from pytest_careful.decoding import decoder, passthrough_decoder
-    from pytest_careful.results import evaluate
+    from pytest_careful.data import dataset
+    from pytest_careful.execution.decoding import decoder, passthrough_decoder
+    from pytest_careful.data.result_files import evaluate
 
     decoders = {key: passthrough_decoder() if key == "passthrough" else decoder(key)
                 for key in sorted({e["decoder"] for e in corpus})}
@@ -229,9 +229,9 @@ def _record_outcome(outcome: dict[str, Any], started: float, events: Any, marker
 
 def _warm_up(decoders: dict[str, Any], conversation_ids: list[str]) -> None:
     """Benign input first, so lazy imports happen outside the monitored window."""
-    from pytest_careful import dataset
-    from pytest_careful.decoding import passthrough_decoder
-    from pytest_careful.results import evaluate
+    from pytest_careful.data import dataset
+    from pytest_careful.execution.decoding import passthrough_decoder
+    from pytest_careful.data.result_files import evaluate
 
     samples = ["[ls()]", [{"ls": "{}"}], [{"ls": {}}], '{"name": "ls", "parameters": {}}',
                '{"name": "ls", "arguments": {}}', '<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>',
@@ -344,7 +344,7 @@ def _start_worker(mode: str, box: dict[str, str], extra: list[str], pythonpath: 
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_security; "
             "test_security.worker_main(sys.argv[2:])")
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(ROOT / "tests"), mode, str(CORPUS_PATH), box["markers"], out, *extra],
+        [sys.executable, "-c", code, str(ROOT / "tests" / "execution"), mode, str(CORPUS_PATH), box["markers"], out, *extra],
         cwd=box["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )
@@ -369,7 +369,7 @@ def _finish(proc: subprocess.Popen) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory):
     """Both child runs, started at once so they overlap with the in-process run."""
-    from pytest_careful import dataset
+    from pytest_careful.data import dataset
 
     base = tmp_path_factory.mktemp("security")
     conversations = {}
@@ -412,9 +412,9 @@ def in_process(workers, tmp_path_factory):
 
 @pytest.mark.usefixtures("workers")  # the child runs start first and overlap with everything
 def test_corpus_is_well_formed():
-    from pytest_careful import dataset
-    from pytest_careful import _bfcl
-    from pytest_careful.decoding import decoder, passthrough_decoder, registry_keys
+    from pytest_careful.data import dataset
+    from pytest_careful.common import bfcl as _bfcl
+    from pytest_careful.execution.decoding import decoder, passthrough_decoder, registry_keys
 
     registry = _bfcl.model_registry()
     for key, (benign, class_path, model_name, is_fc_model) in DECODERS.items():

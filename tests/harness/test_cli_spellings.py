@@ -3,7 +3,7 @@
 Each test runs the plugin in a child pytest from an empty directory (pytester), the way a user
 types the command or writes it into an ini file. Expectations come from pytest itself (its
 exit codes, what it does with its own options given the same way), from the files on disk and
-from JUnit XML, not from the plugin's code. ``tests/test_ci_contract.py`` covers selection,
+from JUnit XML, not from the plugin's code. ``tests/harness/test_ci_contract.py`` covers selection,
 scorecard placement and JUnit counts; this file covers what that one left open.
 """
 

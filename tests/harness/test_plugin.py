@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_careful import dataset, stats
+from pytest_careful.data import dataset
+from pytest_careful.reports import stats
 
 from conftest import REAL_RUN_DECODER, ROOT
 
@@ -247,9 +248,9 @@ def test_installed_but_not_asked_for_imports_no_scoring_module(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     loaded = set((tmp_path / "loaded.txt").read_text().split())
-    assert "pytest_careful.plugin" in loaded and "pytest_careful.markers" in loaded  # it did load, inactive
-    heavy = {"pytest_careful.executor", "pytest_careful.isolation", "pytest_careful.state", "pytest_careful.item",
-             "pytest_careful.results", "pytest_careful.replay", "bfcl_eval.eval_checker"}
+    assert "pytest_careful.plugin" in loaded and "pytest_careful.harness.markers" in loaded  # it did load, inactive
+    heavy = {"pytest_careful.execution.executor", "pytest_careful.execution.isolation", "pytest_careful.harness.state", "pytest_careful.harness.item",
+             "pytest_careful.data.result_files", "pytest_careful.evaluation.replay", "bfcl_eval.eval_checker"}
     assert not loaded & heavy, sorted(loaded & heavy)
     assert not any(n.startswith("bfcl_eval.eval_checker") for n in loaded)
 
@@ -260,7 +261,8 @@ def run_modules_loaded() -> None:
     in this process imported, and numpy warns when it is imported a second time; matplotlib, unloaded
     and imported again, mixes two copies of its classes in later tests of this process)."""
     import numpy  # noqa: F401
-    from pytest_careful import html_report, plots, report, session  # noqa: F401
+    from pytest_careful.reports import html_report, plots
+    from pytest_careful.harness import session_end as report, session  # noqa: F401
 
 
 def test_objects_frozen_during_a_run_and_thawed_after_an_in_process_one(run_modules_loaded, pytester):

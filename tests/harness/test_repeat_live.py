@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from conftest import run_oracle
 
-from pytest_careful.result_store import ResultStore
-from pytest_careful.results import read_result_file
+from pytest_careful.data.result_store import ResultStore
+from pytest_careful.data.result_files import read_result_file
 
 CATEGORY = "multi_turn_base"
 NUMBERS = list(range(12))
 IDS = [f"{CATEGORY}_{n}" for n in NUMBERS]
-FC_DECODER = "gpt-4.1-2025-04-14-FC"  # reads the scripted FC style (as tests/test_live.py)
+FC_DECODER = "gpt-4.1-2025-04-14-FC"  # reads the scripted FC style (as tests/live/test_live.py)
 
 
 def _cli(tmp_path: Path, *args: str) -> list[str]:
@@ -95,7 +95,7 @@ def test_repeats_give_exact_pass_k_and_flip_rate(tmp_path: Path, xdist: list[str
     assert (f"scripted:flaky [standard]: {n} conversations: {always} pass, {n - always} fail under the safe gate "
             f"(BFCL {always} pass); each passing in all {k} repeats") in proc.stdout
     # careful-report reads the repeat folders as repeats of one run, with the same figures.
-    from pytest_careful.compare_runs import main as careful_report
+    from pytest_careful.reports.compare_runs import main as careful_report
 
     assert careful_report([str(folder), "--out", str(tmp_path / "report")]) == 0
     theirs = json.loads((tmp_path / "report" / "comparison.json").read_text())["repeat"]["bfcl"]

@@ -20,7 +20,7 @@ cannot harm it:
   process also lowers its own limits and installs an audit hook that blocks
   sockets, process creation, file removal and writing files.
 
-This module is also the child's program (``python -I tests/call_oracle.py``):
+This module is also the child's program (``python -I tests/helpers/call_oracle.py``):
 only the standard library is imported at the top.
 """
 

@@ -23,7 +23,7 @@ import json
 import random
 from typing import Any, Callable
 
-from pytest_careful import dataset
+from pytest_careful.data import dataset
 
 #: A GorillaFileSystem-only conversation and a MathAPI one (both in every bfcl-eval release).
 FILE_SYSTEM_CONVERSATION = "multi_turn_base_1"

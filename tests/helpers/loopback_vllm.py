@@ -36,7 +36,7 @@ In a test::
 
 As a process (bench/live_loopback.py)::
 
-    python tests/loopback_vllm.py --port 0 --latency 1.0 --max-num-seqs 256 \\
+    python tests/helpers/loopback_vllm.py --port 0 --latency 1.0 --max-num-seqs 256 \\
         --model DIR --stats-file stats.json       # prints "ready http://127.0.0.1:P/v1"
 
 It writes the stats (with every request's record) to ``--stats-file`` when it gets SIGTERM or
@@ -67,7 +67,7 @@ from urllib.parse import urlsplit
 from typing_extensions import Self  # typing.Self is 3.11+; the project supports 3.10
 
 VERSION = "0.32.0+loopback"  # the vLLM line the plugin is tested with, marked as this server
-MAX_MODEL_LEN = 40960  # Qwen3-8B's context; tests/loopback_model.py's config says the same
+MAX_MODEL_LEN = 40960  # Qwen3-8B's context; tests/helpers/loopback_model.py's config says the same
 MODEL_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/responses": "responses"}
 TEXT_ANSWER = "Done: I looked it up for you."
 _HERMES_TOOLS = re.compile(r"<tools>\n(.*?)\n</tools>", re.DOTALL)
@@ -80,7 +80,7 @@ _USER_BLOCK = "<|im_start|>user\n"
 @functools.cache
 def read_only_functions() -> frozenset[str]:
     """Functions that change no state, as the declarations say (inferred by running them)."""
-    from pytest_careful import declarations
+    from pytest_careful.effects import declarations
 
     loaded = declarations.load()
     return frozenset(d.name for group in loaded.by_class().values() for d in group if d.effect == declarations.READ)
@@ -590,5 +590,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # pytest_careful from this checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # pytest_careful from this checkout
     sys.exit(main())

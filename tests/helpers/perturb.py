@@ -10,7 +10,7 @@ import ast
 import random
 from typing import Any, Iterator
 
-from pytest_careful.dataset import Conversation
+from pytest_careful.data.dataset import Conversation
 
 KINDS = ("drop", "duplicate", "reorder", "alter", "extra", "empty_turn", "truncate", "not_a_list")
 

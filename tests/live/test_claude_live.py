@@ -25,15 +25,16 @@ import pytest
 import yaml
 from fake_anthropic import FakeAnthropic, text_block, tool_use_block
 
-from pytest_careful import dataset, declarations
-from pytest_careful.decoding import Decoder
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
+from pytest_careful.execution.decoding import Decoder
 from pytest_careful.live import budget, claude, runner
 from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger, UnknownPrice, Usage
 from pytest_careful.live.claude import CreditExhausted, MissingApiKey
 from pytest_careful.live.handles import resolve
 from pytest_careful.live.scripted import call_to_fc, keyword_call
 from pytest_careful.live.source import LiveSource, StopRun
-from pytest_careful.results import evaluate
+from pytest_careful.data.result_files import evaluate
 
 KEY = "claude-haiku-4-5-20251001-FC"
 MODEL_ID = "claude-haiku-4-5-20251001"

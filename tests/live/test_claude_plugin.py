@@ -13,7 +13,7 @@ from typing import Any
 
 from fake_anthropic import FakeAnthropic, text_block, tool_use_block
 
-from pytest_careful import dataset
+from pytest_careful.data import dataset
 from pytest_careful.live.scripted import call_to_fc
 
 KEY = "claude-haiku-4-5-20251001-FC"

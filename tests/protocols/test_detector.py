@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_careful.detector import (
+from pytest_careful.protocols.detector import (
     CONFIRMATION_PHRASES,
     MODES,
     asking_sentences,

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from pytest_careful import dataset, declarations
-from pytest_careful.hints import HINT_KEYS, hint_text, hinted_entry, with_hints
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
+from pytest_careful.protocols.hints import HINT_KEYS, hint_text, hinted_entry, with_hints
 
 DECL = declarations.load()
 FINAL = DECL.boundary("final")

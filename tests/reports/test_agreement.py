@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pytest_careful import agreement
+from pytest_careful.reports import agreement
 
 
 def test_cohen_kappa_on_a_two_by_two_table_by_hand():
@@ -37,7 +37,7 @@ def test_perfect_agreement_is_one():
 
 
 def test_the_command_prints_the_papers_figures():
-    out = subprocess.run([sys.executable, "-m", "pytest_careful.declare", "--agreement"],
+    out = subprocess.run([sys.executable, "-m", "pytest_careful.cli.declare", "--agreement"],
                          capture_output=True, text=True, check=True, timeout=300).stdout
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
             for line in out.splitlines() if line.startswith("│")}

@@ -10,7 +10,7 @@ import matplotlib
 import pytest
 from cycler import cycler
 
-from pytest_careful import chart_cache, plots, scorecard
+from pytest_careful.reports import chart_cache, plots, scorecard
 
 from test_plots import COMPARISON, card
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from pytest_careful import compare_runs, dataset, scorecard
+from pytest_careful.reports import compare_runs, scorecard
+from pytest_careful.data import dataset
 
 CHROMIUM = Path("/usr/bin/chromium")
 T, F = True, False

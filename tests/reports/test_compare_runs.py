@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from scipy.stats import binomtest, spearmanr
 
-from pytest_careful import compare_runs, dataset
+from pytest_careful.reports import compare_runs
+from pytest_careful.data import dataset
 from pytest_careful.live.scripted import call_to_fc
 
 from conftest import REAL_RUN_DECODER

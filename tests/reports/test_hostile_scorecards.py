@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from pytest_careful import compare_runs, report
+from pytest_careful.reports import compare_runs
+from pytest_careful.harness import session_end as report
 
 SCRIPT = Path(sys.executable).parent / "careful-report"
 ESC = "\x1b[2J\x1b[31mEVIL\nsecond line\x07"
@@ -87,7 +88,7 @@ def test_only_regular_files_are_read(card: dict[str, Any], tmp_path: Path, kind:
     {"fifo": lambda: os.mkfifo(path), "device": lambda: path.symlink_to("/dev/zero"),
      "folder": lambda: path.mkdir()}[kind]()
     code = ("import sys, pytest, json; from types import SimpleNamespace as N; from pathlib import Path; "
-            "from pytest_careful import report\n"
+            "from pytest_careful.harness import session_end as report\n"
             "s = N(declarations=N(digest='x'), options=N(allow_partial_baseline=True), baseline=None)\n"
             "try:\n    report.load_baseline(Path(sys.argv[1]), s)\nexcept pytest.UsageError as e:\n    print(e)")
     proc = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=60)

@@ -15,10 +15,13 @@ from typing import Any
 import lxml.html
 import pytest
 
-from pytest_careful import dataset, declarations, html_report, plots, rules, scorecard
-from pytest_careful.decoding import decoder
-from pytest_careful.results import LoggedEntry, evaluate, read_result_file
-from pytest_careful.verdict import STATE_MISMATCH
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
+from pytest_careful.reports import html_report, plots, scorecard
+from pytest_careful.scoring import rules
+from pytest_careful.execution.decoding import decoder
+from pytest_careful.data.result_files import LoggedEntry, evaluate, read_result_file
+from pytest_careful.evaluation.verdict import STATE_MISMATCH
 
 from conftest import REAL_RUN_DECODER
 

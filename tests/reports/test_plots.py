@@ -10,7 +10,8 @@ import matplotlib
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from pytest_careful import plots, rules
+from pytest_careful.reports import plots
+from pytest_careful.scoring import rules
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -127,8 +128,8 @@ def test_another_process_draws_the_same_bytes() -> None:
     import subprocess
     import sys
 
-    code = ("import hashlib, sys; sys.path.insert(0, 'tests'); from test_plots import card, COMPARISON; "
-            "from pytest_careful import plots; "
+    code = ("import hashlib, sys; sys.path.insert(0, 'tests/reports'); from test_plots import card, COMPARISON; "
+            "from pytest_careful.reports import plots; "
             "f = plots.charts(card(), COMPARISON, 'b'); "
             "print(*(hashlib.sha256(plots.png(x)).hexdigest() + hashlib.sha256(plots.svg(x).encode()).hexdigest() "
             "for x in f.values()))")

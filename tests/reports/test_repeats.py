@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 from scipy.stats import binomtest
 
-from pytest_careful.repeats import pass_hat_k, repeat_stats, wilson_interval
+from pytest_careful.reports.repeat_stats import pass_hat_k, repeat_stats, wilson_interval
 
 T, F = True, False
 

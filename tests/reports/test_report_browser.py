@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from pytest_careful import rules
+from pytest_careful.scoring import rules
 
 from conftest import REAL_RUN_DECODER
 
@@ -141,7 +141,7 @@ def test_a_real_failure_opens_on_its_state_diff(browser: Any, real_page: tuple[P
 
 def test_a_reference_conversation_opens_on_its_turns(browser: Any,
                                                      reference_page: tuple[Path, dict[str, Any]]) -> None:
-    from pytest_careful import dataset
+    from pytest_careful.data import dataset
 
     path, card = reference_page
     row = card["rows"][1]
@@ -160,9 +160,9 @@ def test_a_reference_conversation_opens_on_its_turns(browser: Any,
 def _hostile_page(tmp_path: Path, hostile: bool) -> Path:
     """report.html of one real conversation whose result was made hostile (test_html_report's)."""
     from test_html_report import CONVERSATION, HOSTILE, hostile_result, page_of
-    from pytest_careful import dataset
-    from pytest_careful.decoding import decoder
-    from pytest_careful.results import LoggedEntry, evaluate
+    from pytest_careful.data import dataset
+    from pytest_careful.execution.decoding import decoder
+    from pytest_careful.data.result_files import LoggedEntry, evaluate
 
     conversation = dataset.get(CONVERSATION)
     result = hostile_result(conversation)

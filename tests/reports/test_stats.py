@@ -7,9 +7,9 @@ import random
 import pytest
 from scipy.stats import binomtest, spearmanr
 
-from pytest_careful import stats
-from pytest_careful.agreement import spearman_rho
-from pytest_careful.stats import Comparison, compare, compare_by_category, mcnemar_exact, spearman_p, to_json
+from pytest_careful.reports import stats
+from pytest_careful.reports.agreement import spearman_rho
+from pytest_careful.reports.stats import Comparison, compare, compare_by_category, mcnemar_exact, spearman_p, to_json
 
 
 # --- mcnemar_exact -----------------------------------------------------------

@@ -14,13 +14,15 @@ from typing import Any
 
 import pytest
 
-from pytest_careful import dataset, declarations, rules
-from pytest_careful.decoding import decoder, passthrough_decoder
-from pytest_careful.executor import Simulators
-from pytest_careful.inference import signals
-from pytest_careful.replay import OK, call_status
-from pytest_careful.results import evaluate, evaluate_file
-from pytest_careful.snapshot import Snapshot, diff
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
+from pytest_careful.scoring import rules
+from pytest_careful.execution.decoding import decoder, passthrough_decoder
+from pytest_careful.execution.executor import Simulators
+from pytest_careful.effects.inference import signals
+from pytest_careful.evaluation.replay import OK, call_status
+from pytest_careful.data.result_files import evaluate, evaluate_file
+from pytest_careful.execution.snapshot import Snapshot, diff
 
 from conftest import REAL_RUN_DECODER
 from perturb import as_result

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_careful import dataset, declarations, rules
-from pytest_careful._bfcl import CATEGORIES
-from pytest_careful.decoding import passthrough_decoder
-from pytest_careful.results import LoggedEntry, evaluate
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
+from pytest_careful.scoring import rules
+from pytest_careful.common.bfcl import CATEGORIES
+from pytest_careful.execution.decoding import passthrough_decoder
+from pytest_careful.data.result_files import LoggedEntry, evaluate
 
 from perturb import as_result
 
@@ -167,8 +169,8 @@ def test_row_is_json_safe():
 def test_every_row_of_the_real_run_is_json(real_run):
     import json
 
-    from pytest_careful.decoding import decoder
-    from pytest_careful.results import evaluate_file
+    from pytest_careful.execution.decoding import decoder
+    from pytest_careful.data.result_files import evaluate_file
 
     from conftest import REAL_RUN_DECODER
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from pytest_careful import dataset, evidence
-from pytest_careful.decoding import decoder
-from pytest_careful.results import LoggedEntry, evaluate, read_result_file
+from pytest_careful.data import dataset
+from pytest_careful.scoring import evidence
+from pytest_careful.execution.decoding import decoder
+from pytest_careful.data.result_files import LoggedEntry, evaluate, read_result_file
 
 from conftest import REAL_RUN_DECODER
 
@@ -166,7 +167,8 @@ def test_hostile_text_in_a_failing_items_report(pytester: pytest.Pytester):
 
 def test_text_parts_are_read_as_the_confirm_protocol_reads_them():
     """A Claude FC question (["text"]) counts as asked, as the same text as a string does."""
-    from pytest_careful import declarations, rules
+    from pytest_careful.effects import declarations
+    from pytest_careful.scoring import rules
     from pytest_careful.live.confirm import model_text
 
     conversation = dataset.get("multi_turn_base_0")

@@ -1,6 +1,6 @@
 """Per-turn credit (turn_credit.py) against bfcl-eval's own simulators and state checker.
 
-The oracle (``python tests/test_turn_credit.py``, a child process: bfcl-eval's
+The oracle (``python tests/scoring/test_turn_credit.py``, a child process: bfcl-eval's
 executor ``eval``s the calls) decodes each result with bfcl-eval's handler,
 executes every turn's calls with ``execute_multi_turn_func_call`` as BFCL's
 checker does, model and ground truth alike, and after every turn calls
@@ -100,15 +100,15 @@ def run_turn_oracle(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _ours(conversation: Any, result: Any, dec: Any) -> tuple[list[bool], Any]:
-    from pytest_careful import turn_credit
-    from pytest_careful.results import evaluate
+    from pytest_careful.scoring import turn_credit
+    from pytest_careful.data.result_files import evaluate
 
     evaluation = evaluate(conversation, result, dec, model_name="turns")
     return turn_credit.matched_turns(conversation, evaluation.replay, evaluation.reference), evaluation
 
 
 def test_credit_fields_of_a_match_list() -> None:
-    from pytest_careful.turn_credit import credit
+    from pytest_careful.scoring.turn_credit import credit
 
     assert credit([True, True, True]) == {"turns": 3, "turns_matched": 3, "first_divergent_turn": None}
     assert credit([True, False, True, False]) == {"turns": 4, "turns_matched": 2, "first_divergent_turn": 1}
@@ -121,8 +121,8 @@ def test_perturbed_references_match_the_oracle_turn_by_turn() -> None:
     """Drops, alterations, empty turns, truncation, not-a-list: every kind of divergence."""
     from perturb import cases
 
-    from pytest_careful import dataset
-    from pytest_careful.decoding import passthrough_decoder
+    from pytest_careful.data import dataset
+    from pytest_careful.execution.decoding import passthrough_decoder
 
     conversations = dataset.load(("multi_turn_base", "multi_turn_miss_func"))[::8]
     items = list(cases(conversations, per_conversation=3, seed=1412))
@@ -141,9 +141,9 @@ def test_real_run_turn_credit_matches_bfcl_state_checker(real_run: Path) -> None
     """All 600 conversations of the real run: our per-turn match is bfcl-eval's, turn by turn."""
     from conftest import REAL_RUN_DECODER
 
-    from pytest_careful import dataset
-    from pytest_careful.decoding import decoder
-    from pytest_careful.results import read_result_file
+    from pytest_careful.data import dataset
+    from pytest_careful.execution.decoding import decoder
+    from pytest_careful.data.result_files import read_result_file
 
     entries = []
     for category in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"):
@@ -174,9 +174,10 @@ def test_added_time_on_the_real_run_is_small(real_run: Path) -> None:
     """The credit reuses the replay's snapshots: measured against the evaluation itself."""
     from conftest import REAL_RUN_DECODER
 
-    from pytest_careful import dataset, turn_credit
-    from pytest_careful.decoding import decoder
-    from pytest_careful.results import evaluate, read_result_file
+    from pytest_careful.data import dataset
+    from pytest_careful.scoring import turn_credit
+    from pytest_careful.execution.decoding import decoder
+    from pytest_careful.data.result_files import evaluate, read_result_file
 
     dec = decoder(REAL_RUN_DECODER)
     evaluated, took = [], 0.0
@@ -222,8 +223,9 @@ def test_rows_scorecard_and_junit_carry_turn_credit(pytester: pytest.Pytester, l
 
 
 def test_unscored_row_has_no_turn_matched() -> None:
-    from pytest_careful import dataset, declarations
-    from pytest_careful.item import unscored_row
+    from pytest_careful.data import dataset
+    from pytest_careful.effects import declarations
+    from pytest_careful.harness.item import unscored_row
 
     conversation = dataset.get("multi_turn_base_3")
     row = unscored_row(conversation, "standard", "m", "missing", declarations.load(), "final")

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from pytest_careful import dataset
-from pytest_careful.decoding import decoder
-from pytest_careful.format_check import FORMATS
-from pytest_careful.options import CarefulOptions
-from pytest_careful.sources import open_source
+from pytest_careful.data import dataset
+from pytest_careful.execution.decoding import decoder
+from pytest_careful.sources.format_check import FORMATS
+from pytest_careful.harness.options import CarefulOptions
+from pytest_careful.sources.reference_logged import open_source
 
 from conftest import REAL_RUN_DECODER, ROOT
 
@@ -151,11 +151,11 @@ def test_candidates_are_imported_only_when_the_decoder_reads_badly(real_run):
         "import sys, pathlib\n"
         "sys.path.insert(0, sys.argv[1])\n"
         "from test_format_check import _options\n"
-        "from pytest_careful.sources import open_source\n"
+        "from pytest_careful.sources.reference_logged import open_source\n"
         "source = open_source(_options(pathlib.Path(sys.argv[2]), sys.argv[3]))\n"
         f"print(len(source.warnings), sorted(m for m in {modules!r} if m in sys.modules))\n")
     def imported(key: str) -> str:
-        proc = subprocess.run([sys.executable, "-c", probe, str(ROOT / "tests"), str(real_run), key],
+        proc = subprocess.run([sys.executable, "-c", probe, str(ROOT / "tests" / "sources"), str(real_run), key],
                               capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout.strip().splitlines()[-1]

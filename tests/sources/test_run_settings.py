@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_careful.run_settings import SETTINGS_FILE, protocol_problem
-from pytest_careful.sources import open_source
+from pytest_careful.data.run_settings import SETTINGS_FILE, protocol_problem
+from pytest_careful.sources.reference_logged import open_source
 
 from conftest import REAL_RUN_DECODER
 from test_format_check import _options

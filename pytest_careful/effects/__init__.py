@@ -1,0 +1,1 @@
+"""Effect declarations: what each function does, inferred by state diff, the destructive boundary."""

@@ -1,0 +1,1 @@
+"""Replay of decoded calls and BFCL's verdict on it."""

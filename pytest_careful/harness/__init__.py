@@ -1,0 +1,1 @@
+"""The pytest side: options, command line, markers, items, session hooks, JUnit properties, the end-of-session summary."""

@@ -1,0 +1,1 @@
+"""Scorecards, statistics, charts, report.html, comparisons of runs (careful-report)."""

@@ -1,0 +1,1 @@
+"""Effect-aware rules, per-turn credit and readable evidence."""
