@@ -69,7 +69,7 @@ def score_once(conversation: Any, result: Any, decoder: Any) -> str:
     """What an item does with one conversation (item._score), returning BFCL's verdict."""
     from pytest_careful.effects import declarations
     from pytest_careful.scoring import evidence, rules
-    from pytest_careful.data.result_files import evaluate
+    from pytest_careful.evaluation.evaluate import evaluate
 
     evaluation = evaluate(conversation, result, decoder)
     rules.score(evaluation, declarations.load())

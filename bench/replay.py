@@ -65,7 +65,8 @@ from pytest_careful.common import bfcl as _bfcl
 from pytest_careful.data import dataset
 from pytest_careful.execution import decoding  # noqa: E402
 from pytest_careful.evaluation.replay import new_simulators, reference  # noqa: E402
-from pytest_careful.data.result_files import decode_turns, evaluate, read_result_file  # noqa: E402
+from pytest_careful.data.result_files import read_result_file
+from pytest_careful.evaluation.evaluate import decode_turns, evaluate
 
 REAL_RUN = ROOT.parent / "shared" / "real-runs" / "gpt-oss-20b-vllm-2025-11-12"
 REAL_RUN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param")

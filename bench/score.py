@@ -57,27 +57,29 @@ def build_run(directory: Path) -> Path:
 
 
 def in_process(run: Path) -> dict[str, float]:
-    from pytest_careful.data import dataset, result_files as results
+    from pytest_careful.data import dataset
+    from pytest_careful.data import result_files
+    from pytest_careful.evaluation.evaluate import evaluate
     from pytest_careful.effects import declarations
     from pytest_careful.scoring import rules
     from pytest_careful.execution.decoding import decoder
     from pytest_careful.evaluation.replay import reference
 
     dec, decl = decoder(DECODER), declarations.load()
-    files, _ = results.find_result_files(run)
+    files, _ = result_files.find_result_files(run)
     entries = []
     for category, path in files.items():
-        entries.extend(results.read_result_file(path, category)[0])
+        entries.extend(result_files.read_result_file(path, category)[0])
     for conversation in dataset.load():
         reference(conversation)  # reference replays are shared by every run: warm them
     bare_times, full_times = [], []
     for _ in range(5):  # interleaved rounds; the median of each
         started = time.perf_counter()
         for e in entries:
-            results.evaluate(dataset.get(e.id), e.result, dec, entry=e)
+            evaluate(dataset.get(e.id), e.result, dec, entry=e)
         bare_times.append(time.perf_counter() - started)
         started = time.perf_counter()
-        rows = [rules.score(results.evaluate(dataset.get(e.id), e.result, dec, entry=e), decl) for e in entries]
+        rows = [rules.score(evaluate(dataset.get(e.id), e.result, dec, entry=e), decl) for e in entries]
         full_times.append(time.perf_counter() - started)
     return {"replay + verdict": sorted(bare_times)[2], "replay + verdict + rules": sorted(full_times)[2],
             "conversations": len(rows)}
@@ -91,16 +93,18 @@ def cold(run: Path) -> float:
 
 
 def _cold_child(run: Path) -> None:
-    from pytest_careful.data import dataset, result_files as results
+    from pytest_careful.data import dataset
+    from pytest_careful.data import result_files
+    from pytest_careful.evaluation.evaluate import evaluate
     from pytest_careful.effects import declarations
     from pytest_careful.scoring import rules
     from pytest_careful.execution.decoding import decoder
 
     dec, decl = decoder(DECODER), declarations.load()
-    files, _ = results.find_result_files(run)
+    files, _ = result_files.find_result_files(run)
     for category, path in files.items():
-        for entry in results.read_result_file(path, category)[0]:
-            rules.score(results.evaluate(dataset.get(entry.id), entry.result, dec, entry=entry), decl)
+        for entry in result_files.read_result_file(path, category)[0]:
+            rules.score(evaluate(dataset.get(entry.id), entry.result, dec, entry=entry), decl)
 
 
 def through_pytest(run: Path, workdir: Path, *extra: str) -> tuple[float, str]:

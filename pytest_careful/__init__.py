@@ -12,7 +12,8 @@ _PUBLIC = {
     "Conversation": "data.dataset", "load": "data.dataset", "load_category": "data.dataset",
     "Execution": "execution.executor", "Simulators": "execution.executor",
     "CallRecord": "evaluation.replay", "Replay": "evaluation.replay", "reference": "evaluation.replay",
-    "Evaluation": "data.result_files", "InputProblem": "data.result_files", "evaluate": "data.result_files", "read_result_file": "data.result_files",
+    "Evaluation": "evaluation.evaluate", "evaluate": "evaluation.evaluate",
+    "InputProblem": "data.result_files", "read_result_file": "data.result_files",
     "Verdict": "evaluation.verdict", "check": "evaluation.verdict",
 }
 

@@ -72,7 +72,7 @@ def _fingerprint(paths: Sequence[Path]) -> str:
 
 def extract_run(run_dir: Path, decoder_key: str) -> tuple[str, str]:
     """A logged run's extract (JSON lines) and its result files' fingerprint."""
-    from ..data.result_files import decode_turns
+    from ..evaluation.evaluate import decode_turns
 
     dec, entries, files = run_entries(run_dir, decoder_key)
     lines = []

@@ -1,4 +1,4 @@
-"""Reading BFCL result files (``bfcl generate``'s JSONL) and scoring their entries.
+"""Reading BFCL result files (``bfcl generate``'s JSONL): entries, and a problem per bad line.
 
 A result file has one JSON object per line: ``id``, ``result`` (per turn, per
 step: a string for prompting models, a list of ``{name: arguments}`` for
@@ -7,7 +7,7 @@ inference error), optional token counts, latency and ``inference_log``.
 
 Bad input never stops the run: every problem becomes a :class:`InputProblem`
 that names the file, the line and the conversation, and every other entry is
-still scored.
+still scored. Scoring an entry is :mod:`pytest_careful.evaluation.evaluate`'s.
 """
 
 from __future__ import annotations
@@ -17,16 +17,11 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
-from ..common.gc_pause import paused
 from . import dataset
-from ..execution import limits
 from ..common.bfcl import CATEGORIES
 from .dataset import Conversation
-from ..execution.decoding import Decoder
-from ..evaluation.replay import Replay, reference, replay
-from ..evaluation.verdict import Verdict, check, force_terminated, inference_error
 
 RESULT_FILE = re.compile(r"^BFCL_v4_(?P<category>multi_turn_[a-z_]+)_result\.json$")
 
@@ -313,140 +308,6 @@ def _shape_problem(result: Any, conversation: Conversation) -> str | None:
         if not isinstance(turn, list):
             return f"turn {index} must be a list of steps, got {type(turn).__name__}"
     return None
-
-
-@dataclass
-class Evaluation:
-    """A conversation scored by replay: decoded calls, the replay, BFCL's verdict."""
-
-    conversation: Conversation
-    decoded: list[list[list[str]]]
-    replay: Replay
-    reference: Replay
-    verdict: Verdict
-    entry: LoggedEntry | None = None
-    run: DecodedRun | None = None
-
-
-@dataclass(frozen=True)
-class NoCallStep:
-    """A raw step that made no call, as the result file records it.
-
-    Attributes:
-        index: the raw step index within its turn.
-        text: the model's text (:func:`step_text`), or None where the file
-            records none (an FC step logged as ``[]`` keeps no text).
-        error: the decoder's exception type when the step failed to decode.
-        raw: the step as logged.
-    """
-
-    index: int
-    text: str | None
-    error: str | None
-    raw: Any = None
-
-
-@dataclass
-class DecodedRun:
-    """Decoded steps per turn, with where each came from and the model's text.
-
-    Attributes:
-        turns: per turn, the decoded steps (each a list of call strings); steps
-            that failed to decode or decoded to nothing are dropped, as BFCL does.
-        raw_index: per turn, the raw step index of each decoded step (token
-            counts are logged per raw step).
-        texts: per turn, the text of each raw step that made no call.
-        raw_steps: per turn, the number of raw steps.
-        no_calls: per turn, every raw step that made no call (with or without text).
-    """
-
-    turns: list[list[list[str]]]
-    raw_index: list[list[int]]
-    texts: list[list[str]]
-    raw_steps: list[int]
-    no_calls: list[list[NoCallStep]] = field(default_factory=list)
-
-
-def step_text(step: Any) -> str | None:
-    """The text of a logged step: a string (prompting models, OpenAI FC without a
-    call), or the string parts of a list (Claude FC logs ``["text"]``).
-
-    Read as the confirm protocol's scripted user reads a step (``live.confirm.model_text``).
-    """
-    if isinstance(step, str):
-        return step
-    if isinstance(step, list):
-        parts = [p for p in step if isinstance(p, str)]
-        return "\n".join(parts) if parts else None
-    return None
-
-
-def decode_run(decoder: Decoder, result: Sequence[Sequence[Any]]) -> DecodedRun:
-    """Decode every raw step of ``result``, keeping where each came from."""
-    run = DecodedRun([], [], [], [])
-    for turn in result:
-        steps, indices, silent = [], [], []
-        items = turn if isinstance(turn, list) else []
-        for index, item in enumerate(items):
-            limits.at(len(run.turns), index)
-            decoded, error = _decode(decoder, item)
-            if _is_empty(decoded):
-                silent.append(NoCallStep(index, step_text(item), error, item))
-                continue
-            steps.append(list(decoded))
-            indices.append(index)
-        run.turns.append(steps)
-        run.raw_index.append(indices)
-        run.texts.append([s.text for s in silent if s.text is not None])
-        run.raw_steps.append(len(items))
-        run.no_calls.append(silent)
-    return run
-
-
-def _decode(decoder: Decoder, item: Any) -> tuple[Any, str | None]:
-    try:
-        return decoder.decode_step(item), None
-    except Exception as exc:  # BFCL ignores any failed decoding, and so do we
-        return [], type(exc).__name__
-
-
-def decode_turns(decoder: Decoder, result: Sequence[Sequence[Any]]) -> list[list[list[str]]]:
-    """Decode every step; like BFCL, steps that fail to decode or decode to nothing are dropped."""
-    return decode_run(decoder, result).turns
-
-
-def _is_empty(decoded: Any) -> bool:
-    return len(decoded) == 0 or (len(decoded) == 1 and len(decoded[0]) == 0)
-
-
-@paused
-def evaluate(
-    conversation: Conversation,
-    result: Any,
-    decoder: Decoder,
-    model_name: str = "careful",
-    snapshots: bool = True,
-    entry: LoggedEntry | None = None,
-) -> Evaluation:
-    """Decode, replay and check one logged conversation."""
-    ref = reference(conversation)
-    if not isinstance(result, list):
-        empty = replay(conversation, [], model_name, snapshots, prefix=ref)
-        return Evaluation(conversation, [], empty, ref, inference_error(), entry, DecodedRun([], [], [], []))
-    run = decode_run(decoder, result)
-    model = replay(conversation, run.turns, model_name, snapshots, prefix=ref)
-    if len(result) != conversation.n_turns:
-        verdict = force_terminated(len(result), conversation.n_turns)
-    else:
-        verdict = check(conversation, model, ref)
-    return Evaluation(conversation, run.turns, model, ref, verdict, entry, run)
-
-
-def evaluate_file(
-    path: Path, decoder: Decoder, category: str | None = None, model_name: str = "careful",
-) -> tuple[list[Evaluation], list[InputProblem]]:
-    entries, problems = read_result_file(path, category)
-    return [evaluate(dataset.get(e.id), e.result, decoder, model_name, entry=e) for e in entries], problems
 
 
 def missing_conversations(entries: Iterable[LoggedEntry], category: str) -> list[str]:

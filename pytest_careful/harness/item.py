@@ -16,7 +16,7 @@ from ..live import confirm
 from ..live.source import LiveError
 from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
 from .markers import CLASS_MARKERS
-from ..data.result_files import evaluate
+from ..evaluation.evaluate import evaluate
 from .state import SESSION_KEY
 
 GATED_RULES = {

@@ -145,7 +145,7 @@ def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, 
     """Replay a logged run once and score it under every detector and every boundary."""
     from ..data import dataset
     from ..cli.declare import run_entries
-    from ..data.result_files import evaluate
+    from ..evaluation.evaluate import evaluate
     from ..scoring.rules import Settings, score
 
     dec, entries, _ = run_entries(run_dir, decoder_key)

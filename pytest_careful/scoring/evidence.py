@@ -8,7 +8,7 @@ from typing import Any
 from ..execution import dag
 from ..common.text import escape
 from ..evaluation.replay import CallRecord
-from ..data.result_files import Evaluation, NoCallStep
+from ..evaluation.evaluate import Evaluation, NoCallStep
 
 MAX_VALUE = 300
 MAX_TEXT = 800  # the model's own text: longer, it is what explains a turn without a call

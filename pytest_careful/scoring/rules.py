@@ -30,7 +30,7 @@ from ..protocols import detector
 from . import turn_credit
 from ..effects.declarations import DESTRUCTIVE, Declarations
 from ..evaluation.replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, _json_safe
-from ..data.result_files import Evaluation
+from ..evaluation.evaluate import Evaluation
 
 RULES = (
     "collateral_destructive",

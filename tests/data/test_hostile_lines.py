@@ -20,7 +20,8 @@ import pytest
 
 from pytest_careful.data import dataset
 from pytest_careful.execution.decoding import decoder
-from pytest_careful.data.result_files import MAX_NESTING, evaluate, find_result_files, read_result_file
+from pytest_careful.data.result_files import MAX_NESTING, find_result_files, read_result_file
+from pytest_careful.evaluation.evaluate import evaluate
 
 from conftest import REAL_RUN_DECODER, run_oracle
 from hostile_lines import Corpus, Generator, corpus, dumps, nested_text

@@ -6,7 +6,8 @@ import json
 
 from pytest_careful.data import dataset
 from pytest_careful.execution.decoding import passthrough_decoder
-from pytest_careful.data.result_files import evaluate_file, find_result_files, read_result_file
+from pytest_careful.data.result_files import find_result_files, read_result_file
+from pytest_careful.evaluation.evaluate import evaluate_file
 
 from perturb import as_result
 

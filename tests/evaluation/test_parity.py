@@ -8,7 +8,8 @@ import pytest
 
 from pytest_careful.data import dataset
 from pytest_careful.execution.decoding import decoder, passthrough_decoder
-from pytest_careful.data.result_files import evaluate, read_result_file
+from pytest_careful.data.result_files import read_result_file
+from pytest_careful.evaluation.evaluate import evaluate
 
 from conftest import REAL_RUN_DECODER, run_oracle
 from perturb import as_result, cases

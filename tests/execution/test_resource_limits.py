@@ -24,7 +24,8 @@ from pytest_careful.execution import limits
 from pytest_careful.harness import options
 from pytest_careful.execution.decoding import decoder, passthrough_decoder
 from pytest_careful.evaluation.replay import reference
-from pytest_careful.data.result_files import evaluate, read_result_file
+from pytest_careful.data.result_files import read_result_file
+from pytest_careful.evaluation.evaluate import evaluate
 
 import hostile_payloads as payloads
 from conftest import REAL_RUN_DECODER

@@ -192,7 +192,7 @@ def replay_ours(corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str
     """pytest-careful's ``evaluate`` on every entry, monitored and blocking."""
     from pytest_careful.data import dataset
     from pytest_careful.execution.decoding import decoder, passthrough_decoder
-    from pytest_careful.data.result_files import evaluate
+    from pytest_careful.evaluation.evaluate import evaluate
 
     decoders = {key: passthrough_decoder() if key == "passthrough" else decoder(key)
                 for key in sorted({e["decoder"] for e in corpus})}
@@ -231,7 +231,7 @@ def _warm_up(decoders: dict[str, Any], conversation_ids: list[str]) -> None:
     """Benign input first, so lazy imports happen outside the monitored window."""
     from pytest_careful.data import dataset
     from pytest_careful.execution.decoding import passthrough_decoder
-    from pytest_careful.data.result_files import evaluate
+    from pytest_careful.evaluation.evaluate import evaluate
 
     samples = ["[ls()]", [{"ls": "{}"}], [{"ls": {}}], '{"name": "ls", "parameters": {}}',
                '{"name": "ls", "arguments": {}}', '<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>',

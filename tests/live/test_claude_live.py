@@ -34,7 +34,7 @@ from pytest_careful.live.claude import CreditExhausted, MissingApiKey
 from pytest_careful.live.handles import resolve
 from pytest_careful.live.scripted import call_to_fc, keyword_call
 from pytest_careful.live.source import LiveSource, StopRun
-from pytest_careful.data.result_files import evaluate
+from pytest_careful.evaluation.evaluate import evaluate
 
 KEY = "claude-haiku-4-5-20251001-FC"
 MODEL_ID = "claude-haiku-4-5-20251001"

@@ -17,7 +17,7 @@ from pytest_careful.protocols import scripted_user
 from pytest_careful.execution.decoding import decoder
 from pytest_careful.live import confirm, runner, scripted
 from pytest_careful.data.result_store import ResultStore
-from pytest_careful.data.result_files import evaluate
+from pytest_careful.evaluation.evaluate import evaluate
 
 DECL = declarations.load()
 STYLES = ["", "-prompting"]

@@ -23,7 +23,8 @@ from pytest_careful.effects import declarations
 from pytest_careful.execution.decoding import decoder
 from pytest_careful.live import bridge, runner, scripted
 from pytest_careful.data.result_store import ResultStore
-from pytest_careful.data.result_files import evaluate, read_result_file
+from pytest_careful.data.result_files import read_result_file
+from pytest_careful.evaluation.evaluate import evaluate
 
 DECL = declarations.load()
 # bfcl-eval registry keys whose decoders read the scripted styles (OpenAI FC / prompting).

@@ -20,7 +20,8 @@ from pytest_careful.effects import declarations
 from pytest_careful.reports import html_report, plots, scorecard
 from pytest_careful.scoring import rules
 from pytest_careful.execution.decoding import decoder
-from pytest_careful.data.result_files import LoggedEntry, evaluate, read_result_file
+from pytest_careful.data.result_files import LoggedEntry, read_result_file
+from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.evaluation.verdict import STATE_MISMATCH
 
 from conftest import REAL_RUN_DECODER

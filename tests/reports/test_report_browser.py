@@ -162,7 +162,8 @@ def _hostile_page(tmp_path: Path, hostile: bool) -> Path:
     from test_html_report import CONVERSATION, HOSTILE, hostile_result, page_of
     from pytest_careful.data import dataset
     from pytest_careful.execution.decoding import decoder
-    from pytest_careful.data.result_files import LoggedEntry, evaluate
+    from pytest_careful.data.result_files import LoggedEntry
+    from pytest_careful.evaluation.evaluate import evaluate
 
     conversation = dataset.get(CONVERSATION)
     result = hostile_result(conversation)

@@ -21,7 +21,7 @@ from pytest_careful.execution.decoding import decoder, passthrough_decoder
 from pytest_careful.execution.executor import Simulators
 from pytest_careful.effects.inference import signals
 from pytest_careful.evaluation.replay import OK, call_status
-from pytest_careful.data.result_files import evaluate, evaluate_file
+from pytest_careful.evaluation.evaluate import evaluate, evaluate_file
 from pytest_careful.execution.snapshot import Snapshot, diff
 
 from conftest import REAL_RUN_DECODER

@@ -9,7 +9,8 @@ from pytest_careful.effects import declarations
 from pytest_careful.scoring import rules
 from pytest_careful.common.bfcl import CATEGORIES
 from pytest_careful.execution.decoding import passthrough_decoder
-from pytest_careful.data.result_files import LoggedEntry, evaluate
+from pytest_careful.data.result_files import LoggedEntry
+from pytest_careful.evaluation.evaluate import evaluate
 
 from perturb import as_result
 
@@ -170,7 +171,7 @@ def test_every_row_of_the_real_run_is_json(real_run):
     import json
 
     from pytest_careful.execution.decoding import decoder
-    from pytest_careful.data.result_files import evaluate_file
+    from pytest_careful.evaluation.evaluate import evaluate_file
 
     from conftest import REAL_RUN_DECODER
 

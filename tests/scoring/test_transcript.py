@@ -15,7 +15,8 @@ import pytest
 from pytest_careful.data import dataset
 from pytest_careful.scoring import evidence
 from pytest_careful.execution.decoding import decoder
-from pytest_careful.data.result_files import LoggedEntry, evaluate, read_result_file
+from pytest_careful.data.result_files import LoggedEntry, read_result_file
+from pytest_careful.evaluation.evaluate import evaluate
 
 from conftest import REAL_RUN_DECODER
 

@@ -101,7 +101,7 @@ def run_turn_oracle(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _ours(conversation: Any, result: Any, dec: Any) -> tuple[list[bool], Any]:
     from pytest_careful.scoring import turn_credit
-    from pytest_careful.data.result_files import evaluate
+    from pytest_careful.evaluation.evaluate import evaluate
 
     evaluation = evaluate(conversation, result, dec, model_name="turns")
     return turn_credit.matched_turns(conversation, evaluation.replay, evaluation.reference), evaluation
@@ -177,7 +177,8 @@ def test_added_time_on_the_real_run_is_small(real_run: Path) -> None:
     from pytest_careful.data import dataset
     from pytest_careful.scoring import turn_credit
     from pytest_careful.execution.decoding import decoder
-    from pytest_careful.data.result_files import evaluate, read_result_file
+    from pytest_careful.data.result_files import read_result_file
+    from pytest_careful.evaluation.evaluate import evaluate
 
     dec = decoder(REAL_RUN_DECODER)
     evaluated, took = [], 0.0
