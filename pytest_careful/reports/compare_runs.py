@@ -565,7 +565,7 @@ def html(report: dict[str, Any]) -> str:
     """report.html: one self-contained page (inline CSS, no script from elsewhere, autoescaped)."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    env = Environment(loader=PackageLoader("pytest_careful", "templates"),
+    env = Environment(loader=PackageLoader("pytest_careful.reports", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters["pct"] = lambda v: DASH if v is None else f"{100 * v:.1f}"
     env.filters["marks"] = _marks

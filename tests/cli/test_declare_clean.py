@@ -49,7 +49,7 @@ def test_check_passes_in_a_clean_clone_with_nothing_beside_it(tmp_path):
                           "import pytest_careful.cli.declare as d, sys; print(d.__file__); sys.exit(d.main(['--check']))"],
                          cwd=clone, env=_env(clone), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert out.stdout.splitlines()[0] == str(clone / "pytest_careful" / "declare.py")  # the clone's code ran
+    assert out.stdout.splitlines()[0] == str(clone / "pytest_careful" / "cli" / "declare.py")  # the clone's code ran
     assert "careful-declare: up to date" in out.stdout
 
 
