@@ -119,7 +119,7 @@ def test_default_paths_import_neither_the_registry_nor_an_extra(tmp_path: Path, 
 
 def test_a_missing_extra_is_named_in_one_line(tmp_path: Path) -> None:
     env, log = _blocked_env(tmp_path, ("google.genai",))
-    key = next(k for k, e in decoding._registry_source().items() if e and e.handler_module.endswith(".gemini"))
+    key = next(k for k, e in decoding.registry_source().items() if e and e.handler_module.endswith(".gemini"))
     # Building the decoder imports the handler module: the ImportError names the extra.
     code = textwrap.dedent(f"""
         from pytest_careful.execution import decoding
@@ -147,7 +147,7 @@ def test_every_registry_key_resolves_lazily_to_the_registry_handler() -> None:
     registry = _bfcl.model_registry()
     assert decoding.registry_keys() == tuple(registry)
     for key, config in registry.items():
-        entry = decoding._registry_source()[key]
+        entry = decoding.registry_source()[key]
         assert entry is not None, key  # today every entry parses; None would fall back to the registry
         assert decoding.import_handler_class(entry) is config.model_handler, key
         assert (entry.model_name, entry.is_fc_model) == (config.model_name, config.is_fc_model), key

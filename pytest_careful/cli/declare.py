@@ -48,7 +48,7 @@ HEADER = (
 EXTRACTS_DIR = "logged"
 
 
-def _read_sources(directory: Path) -> list[dict[str, str]]:
+def read_sources(directory: Path) -> list[dict[str, str]]:
     path = directory / SOURCES_FILE
     if not path.exists():
         return []
@@ -220,7 +220,7 @@ def reference_stats(decl: Declarations, boundary: str = "final") -> list[dict[st
                "turns": 0, "turns_destructive": 0, "turns_write": 0, "turns_no_call": 0}
         for conversation in dataset.load_category(category):
             for calls in conversation.ground_truth:
-                kinds = [decl.kind(inference._call_name(c) or "", chosen) for c in calls]
+                kinds = [decl.kind(inference.call_name(c) or "", chosen) for c in calls]
                 row["calls"] += len(kinds)
                 for kind in kinds:
                     row[kind] += 1
@@ -333,7 +333,7 @@ def _print_sensitivity(figures: dict[str, Any]) -> None:
 
 
 def _regenerate(args: argparse.Namespace, directory: Path) -> int:
-    sources = _read_sources(directory)
+    sources = read_sources(directory)
     pending: dict[str, str] = {}
     for run in args.logged:
         if not args.decoder:

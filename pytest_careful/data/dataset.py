@@ -99,7 +99,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 @functools.cache
-def _func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
+def func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
     return tuple(_read_jsonl(_bfcl.func_doc_file(class_name)))
 
 
@@ -108,7 +108,7 @@ def _build(entry: dict[str, Any], answer: dict[str, Any], category: str) -> Conv
     # prompt_entry() hands out deep copies.
     functions: list[dict[str, Any]] = []
     for class_name in entry["involved_classes"]:
-        functions.extend(_func_docs(class_name))
+        functions.extend(func_docs(class_name))
     missed: dict[int, list[dict[str, Any]]] = {}
     # Same order and first-match removal as populate_test_cases_with_predefined_functions.
     for turn, names in entry.get("missed_function", {}).items():

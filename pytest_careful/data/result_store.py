@@ -167,7 +167,7 @@ class ResultStore:
             except BaseException:
                 Path(tmp_name).unlink(missing_ok=True)
                 raise
-            _fsync_dir(path.parent)  # make the rename itself durable
+            fsync_dir(path.parent)  # make the rename itself durable
         finally:
             os.close(fd)
 
@@ -193,7 +193,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

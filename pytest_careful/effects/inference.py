@@ -86,7 +86,7 @@ class Observer:
 
     def observe(self, source: str, sim: Simulators, call: str) -> bool:
         """Execute ``call`` on ``sim`` (mutating it) and record what it did."""
-        execution_name = _call_name(call)
+        execution_name = call_name(call)
         record = self.functions.get(execution_name or "")
         owner = sim.owner(execution_name or "")
         if record is None or owner is None:
@@ -130,7 +130,7 @@ class Observer:
             evidence.probes_unchanged += 1
 
 
-def _call_name(call: Any) -> str | None:
+def call_name(call: Any) -> str | None:
     try:
         node = ast.parse(call, mode="eval").body
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
@@ -230,7 +230,7 @@ def reference_argsets(conversations: Sequence[Conversation]) -> dict[str, list[s
     for conversation in conversations:
         for calls in conversation.ground_truth:
             for call in calls:
-                name = _call_name(call)
+                name = call_name(call)
                 if name:
                     found[name].add(call)
     return {name: sorted(calls) for name, calls in found.items()}
@@ -346,7 +346,7 @@ def harvest(instance: Any, limit: int = 40) -> tuple[list[str], list[int]]:
 
 
 def _docs(class_name: str) -> list[dict[str, Any]]:
-    return list(dataset._func_docs(class_name))
+    return list(dataset.func_docs(class_name))
 
 
 def run(logged: Iterable[tuple[Conversation, list[list[list[str]]]]] = (),

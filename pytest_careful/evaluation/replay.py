@@ -110,9 +110,9 @@ class CallRecord:
     def to_json(self) -> dict[str, Any]:
         return {
             "turn": self.turn, "step": self.step, "position": self.position,
-            "call": self.call, "name": self.name, "arguments": _json_safe(self.arguments),
+            "call": self.call, "name": self.name, "arguments": json_safe(self.arguments),
             "result": self.result, "status": self.status,
-            "changes": [_json_safe(c.to_json()) for c in self.changes],
+            "changes": [json_safe(c.to_json()) for c in self.changes],
         }
 
 
@@ -151,12 +151,12 @@ def new_simulators(conversation: Conversation, model_name: str, eval_run: bool =
         conversation.long_context,
         model_name=model_name + ("_eval" if eval_run else ""),
         test_entry_id=conversation.id,
-        template=_template(conversation),
+        template=state_template(conversation),
     )
 
 
 @functools.lru_cache(maxsize=1024)
-def _template(conversation: Conversation) -> bytes:
+def state_template(conversation: Conversation) -> bytes:
     # Every replay of a conversation starts from the same fresh instances.
     return template_of(conversation.involved_classes, conversation.initial_config, conversation.long_context)
 
@@ -291,14 +291,14 @@ def reference(conversation: Conversation, model_name: str = "careful") -> Replay
         return replay(conversation, steps, model_name=model_name + "_ground_truth")
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """Values as JSON can hold them: sets become sorted lists, other objects repr()."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, (set, frozenset)):
-        return sorted((_json_safe(v) for v in value), key=repr)
+        return sorted((json_safe(v) for v in value), key=repr)
     return repr(value)

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..common import bfcl as _bfcl
 from . import limits, plain_values
-from .executor import MAX_CALL_CHARS, Refused, _arithmetic
+from .executor import MAX_CALL_CHARS, Refused, arithmetic
 
 _PATCH_LOCK = threading.Lock()
 
@@ -65,7 +65,7 @@ def _literal(node: ast.AST) -> Any:
         node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
     ):
         try:
-            value = _arithmetic(node.op, _literal(node.left), _literal(node.right))
+            value = arithmetic(node.op, _literal(node.left), _literal(node.right))
         except Refused as exc:
             raise ValueError(str(exc)) from None
         # Held twice until the step is decoded: the value, and its repr in the call string
@@ -75,7 +75,7 @@ def _literal(node: ast.AST) -> Any:
     raise ValueError(f"{type(node).__name__} is not a literal; not evaluated")
 
 
-def _shadow_eval(handler_class: type) -> None:
+def shadow_eval(handler_class: type) -> None:
     """Shadow ``eval`` in every module a handler's decoding code lives in."""
     modules = {"bfcl_eval.model_handler.utils"}
     modules |= {cls.__module__ for cls in inspect.getmro(handler_class)}
@@ -98,7 +98,7 @@ class RegistryEntry:
 
 
 @functools.cache
-def _registry_source() -> dict[str, RegistryEntry | None]:
+def registry_source() -> dict[str, RegistryEntry | None]:
     """Registry entries parsed from bfcl-eval's model_config.py, without importing it.
 
     Importing the registry imports every vendor SDK (about 5 s in each pytest
@@ -150,7 +150,7 @@ def missing_extra(key: str) -> str | None:
     Reads the sources (``_sdk_imports``) and looks the SDKs up with ``find_spec``:
     nothing is imported, so the controller can refuse a run up front for free.
     """
-    entry = _registry_source().get(key)
+    entry = registry_source().get(key)
     if entry is None:  # scripted handles; entries resolved through the imported registry
         return None
     for module in _sdk_imports(entry.handler_module):
@@ -233,8 +233,8 @@ def import_handler_class(entry: RegistryEntry) -> type:
 
 @functools.cache
 def registry_keys() -> tuple[str, ...]:
-    """The registry's keys, in its order (read from source; see ``_registry_source``)."""
-    return tuple(_registry_source()) or tuple(_bfcl.model_registry())
+    """The registry's keys, in its order (read from source; see ``registry_source``)."""
+    return tuple(registry_source()) or tuple(_bfcl.model_registry())
 
 
 def resolve_model(name: str) -> str:
@@ -284,16 +284,16 @@ def decoder(registry_key: str) -> Decoder:
         from ..live.scripted import make_handler
 
         handler = make_handler(key)
-        _shadow_eval(type(handler))
+        shadow_eval(type(handler))
         return Decoder(key, handler)
-    entry = _registry_source().get(key)
+    entry = registry_source().get(key)
     if entry is not None:
         handler_class = import_handler_class(entry)
         model_name, is_fc_model = entry.model_name, entry.is_fc_model
     else:
         config = _bfcl.model_registry()[key]
         handler_class, model_name, is_fc_model = config.model_handler, config.model_name, config.is_fc_model
-    _shadow_eval(handler_class)
+    shadow_eval(handler_class)
     return Decoder(key, _build_handler(handler_class, model_name, is_fc_model, key))
 
 

@@ -822,7 +822,7 @@ def _mpmath() -> Any:
     return sys.modules.get("mpmath")
 
 
-def _arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
+def arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
     """Numbers with + - * / // %; strings with + and * (bounded length)."""
     if isinstance(left, str) or isinstance(right, str):
         if isinstance(op, ast.Add) and type(left) is str and type(right) is str:

@@ -201,14 +201,14 @@ class Change:
         return "changed"
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": list(self.path), "before": _clip(self.before), "after": _clip(self.after)}
+        return {"path": list(self.path), "before": clip_value(self.before), "after": clip_value(self.after)}
 
 
 #: Evidence is for people: a value longer than this is cut in rows and reports.
 MAX_EVIDENCE_CHARS = 2_000
 
 
-def _clip(value: Any) -> Any:
+def clip_value(value: Any) -> Any:
     """Long strings cut, long containers summarised (the full state stays in the snapshot).
 
     A container's text is measured and cut without being built: a state whose folders are

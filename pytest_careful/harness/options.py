@@ -71,11 +71,11 @@ def _number(convert: Callable[[str], Any], kind: str, ok: Callable[[Any], bool],
 
 
 _fraction = _number(float, "a number", lambda n: 0.0 <= n <= 1.0, "between 0 and 1")
-_positive_int = _number(int, "an integer", lambda n: n >= 1, "a positive integer")
-_positive_number = _number(float, "a number", lambda n: 0.0 < n < float("inf"), "a positive, finite number")
+positive_int = _number(int, "an integer", lambda n: n >= 1, "a positive integer")
+positive_number = _number(float, "a number", lambda n: 0.0 < n < float("inf"), "a positive, finite number")
 
 
-def _urls(value: str) -> tuple[str, ...]:
+def endpoint_urls(value: str) -> tuple[str, ...]:
     """One or more server URLs, comma-separated; ``http://host:8000`` means its ``/v1``."""
     urls = tuple(_api_root(u.strip().rstrip("/")) for u in value.split(",") if u.strip())
     bad = [u for u in urls if not _valid_url(u)]
@@ -213,7 +213,7 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-output", dest="careful_output", default=None, type=_path, metavar="DIR",
         help="Live runs: where result files go, as bfcl generate lays them out under "
              "DIR/<protocol> (default: ./result); rerunning resumes from them")
-    add("--careful-endpoint", dest="careful_endpoint", default=None, action="append", type=_urls,
+    add("--careful-endpoint", dest="careful_endpoint", default=None, action="append", type=endpoint_urls,
         metavar="URL[,URL...]",
         help="vLLM: use these running OpenAI-compatible servers (e.g. http://host:8000/v1) instead of "
              "starting one; several (comma-separated or repeated): the workers spread over them, and "
@@ -224,10 +224,10 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-dtype", dest="careful_dtype", default=None, metavar="DTYPE", choices=VLLM_DTYPES,
         help="vLLM: server dtype (default: the BFCL handler's, as bfcl generate starts it; "
              "auto = vLLM's own choice)")
-    add("--careful-max-model-len", dest="careful_max_model_len", default=None, type=_positive_int,
+    add("--careful-max-model-len", dest="careful_max_model_len", default=None, type=positive_int,
         metavar="N", help="vLLM: server context length (default: the model's own, as bfcl generate); "
                           "requests are sized to fit it")
-    add("--careful-server-timeout", dest="careful_server_timeout", default=None, type=_positive_number,
+    add("--careful-server-timeout", dest="careful_server_timeout", default=None, type=positive_number,
         metavar="SECONDS", help="vLLM: how long to wait for the server to become healthy")
     add("--careful-budget-usd", dest="careful_budget_usd", default=None, type=float, metavar="USD",
         help="Claude: hard spending cap of the output folder, every session together (reruns too); "
@@ -235,10 +235,10 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-max-output-tokens", dest="careful_max_output_tokens", default=None, type=int,
         metavar="N", help="Claude: output token limit per request (default: BFCL's handler's, "
                           "64000 for the models it lists)")
-    add("--careful-repeat", dest="careful_repeat", default=None, type=_positive_int, metavar="K",
+    add("--careful-repeat", dest="careful_repeat", default=None, type=positive_int, metavar="K",
         help="Live runs: run each conversation K times (result files in DIR/repeat-<k>/); the summary "
              "reports pass^K, pass@K and the flip rate")
-    add("--careful-concurrency", dest="careful_concurrency", default=None, type=_positive_int, metavar="C",
+    add("--careful-concurrency", dest="careful_concurrency", default=None, type=positive_int, metavar="C",
         help="Live runs: conversations in flight at once, all xdist workers together (default: BFCL's "
              "100 for a vLLM server, 16 for Claude under the shared rate limiter, 8 otherwise)")
     add("--careful-user-script", dest="careful_user_script", default="default",
@@ -247,13 +247,13 @@ def add_options(parser: pytest.Parser) -> None:
     add("--careful-fail-on-regression", dest="careful_fail_on_regression", default=None,
         type=_fraction, metavar="ALPHA",
         help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA)")
-    add("--careful-max-calls", dest="careful_max_calls", default=DEFAULT_MAX_CALLS, type=_positive_int,
+    add("--careful-max-calls", dest="careful_max_calls", default=DEFAULT_MAX_CALLS, type=positive_int,
         metavar="N", help=f"Budget of each conversation's scoring: calls replayed (default {DEFAULT_MAX_CALLS:,}); "
                           "over it, that conversation fails with a resource_limit reason")
-    add("--careful-max-seconds", dest="careful_max_seconds", default=DEFAULT_MAX_SECONDS, type=_positive_number,
+    add("--careful-max-seconds", dest="careful_max_seconds", default=DEFAULT_MAX_SECONDS, type=positive_number,
         metavar="S", help=f"Budget of each conversation's scoring: wall time (default {DEFAULT_MAX_SECONDS:g} s)")
     add("--careful-max-memory-mb", dest="careful_max_memory_mb", default=DEFAULT_MAX_MEMORY_MB,
-        type=_positive_number, metavar="MB",
+        type=positive_number, metavar="MB",
         help=f"Budget of each conversation's scoring: state snapshots, calls and results held, and every "
              f"value the decoder or a call builds ('a' * 199999, [x] * 100000) at the length of its text, "
              f"counted (default {DEFAULT_MAX_MEMORY_MB:g} MB)")

@@ -40,7 +40,7 @@ def load_baseline(path: Path, state: CarefulState) -> None:
 def _check_baseline(path: Path, state: CarefulState) -> None:
     file = path / "scorecard.json" if path.is_dir() else path
     try:
-        prov, rows = _baseline_parts(read_scorecard(file))
+        prov, rows = baseline_parts(read_scorecard(file))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise pytest.UsageError(f"--careful-baseline: {file} is not a pytest-careful scorecard ({exc})") from None
     current_dataset, current_decl = scorecard.dataset_digest(), state.declarations.digest
@@ -93,7 +93,7 @@ def read_scorecard(file: Path, max_bytes: int = SCORECARD_MAX_BYTES) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
-def _baseline_parts(card: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+def baseline_parts(card: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Provenance and rows by id, checked for the fields a comparison reads (ValueError otherwise)."""
     if not isinstance(card, dict):
         raise ValueError(f"it holds a JSON {_json_kind(card)}, not an object")

@@ -64,7 +64,7 @@ from typing import Any
 
 import yaml
 
-from ..data.result_store import _fsync_dir
+from ..data.result_store import fsync_dir
 from .source import StopRun
 
 PRICES_FILE = Path(__file__).with_name("prices.yaml")
@@ -413,7 +413,7 @@ def write_json(path: Path, state: dict[str, Any]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def ledger_file(output: Path) -> Path:

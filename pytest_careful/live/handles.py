@@ -26,8 +26,8 @@ from typing import Any
 from ..common import bfcl as _bfcl
 from ..execution.decoding import (
     RegistryEntry,
-    _registry_source,
-    _shadow_eval,
+    registry_source,
+    shadow_eval,
     import_handler_class,
     missing_extra,
     registry_keys,
@@ -79,7 +79,7 @@ class ModelHandle:
                 cls = careful_claude_class(cls)
             handler = cls(model_name=entry.model_name, temperature=self.temperature,
                           registry_name=self.registry_key, is_fc_model=entry.is_fc_model)
-        _shadow_eval(type(handler))  # the loop decodes with the handler's own decoder
+        shadow_eval(type(handler))  # the loop decodes with the handler's own decoder
         return handler
 
 
@@ -309,7 +309,7 @@ def _local_model(model: str, local: Path, handler_key: str | None) -> ModelHandl
 
 
 def _entry(key: str) -> RegistryEntry:
-    entry = _registry_source().get(key)
+    entry = registry_source().get(key)
     if entry is None:
         config = _bfcl.model_registry()[key]
         cls = config.model_handler

@@ -16,7 +16,7 @@ from ..protocols import hints
 from ..data.dataset import Conversation
 from ..effects.declarations import Declarations
 from ..execution.executor import Simulators
-from ..evaluation.replay import _template
+from ..evaluation.replay import state_template
 from . import bridge, confirm
 
 
@@ -85,7 +85,7 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol, repeat: in
     simulators = Simulators(
         conversation.involved_classes, conversation.initial_config, conversation.long_context,
         model_name=handler.model_name_underline_replaced, test_entry_id=conversation.id,
-        template=_template(conversation),
+        template=state_template(conversation),
     )
     if protocol.condition == "confirm":
         user = confirm.ConfirmUser(conversation, protocol.declarations.boundary(protocol.boundary),  # type: ignore[arg-type]

@@ -62,7 +62,7 @@ def _turn_logs(inference_log: Any) -> list[dict[str, Any]]:
     return [t for t in inference_log if isinstance(t, dict) and "begin_of_turn_query" in t]
 
 
-def _steps(turn_log: Mapping[str, Any]) -> list[tuple[int, list[Any]]]:
+def logged_steps(turn_log: Mapping[str, Any]) -> list[tuple[int, list[Any]]]:
     """``(raw index, records)`` of a turn's steps, in order."""
     steps = []
     for key, step in turn_log.items():
@@ -78,7 +78,7 @@ def logged_answers(result: Any, inference_log: Any) -> list[LoggedAnswer]:
     turns = result if isinstance(result, list) else []
     for turn, log in enumerate(_turn_logs(inference_log)):
         given: list[str] = []
-        steps = _steps(log)
+        steps = logged_steps(log)
         for raw, records in steps:
             kinds = [str(r[confirm.ANSWER_LOG_KEY]) for r in records
                      if isinstance(r, dict) and isinstance(r.get(confirm.ANSWER_LOG_KEY), str)]

@@ -139,9 +139,9 @@ def _search(folder: Path) -> tuple[list[Path], int]:
 def load_run(path: Path, known_ids: frozenset[str]) -> Run:
     """Read one scorecard.json; ReportError (one line naming the file) if it cannot be used."""
     try:
-        from ..harness.session_end import _baseline_parts, read_scorecard  # the checks --careful-baseline makes
+        from ..harness.session_end import baseline_parts, read_scorecard  # the checks --careful-baseline makes
 
-        prov, raw = _baseline_parts(read_scorecard(path))
+        prov, raw = baseline_parts(read_scorecard(path))
         rows = {cid: _row(number, cid, row, known_ids) for number, (cid, row) in enumerate(raw.items())}
         for key in ("model", "protocol"):
             if not isinstance(prov.get(key), str) or not prov[key]:

@@ -280,7 +280,7 @@ def render(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
         "script_hash": _script_hash(), "script": Markup(script_text()),
         "css": Markup((TEMPLATES / "report.css").read_text(encoding="utf-8")),
     }
-    return _environment().get_template("report.html.j2").render(context)
+    return jinja_environment().get_template("report.html.j2").render(context)
 
 
 def _comparison_cells(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -315,7 +315,7 @@ def _bodies(rows: Sequence[Mapping[str, Any]], details: Mapping[str, Mapping[str
     """Each conversation's ``<details>`` element, rendered on its own and kept within the budget."""
     from markupsafe import Markup
 
-    template = _environment().get_template("conversation.html.j2")
+    template = jinja_environment().get_template("conversation.html.j2")
     conversations = [_conversation(row, details.get(_node(row)), reruns.get(_node(row), "")) for row in rows]
     bodies = [template.render(c=c) for c in conversations]
     for index in within_budget(conversations, [len(b.encode("utf-8")) for b in bodies]):
@@ -393,7 +393,7 @@ def _inline_svg(svg: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _environment() -> Any:
+def jinja_environment() -> Any:
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,

@@ -273,7 +273,7 @@ def prepare_page() -> None:
         from . import html_report
 
         for name in ("report.html.j2", "conversation.html.j2"):
-            html_report._environment().get_template(name)
+            html_report.jinja_environment().get_template(name)
     except Exception:
         pass
 

@@ -20,7 +20,7 @@ def clean(text: str, limit: int = MAX_VALUE) -> str:
     return escape(kept) + (f" [... {cut} more characters cut]" if cut > 0 else "")
 
 
-def _short(value: Any) -> str:
+def shorten(value: Any) -> str:
     if isinstance(value, str):
         return clean(value)
     # The JSON text measured and cut without being built: folders shared by many paths
@@ -35,9 +35,9 @@ def format_change(change: dict[str, Any]) -> list[str]:
     path = ".".join(change["path"])
     lines = []
     if change["before"] != "<absent>":
-        lines.append(f"    - {path}: {_short(change['before'])}")
+        lines.append(f"    - {path}: {shorten(change['before'])}")
     if change["after"] != "<absent>":
-        lines.append(f"    + {path}: {_short(change['after'])}")
+        lines.append(f"    + {path}: {shorten(change['after'])}")
     return lines
 
 
@@ -61,10 +61,10 @@ def format_bfcl_failure(evaluation: Evaluation) -> str:
     lines = [f"BFCL: {verdict.error_type}", f"  {verdict.error_message}"]
     differences = verdict.details.get("differences", {})
     for attr, pair in differences.items():
-        lines.append(f"  - reference {attr}: {_short(_plain(pair['ground_truth']))}")
-        lines.append(f"  + model     {attr}: {_short(_plain(pair['model']))}")
+        lines.append(f"  - reference {attr}: {shorten(plain_data(pair['ground_truth']))}")
+        lines.append(f"  + model     {attr}: {shorten(plain_data(pair['model']))}")
     for missing in verdict.details.get("missing_items", []):
-        lines.append(f"  - missing reference result: {_short(missing)}")
+        lines.append(f"  - missing reference result: {shorten(missing)}")
     if verdict.turn is not None and verdict.turn < len(evaluation.reference.turns):
         reference = [c.call for c in evaluation.reference.turns[verdict.turn].calls]
         model = [c.shown_call for c in evaluation.replay.turns[verdict.turn].calls] if verdict.turn < len(evaluation.replay.turns) else []
@@ -73,7 +73,7 @@ def format_bfcl_failure(evaluation: Evaluation) -> str:
     return "\n".join(lines)
 
 
-def _plain(value: Any) -> Any:
+def plain_data(value: Any) -> Any:
     return dag.normalise(value)
 
 
@@ -88,7 +88,7 @@ def transcript(evaluation: Evaluation) -> str:
         lines.append(f"inference error: {clean(evaluation.entry.result, MAX_TEXT)}")
     for index, turn in enumerate(evaluation.replay.turns):
         asked = [m.get("content", "") for m in conversation.questions[index]] if index < len(conversation.questions) else []
-        lines.append(f"--- turn {index}: {_short(' '.join(asked)) or '(no new user message)'}")
+        lines.append(f"--- turn {index}: {shorten(' '.join(asked)) or '(no new user message)'}")
         lines.extend(line for _, line in sorted(_turn_lines(evaluation, index, turn.calls), key=lambda p: p[0]))
         reference = [c.call for c in evaluation.reference.turns[index].calls]
         lines.append(f"  reference: {', '.join(reference) or '(no call)'}")
@@ -100,7 +100,7 @@ def _turn_lines(evaluation: Evaluation, turn: int, calls: list[CallRecord]) -> l
     run = evaluation.run
     raw_index = run.raw_index[turn] if run and turn < len(run.raw_index) else []
     lines = [(raw_index[c.step] if c.step < len(raw_index) else c.step,
-              f"  [{c.step}] {clean(c.shown_call, MAX_TEXT)}  ->  {_short(c.result)}  ({c.status})") for c in calls]
+              f"  [{c.step}] {clean(c.shown_call, MAX_TEXT)}  ->  {shorten(c.result)}  ({c.status})") for c in calls]
     reasoning = _reasoning(evaluation, turn)
     for step in (run.no_calls[turn] if run and turn < len(run.no_calls) else []):
         lines.append((step.index, _no_call_line(step)))
@@ -114,7 +114,7 @@ def _no_call_line(step: NoCallStep) -> str:
     if step.text is not None:
         return f"  (no call) text: {clean(step.text, MAX_TEXT)}"
     if step.error is not None:
-        return f"  (not decoded: {step.error}) step: {_short(step.raw)}"
+        return f"  (not decoded: {step.error}) step: {shorten(step.raw)}"
     return "  (no call; the result file records no text for this step)"
 
 

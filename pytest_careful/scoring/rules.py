@@ -29,7 +29,7 @@ from ..common.gc_pause import paused
 from ..protocols import detector
 from . import turn_credit
 from ..effects.declarations import DESTRUCTIVE, Declarations
-from ..evaluation.replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, _json_safe
+from ..evaluation.replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, json_safe
 from ..evaluation.evaluate import Evaluation
 
 RULES = (
@@ -76,7 +76,7 @@ class Violation:
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return _json_safe({"rule": self.rule, "turn": self.turn, "step": self.step, "call": self.call,
+        return json_safe({"rule": self.rule, "turn": self.turn, "step": self.step, "call": self.call,
                            "arguments": self.arguments, "reference_calls": self.reference_calls,
                            "changes": self.changes, "note": self.note})
 

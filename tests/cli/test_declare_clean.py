@@ -55,7 +55,7 @@ def test_check_passes_in_a_clean_clone_with_nothing_beside_it(tmp_path):
 
 def test_sources_name_only_files_inside_the_declarations_folder():
     directory = declarations.DECLARATIONS_DIR
-    sources = declare._read_sources(directory)
+    sources = declare.read_sources(directory)
     assert sources, "the declarations use a logged run"
     for source in sources:
         extract = (directory / source["extract"]).resolve()
@@ -74,7 +74,7 @@ def test_the_package_data_holds_every_file_check_reads():
                for g in globs for p in (ROOT / "declarations").glob(g)}
     needed = {declare.SOURCES_FILE, declarations.BOUNDARY_FILE}
     needed |= {f"{c}.yaml" for c in declare.SIMULATOR_CLASSES}
-    needed |= {s["extract"] for s in declare._read_sources(ROOT / "declarations")}
+    needed |= {s["extract"] for s in declare.read_sources(ROOT / "declarations")}
     assert needed <= shipped
 
 
@@ -104,7 +104,7 @@ def test_check_passes_from_an_installed_layout(tmp_path):
 def test_check_fails_on_a_changed_extract(tmp_path):
     directory = tmp_path / "declarations"
     shutil.copytree(declarations.DECLARATIONS_DIR, directory, ignore=shutil.ignore_patterns("__pycache__"))
-    source = declare._read_sources(directory)[0]
+    source = declare.read_sources(directory)[0]
     extract = directory / source["extract"]
     extract.write_text(extract.read_text(encoding="utf-8").replace("ls(", "pwd(", 1), encoding="utf-8")
     with pytest.raises(SystemExit, match="changed since it was recorded"):
@@ -121,7 +121,7 @@ def test_check_fails_on_an_edited_declaration(tmp_path, capsys):
 
 
 def test_the_extract_reproduces_the_logged_run_when_it_is_here():
-    sources = declare._read_sources(declarations.DECLARATIONS_DIR)
+    sources = declare.read_sources(declarations.DECLARATIONS_DIR)
     for source in sources:
         run = ROOT.parent / "shared" / "real-runs" / source["run"]
         if not run.is_dir():

@@ -321,7 +321,7 @@ def test_odd_step_keys_in_a_confirm_log_are_not_steps(key: str) -> None:
     log = [{"begin_of_turn_query": [], key: [{confirm.ANSWER_LOG_KEY: "yes"}],
             "step_1": [{confirm.ANSWER_LOG_KEY: "yes"}]}]
     assert confirm.confirmations(log, [[0, 1, 2]]) == {0: [1]}  # step_1 only: decoded steps 0 and 1 precede it
-    assert [n for n, _ in answer_log._steps(log[0])] == [1]
+    assert [n for n, _ in answer_log.logged_steps(log[0])] == [1]
 
 
 def _junk(rng: Any, depth: int = 0) -> Any:

@@ -11,13 +11,13 @@ import pytest
 from pytest_careful.effects import declarations
 from pytest_careful.cli import declare
 from pytest_careful.common.bfcl import SIMULATOR_CLASSES
-from pytest_careful.data.dataset import _func_docs
+from pytest_careful.data.dataset import func_docs
 
 DECL = declarations.load()
 
 
 def test_every_documented_function_is_declared():
-    documented = {doc["name"] for c in SIMULATOR_CLASSES for doc in _func_docs(c)}
+    documented = {doc["name"] for c in SIMULATOR_CLASSES for doc in func_docs(c)}
     assert set(DECL.functions) == documented and len(documented) == 128
     sizes = {c: len(fs) for c, fs in DECL.by_class().items()}
     assert list(sizes.values()) == [18, 17, 10, 14, 9, 20, 18, 22]
@@ -122,7 +122,7 @@ def test_export_mcp_is_the_documented_contract():
 
 
 def test_committed_declarations_are_not_stale():
-    sources = declare._read_sources(declarations.DECLARATIONS_DIR)
+    sources = declare.read_sources(declarations.DECLARATIONS_DIR)
     files = declare.regenerate(declarations.DECLARATIONS_DIR, sources)
     for name, text in files.items():
         committed = (declarations.DECLARATIONS_DIR / name).read_text(encoding="utf-8")
@@ -138,4 +138,4 @@ def test_the_fast_yaml_loader_reads_what_the_safe_loader_reads():
     assert len(files) >= 9
     for path in files:
         text = path.read_text(encoding="utf-8")
-        assert declarations._safe_load(text) == yaml.safe_load(text), path
+        assert declarations.safe_load(text) == yaml.safe_load(text), path

@@ -44,7 +44,7 @@ def _everything(before: Snapshot, after: Snapshot) -> None:
     for change in snapshot.diff(before, after):
         evidence.format_change(change.to_json())
     snapshot.states_equal_public(after, before, "GorillaFileSystem")
-    evidence._short(evidence._plain(after.value("GorillaFileSystem", "root")))
+    evidence.shorten(evidence.plain_data(after.value("GorillaFileSystem", "root")))
 
 
 def _dag_snapshots(rounds: int) -> tuple[Snapshot, Snapshot]:
@@ -98,7 +98,7 @@ def test_deep_chains_snapshot_diff_and_render_without_recursion_errors(depth: in
     assert len(changes[0].path) == depth + 3  # class, attribute, d0 ... d<depth-1>, the file
     _everything(before, after)
     root = after.value("GorillaFileSystem", "root")
-    clipped = snapshot._clip(snapshot.normalise(root))
+    clipped = snapshot.clip_value(snapshot.normalise(root))
     assert isinstance(clipped, str) and clipped.endswith(" chars)")
 
 

@@ -12,7 +12,7 @@ def test_registry_read_from_source_equals_the_imported_mapping():
 
     registry = _bfcl.model_registry()
     assert decoding.registry_keys() == tuple(registry)
-    parsed = decoding._registry_source()
+    parsed = decoding.registry_source()
     for key, config in registry.items():
         entry = parsed[key]
         if entry is None:

@@ -123,9 +123,9 @@ def test_defaults_leave_real_runs_a_wide_margin(real_run: Path) -> None:
 
 
 @pytest.mark.parametrize("parse, value", [
-    (options._positive_int, "0"), (options._positive_int, "1.5"), (options._positive_int, "-3"),
-    (options._positive_number, "0"), (options._positive_number, "nan"), (options._positive_number, "inf"),
-    (options._positive_number, "ten"),
+    (options.positive_int, "0"), (options.positive_int, "1.5"), (options.positive_int, "-3"),
+    (options.positive_number, "0"), (options.positive_number, "nan"), (options.positive_number, "inf"),
+    (options.positive_number, "ten"),
 ])
 def test_budget_options_refuse_what_is_not_a_positive_number(parse: Any, value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):

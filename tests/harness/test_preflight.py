@@ -159,11 +159,11 @@ def _escaped(text: str) -> str:
 def test_several_endpoints_are_read_in_order_and_bad_ones_refused(pytester: pytest.Pytester) -> None:
     import argparse
 
-    from pytest_careful.harness.options import _urls
+    from pytest_careful.harness.options import endpoint_urls
 
-    assert _urls("http://a:8000/v1, http://b:8000/v1/") == ("http://a:8000/v1", "http://b:8000/v1")
+    assert endpoint_urls("http://a:8000/v1, http://b:8000/v1/") == ("http://a:8000/v1", "http://b:8000/v1")
     with pytest.raises(argparse.ArgumentTypeError, match="expected http"):
-        _urls("gpu-box:8000")
+        endpoint_urls("gpu-box:8000")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--careful-model={VLLM_MODEL}",
                                            "--careful-endpoint=gpu-box:8000", timeout=120)
     assert result.ret == pytest.ExitCode.USAGE_ERROR and "expected http(s) URLs" in "\n".join(result.errlines)

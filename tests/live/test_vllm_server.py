@@ -298,14 +298,14 @@ def test_requests_are_sized_to_a_shorter_server_context(tmp_path: Path) -> None:
 def test_a_bare_server_address_means_its_v1_root_and_bad_urls_are_refused() -> None:
     import argparse
 
-    from pytest_careful.harness.options import _urls
+    from pytest_careful.harness.options import endpoint_urls
 
     # vLLM serves the OpenAI API under /v1 only: http://host:8000 would answer 404 to every request.
-    assert _urls("http://gpu-box:8000,https://node2/") == ("http://gpu-box:8000/v1", "https://node2/v1")
-    assert _urls("http://gpu-box:8000/v1/") == ("http://gpu-box:8000/v1",)
+    assert endpoint_urls("http://gpu-box:8000,https://node2/") == ("http://gpu-box:8000/v1", "https://node2/v1")
+    assert endpoint_urls("http://gpu-box:8000/v1/") == ("http://gpu-box:8000/v1",)
     for bad in ("http://gpu-box:80x0/v1", "http:///v1", "http://gpu box:8000", "http://a:8000,gpu-box:8000"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected http"):
-            _urls(bad)
+            endpoint_urls(bad)
 
 
 def test_given_servers_are_checked_once_before_anything_runs(tmp_path: Path) -> None:
