@@ -73,6 +73,7 @@ def _fingerprint(paths: Sequence[Path]) -> str:
 def extract_run(run_dir: Path, decoder_key: str) -> tuple[str, str]:
     """A logged run's extract (JSON lines) and its result files' fingerprint."""
     from ..evaluation.evaluate import decode_turns
+    from ..sources.reference_logged import run_entries
 
     dec, entries, files = run_entries(run_dir, decoder_key)
     lines = []
@@ -82,20 +83,6 @@ def extract_run(run_dir: Path, decoder_key: str) -> tuple[str, str]:
             lines.append(json.dumps({"id": entry.id, "turns": turns}, ensure_ascii=False,
                                     separators=(",", ":")) + "\n")
     return "".join(lines), _fingerprint(files)
-
-
-def run_entries(run_dir: Path, decoder_key: str) -> tuple[Any, list[Any], list[Path]]:
-    """A logged run's decoder, entries (one per id, as rescoring keeps them) and result files."""
-    from ..execution.decoding import decoder
-    from ..data.result_files import find_result_files, keep_last, read_result_file
-
-    files, _ = find_result_files(run_dir)
-    if not files:
-        raise SystemExit(f"careful-declare: no BFCL multi-turn result files under {run_dir}")
-    entries = []
-    for category, path in files.items():
-        entries.extend(keep_last(read_result_file(path, category)[0])[0])
-    return decoder(decoder_key), entries, list(files.values())
 
 
 def _sha256(text: str) -> str:

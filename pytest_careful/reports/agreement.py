@@ -144,7 +144,7 @@ def _ranks(values: Sequence[float]) -> list[float]:
 def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Replay a logged run once and score it under every detector and every boundary."""
     from ..data import dataset
-    from ..cli.declare import run_entries
+    from ..sources.reference_logged import run_entries
     from ..evaluation.evaluate import evaluate
     from ..scoring.rules import Settings, score
 

@@ -13,7 +13,7 @@ from ..data import dataset
 from ..execution.decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
 from ..harness.options import REFERENCE_MODEL, CarefulOptions
 from ..common.bfcl import CATEGORIES
-from ..data.result_files import InputProblem, LoggedEntry, find_result_files, read_result_file
+from ..data.result_files import InputProblem, LoggedEntry, find_result_files, keep_last, read_result_file
 from ..data.run_settings import protocol_problem, recorded, script_problem
 
 
@@ -220,3 +220,14 @@ def _read_condition(source: Source, condition: str, directory: Path, categories:
         source.problems.extend(problems)
         for entry in entries:
             source.entries[(condition, entry.id)] = entry
+
+
+def run_entries(run_dir: Path, decoder_key: str) -> tuple[Any, list[Any], list[Path]]:
+    """A logged run's decoder, entries (one per id, as rescoring keeps them) and result files."""
+    files, _ = find_result_files(run_dir)
+    if not files:
+        raise SystemExit(f"careful-declare: no BFCL multi-turn result files under {run_dir}")
+    entries = []
+    for category, path in files.items():
+        entries.extend(keep_last(read_result_file(path, category)[0])[0])
+    return decoder(decoder_key), entries, list(files.values())
