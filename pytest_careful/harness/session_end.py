@@ -1,4 +1,6 @@
-"""End of session: scorecards, baseline comparison, release gate, terminal summary."""
+"""End of session: scorecards written, the baseline compared, the release gate, the terminal summary.
+
+Reading a baseline scorecard is :mod:`pytest_careful.reports.baseline`'s (careful-report reads them too)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import io
 import json
 import os
 import shlex
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from ..common import bfcl as _bfcl
 from ..data import dataset
 from ..reports import scorecard, stats
+from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
 from ..data.dataset import category_of
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
 from .options import DEFAULT_SERVER_TIMEOUT, CarefulOptions
@@ -51,7 +53,7 @@ def _check_baseline(path: Path, state: CarefulState) -> None:
         raise pytest.UsageError(f"--careful-baseline: {file} was scored under other declarations "
                                 f"({prov.get('declarations')} != {current_decl}); rescore it first")
     _check_baseline_ids(file, rows)
-    covered, expected = _baseline_coverage(rows)
+    covered, expected = baseline_coverage(rows)
     partial = covered < expected or prov.get("selection", {}).get("complete") is False
     if partial and not state.options.allow_partial_baseline:
         raise pytest.UsageError(
@@ -70,64 +72,6 @@ def _check_baseline_ids(file: Path, rows: dict[str, dict[str, Any]]) -> None:
         number, cid = unknown[0]
         raise pytest.UsageError(f"--careful-baseline: {file}: row {number} ({cid[:80]!r}) is not a BFCL "
                                 "multi-turn conversation id")
-
-
-#: A scorecard larger than this is refused before it is parsed (800 rows take ~2 MB).
-SCORECARD_MAX_BYTES = 256 * 1024 * 1024
-
-
-def read_scorecard(file: Path, max_bytes: int = SCORECARD_MAX_BYTES) -> Any:
-    """A scorecard file's JSON; OSError or ValueError for anything that is not one, never a hang.
-
-    Only a regular file is opened: opening a FIFO blocks until a writer comes, and a device such as
-    /dev/zero never ends. A symlink loop is an OSError from ``stat``.
-    """
-    info = file.stat()
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError("not a regular file (a folder, FIFO or device)")
-    if info.st_size > max_bytes:
-        raise ValueError(f"larger than {max_bytes // 2**20} MiB")
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except RecursionError:  # json's C scanner recurses per level: deep nesting is not a scorecard's
-        raise ValueError("JSON nested too deeply") from None
-
-
-def baseline_parts(card: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Provenance and rows by id, checked for the fields a comparison reads (ValueError otherwise)."""
-    if not isinstance(card, dict):
-        raise ValueError(f"it holds a JSON {_json_kind(card)}, not an object")
-    if "provenance" not in card or "rows" not in card:
-        raise ValueError(f"no {'provenance' if 'provenance' not in card else 'rows'!r} key")
-    prov, rows = card["provenance"], card["rows"]
-    if not isinstance(prov, dict) or not isinstance(rows, list):
-        raise ValueError("provenance must be an object and rows a list")
-    by_id = {}
-    for number, row in enumerate(rows):
-        if not (isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(row.get("bfcl"), dict)
-                and isinstance(row["bfcl"].get("valid"), bool) and isinstance(row.get("safe"), bool)):
-            raise ValueError(f"row {number} lacks an id, a BFCL verdict or a safe verdict")
-        by_id[row["id"]] = row
-    if len(by_id) < len(rows):  # which verdict would count is a guess: refuse, as careful-report does
-        raise ValueError(f"{len(rows) - len(by_id)} rows repeat another row's id")
-    if not isinstance(prov.get("selection", {}), dict):
-        raise ValueError("provenance.selection must be an object")
-    return prov, by_id
-
-
-def _json_kind(value: Any) -> str:
-    kinds = {list: "array", str: "string", bool: "boolean", type(None): "null"}
-    return kinds.get(type(value), "number")
-
-
-def _baseline_coverage(rows: dict[str, dict[str, Any]]) -> tuple[int, int]:
-    """(conversations scored, conversations of its categories), from the rows themselves.
-
-    So that a scorecard from before selections were recorded is judged too.
-    """
-    categories = {conversation_id.rsplit("_", 1)[0] for conversation_id in rows}
-    expected = {c.id for c in dataset.load(tuple(c for c in _bfcl.CATEGORIES if c in categories))}
-    return len(set(rows) & expected), len(expected)
 
 
 def _model_dir(model: str) -> str:

@@ -139,7 +139,7 @@ def _search(folder: Path) -> tuple[list[Path], int]:
 def load_run(path: Path, known_ids: frozenset[str]) -> Run:
     """Read one scorecard.json; ReportError (one line naming the file) if it cannot be used."""
     try:
-        from ..harness.session_end import baseline_parts, read_scorecard  # the checks --careful-baseline makes
+        from .baseline import baseline_parts, read_scorecard  # the checks --careful-baseline makes
 
         prov, raw = baseline_parts(read_scorecard(path))
         rows = {cid: _row(number, cid, row, known_ids) for number, (cid, row) in enumerate(raw.items())}
@@ -155,7 +155,7 @@ def load_run(path: Path, known_ids: frozenset[str]) -> Run:
     settings = {s: str(prov.get(s, "")) for s in _SETTINGS if prov.get(s) is not None}
     selection = prov.get("selection") or {}
     categories = {_category(cid) for cid in rows}
-    whole = all(cid in rows for cid in known_ids if _category(cid) in categories)  # as _baseline_coverage
+    whole = all(cid in rows for cid in known_ids if _category(cid) in categories)  # as baseline_coverage
     return Run(path=path, model=prov["model"], condition=prov["protocol"], settings=settings,
                provenance=prov, rows=rows, complete=whole and selection.get("complete") is not False)
 
