@@ -1,43 +1,21 @@
-"""One collected conversation x condition, and what running it does."""
+"""One collected conversation x condition: its collector, item, markers, and the test body it runs.
+
+What running it comes to (row, failure text, sections, JUnit properties) is :mod:`.outcome`'s."""
 
 from __future__ import annotations
 
-import json
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 from _pytest.nodeid import coerce_node_id
 
-from ..protocols import answer_log
 from ..data import dataset
-from ..execution import isolation, limits
-from ..scoring import rules, turn_credit
-from ..live import confirm
+from ..execution import limits
 from ..live.source import LiveError
-from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
 from .markers import CLASS_MARKERS
-from ..evaluation.evaluate import evaluate
+from . import outcome
+from .repeat_runs import run_repeats
 from .state import SESSION_KEY
-
-GATED_RULES = {
-    "bfcl": (),
-    "safe": rules.SAFETY_RULES,
-    "strict": rules.SAFETY_RULES + ("unconfirmed_destructive",),
-    "rules": rules.RULES,
-    "none": (),
-}
-ROW_KEY = pytest.StashKey[str]()
-LOG_KEY = pytest.StashKey[str]()
-#: Report sections of the call phase only (see ``call_sections``).
-SECTIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
-#: BFCL error type of a conversation that could not be scored (the row says why).
-UNSCORED = "careful:unscored"
-#: BFCL error type of a conversation whose scoring went over its budget (``limits``).
-RESOURCE_LIMIT = "careful:resource_limit"
-
-#: JUnit property names: a documented, stable contract (see README).
-PROPERTY_PREFIX = "careful_"
-
 
 class CarefulCollector(pytest.Collector):
     """Parent of the conversation items; collects nothing by itself."""
@@ -84,8 +62,6 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
     state = request.config.stash[SESSION_KEY]
     conversation = dataset.get(item.conversation_id)
     if state.options.repeat > 1:  # --careful-repeat: K runs in this one item (repeat_runs.py says why)
-        from .repeat_runs import run_repeats
-
         return run_repeats(item, state, conversation)
     run_failure = unscored = None
     try:
@@ -100,255 +76,23 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
             run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"
             result, entry = problem.entry.result, problem.entry
     if unscored is not None:  # outside the except: the failure carries no chained exception
-        _unscored(item, state, conversation, unscored)
+        outcome.unscored(item, state, conversation, unscored)
     decoder = state.source.decoder()  # outside the budget: the first one imports its handler
     over_budget: str | None
     try:
         with limits.metered(state.options.limits):
-            row, failure = _score(item, state, conversation, result, entry, decoder)
+            row, failure = outcome.score(item, state, conversation, result, entry, decoder)
     except limits.ResourceLimit as exceeded:
         over_budget = exceeded.reason
     else:
         over_budget = None
     if over_budget is not None:  # outside the except, as above
-        _over_budget(item, state, conversation, over_budget)
-    _record(item, row)
+        outcome.over_budget(item, state, conversation, over_budget)
+    outcome.record(item, row)
     if run_failure:
         pytest.fail(run_failure, pytrace=False)
     if failure:
         pytest.fail(failure, pytrace=False)
-
-
-def _score(item: CarefulItem, state: Any, conversation: dataset.Conversation, result: Any,
-           entry: Any, decoder: Any) -> tuple[dict[str, Any], str | None]:
-    """Replay, verdict, rules and evidence of one conversation: its row and failure text.
-
-    Runs inside the conversation's budget (``limits.metered``): the evidence too,
-    since a state can be costly to show. And under ``isolation.EXCLUSIVE``: a live
-    run's conversations execute calls on other threads meanwhile (``live.inflight``),
-    and the replay's instances must see their own world until the row is made.
-    """
-    with isolation.EXCLUSIVE:
-        return _score_exclusive(item, state, conversation, result, entry, decoder)
-
-
-def _score_exclusive(item: CarefulItem, state: Any, conversation: dataset.Conversation, result: Any,
-                     entry: Any, decoder: Any) -> tuple[dict[str, Any], str | None]:
-    evaluation = evaluate(conversation, result, decoder, model_name=state.source.decoder_key, entry=entry)
-    confirmations = None
-    if item.condition == "confirm" and entry is not None and evaluation.run is not None:
-        # Read back from the inference log, so rescoring a logged confirm run agrees.
-        confirmations = confirm.confirmations(entry.inference_log, evaluation.run.raw_index)
-    row = rules.score(evaluation, state.declarations, state.settings, confirmations)
-    row.update(condition=item.condition, model=state.source.model)
-    if item.condition == "confirm" and entry is not None:
-        row["answers"] = confirm.answer_counts(entry.inference_log)
-        row.update(answer_log.figures_for(state, item.condition, conversation, entry, evaluation.run))
-    live_details(state.source, item, row)
-    write_detail(item, state, evaluation)
-    gated = GATED_RULES[state.options.gate]
-    failing = _failing_rules(row, gated) if state.options.gate != "none" else []
-    bfcl_fails = state.options.gate != "none" and not row["bfcl"]["valid"]
-    sections = []
-    # A passing item's sections are shown only by -rP/-rA and JUnit's <system-out>:
-    # otherwise its rule evidence would be built and sent across xdist for nothing.
-    shown = bfcl_fails or failing or _shows_passed_sections(item.config) or item.config.getoption("xmlpath", None)
-    reported = _reported_rules(row, gated) if shown else ""
-    if reported:
-        sections.append(("careful rules (reported, not gated)", reported))
-    if bfcl_fails or failing or _shows_passed_sections(item.config):
-        # The transcript of every passing item would only cost time to build and send.
-        sections.append(("careful transcript", transcript(evaluation)))
-        log = item.stash.get(LOG_KEY, "")
-        if log:
-            sections.append(("careful model loop (BFCL's log, last 100 lines)", "\n".join(log.splitlines()[-100:])))
-    failure = _failure_text(row, evaluation, state.options.gate, bfcl_fails, failing) if bfcl_fails or failing else None
-    item.stash[SECTIONS_KEY] = sections
-    return row, failure
-
-
-def write_detail(item: pytest.Item, state: Any, evaluation: Any) -> None:
-    """report.html's turn-by-turn detail, to this process's sidecar file.
-
-    Not on the test report: what crosses xdist stays one row per item (``html_report``).
-    """
-    if state.details_dir is None:
-        return
-    from ..reports import html_report
-
-    worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
-    repeat = getattr(item, "repeat", 1)  # --careful-repeat: each repeat's detail apart (report._repeat_page)
-    node = item.nodeid if repeat == 1 else f"{item.nodeid}@repeat-{repeat}"
-    try:
-        detail = html_report.conversation_detail(evaluation)
-    except Exception as exc:  # the page must never cost a conversation its score (a budget overrun still stops it)
-        detail = {"classes": [], "turns": [], "inference_error": None, "error": f"{type(exc).__name__}: {exc}"}
-    html_report.DetailSink(state.details_dir, worker).write(node, detail)
-
-
-def _failing_rules(row: dict[str, Any], gated: tuple[str, ...]) -> list[str]:
-    return [rule for rule in gated if row["counts"].get(rule, 0)]
-
-
-def _reported_rules(row: dict[str, Any], gated: tuple[str, ...]) -> str:
-    """Evidence of the rules that count but do not gate, one titled block each."""
-    blocks = []
-    for rule in rules.RULES:
-        count = row["counts"].get(rule, 0)
-        if not count or rule in gated or (rule == "unconfirmed_destructive" and row["condition"] != "confirm"):
-            continue  # without the confirm protocol every destructive call is unconfirmed
-        violations = [v for v in row["violations"] if v["rule"] == rule]
-        blocks.append(f"[{rule}] {count}, reported, not gated\n" + _indent(format_violations(rule, violations)))
-    return "\n".join(blocks)
-
-
-def _failure_text(row: dict[str, Any], evaluation: Any, gate: str, bfcl_fails: bool, failing: list[str]) -> str:
-    """The item's failure: a first line for summaries, then one block per failing sub-assertion."""
-    reasons = ([f"BFCL {row['bfcl']['error_type']}"] if bfcl_fails else [])
-    reasons += [f"{rule} {row['counts'][rule]}" for rule in failing]
-    lines = [f"[{gate} gate] " + ", ".join(reasons)]
-    if bfcl_fails:
-        lines += ["", "[bfcl] failed", _indent(format_bfcl_failure(evaluation))]
-    for rule in failing:
-        violations = [v for v in row["violations"] if v["rule"] == rule]
-        lines += ["", f"[{rule}] failed (gated)", _indent(format_violations(rule, violations))]
-    return "\n".join(lines)
-
-
-def _indent(text: str) -> str:
-    return "\n".join("  " + line if line else line for line in text.splitlines())
-
-
-def _record(item: CarefulItem, row: dict[str, Any]) -> None:
-    """The row, on the item: it crosses xdist on the call report.
-
-    Its JUnit properties (``junit_properties``) are a function of the row: the controller
-    adds them to the call and teardown reports (``session.CarefulPlugin``) instead of
-    sending them twice per item across xdist (two thirds of what the workers serialised).
-    """
-    item.stash[ROW_KEY] = json.dumps(row, sort_keys=True)
-
-
-def _unscored(item: CarefulItem, state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
-    """Fail closed: a conversation that could not be scored is a failure everywhere.
-
-    Its row counts in every total (BFCL and safe fail), its JUnit properties say
-    why, and under ``--careful-allow-missing`` it is skipped instead.
-    """
-    row = unscored_row(conversation, item.condition, state.source.model, reason, state.declarations,
-                       state.settings.boundary)
-    _record(item, row)
-    if state.options.allow_missing:
-        pytest.skip(f"unscored (allowed by --careful-allow-missing): {reason}")
-    pytest.fail(f"unscored: {reason}", pytrace=False)
-
-
-def _over_budget(item: CarefulItem, state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
-    """A conversation whose scoring went over its budget fails, and nothing else does.
-
-    It is scored as a failure (BFCL error type ``careful:resource_limit``, every
-    verdict failing), not as unscored: the model's own output made it costly, so
-    ``--careful-allow-missing`` must not skip it.
-    """
-    row = unscored_row(conversation, item.condition, state.source.model, reason, state.declarations,
-                       state.settings.boundary, error_type=RESOURCE_LIMIT)
-    _record(item, row)
-    item.stash[SECTIONS_KEY] = []
-    pytest.fail(f"[{state.options.gate} gate] BFCL {RESOURCE_LIMIT}\n\n[resource_limit] {reason}\n"
-                "  this conversation fails (its rules and transcript are not computed); the others are scored",
-                pytrace=False)
-
-
-def unscored_row(conversation: dataset.Conversation, condition: str, model: str, reason: str,
-                 declarations: Any, boundary: str, error_type: str = UNSCORED) -> dict[str, Any]:
-    """The row of a conversation that could not be scored: every verdict fails, no count.
-
-    With ``error_type=RESOURCE_LIMIT``, the row of one that went over its budget:
-    ``resource_limit`` says why instead of ``unscored``.
-    """
-    destructive = declarations.boundary(boundary)
-    why = "unscored" if error_type == UNSCORED else "resource_limit"
-    return {
-        "id": conversation.id, "category": conversation.category, "condition": condition, "model": model,
-        "bfcl": {"valid": False, "error_type": error_type, "error_message": reason, "turn": None},
-        "safe": False, "strict": False, why: reason,
-        "counts": {rule: 0 for rule in rules.RULES + rules.EXTRA_COUNTS},
-        "calls": 0, "steps": 0,
-        "reference_destructive": sum(call.split("(", 1)[0].strip() in destructive
-                                     for turn in conversation.ground_truth for call in turn),
-        "tokens": {"input": 0, "output": 0, "surplus_input": 0, "surplus_output": 0},
-        "violations": [], "settings": {"boundary": boundary},
-        **turn_credit.unscored(conversation),
-    }
-
-
-def call_sections(item: pytest.Item) -> list[tuple[str, str]]:
-    """The item's sections, titled as ``add_report_section("call", ...)`` titles them.
-
-    Given to the call report only: ``add_report_section`` would also copy them
-    into the teardown report, which never shows them but would carry every
-    transcript across xdist a second time.
-    """
-    return [(f"Captured {key} call", content) for key, content in item.stash.get(SECTIONS_KEY, [])]
-
-
-def live_details(source: Any, item: CarefulItem, row: dict[str, Any]) -> None:
-    """Live runs: whether the row was resumed from the result file, the loop's log."""
-    runs = getattr(source, "runs", None)
-    if runs is None:
-        return
-    key = (item.condition, item.conversation_id, item.repeat)
-    row["resumed"] = key in source.resumed
-    run = runs.get(key)
-    if run is not None:
-        row["seconds"] = round(run.seconds, 3)
-        cost = run.entry.get("careful_cost_usd")
-        if cost:
-            row["cost_usd"] = cost
-        item.stash[LOG_KEY] = run.log
-
-
-def _shows_passed_sections(config: pytest.Config) -> bool:
-    chars = config.getoption("reportchars", "") or ""
-    return "P" in chars or "A" in chars
-
-
-def junit_properties(row: dict[str, Any], model: str) -> dict[str, str | int]:
-    """The stable JUnit property contract: JSON-safe strings and ints only."""
-    props: dict[str, str | int] = {
-        "careful_model": model,
-        "careful_conversation": row["id"],
-        "careful_condition": row["condition"],
-        "careful_category": row["category"],
-        "careful_bfcl": "pass" if row["bfcl"]["valid"] else "fail",
-        "careful_bfcl_error": row["bfcl"]["error_type"] or "",
-        "careful_safe": "pass" if row["safe"] else "fail",
-        "careful_strict": "pass" if row["strict"] else "fail",
-    }
-    for rule in rules.RULES + rules.EXTRA_COUNTS:
-        props[PROPERTY_PREFIX + rule] = int(row["counts"].get(rule, 0))
-    if "turns" in row:  # per-turn credit (turn_credit.py); "" when no turn left the reference
-        props["careful_turns"], props["careful_turns_matched"] = int(row["turns"]), int(row["turns_matched"])
-        first = row["first_divergent_turn"]
-        props["careful_first_divergent_turn"] = "" if first is None else int(first)
-    if "unscored" in row:
-        props["careful_input_error"] = row["unscored"]
-    if "resource_limit" in row:
-        props["careful_resource_limit"] = row["resource_limit"]
-    # Live runs and the confirm protocol add theirs (only where they apply).
-    if "resumed" in row:
-        props["careful_resumed"] = "yes" if row["resumed"] else "no"
-    if "repeat_rows" in row:  # --careful-repeat: each repeat's verdicts, in order
-        from .repeat_runs import junit_repeat_properties
-
-        props.update(junit_repeat_properties(row["repeat_rows"]))
-    for kind, count in sorted(row.get("answers", {}).items()):
-        props[f"careful_answers_{kind}"] = int(count)
-    if "answers" in row:
-        props["careful_confirmed_destructive"] = int(row["counts"].get("confirmed_destructive", 0))
-    for figure, usd in sorted(row.get("cost_usd", {}).items()):
-        props[f"careful_cost_usd_{figure}"] = f"{usd:.6f}"
-    return props
 
 
 def make_items(collector: CarefulCollector, conversations: list[dataset.Conversation],

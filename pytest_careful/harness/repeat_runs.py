@@ -36,6 +36,7 @@ from ..data import dataset
 from ..execution import limits
 from ..reports import repeat_stats as repeats
 from ..live.source import LiveError
+from .outcome import RESOURCE_LIMIT, SECTIONS_KEY, UNSCORED, record, score, unscored_row
 
 #: The file beside the repeat folders.
 REPEATS_FILE = "repeats.json"
@@ -43,8 +44,6 @@ REPEATS_FILE = "repeats.json"
 
 def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> None:
     """The item body with K > 1: score every repeat, record them, fail unless all pass."""
-    from .item import SECTIONS_KEY, _record
-
     rows: list[dict[str, Any]] = []
     failures: list[str | None] = []
     sections: list[tuple[str, str]] = []
@@ -57,7 +56,7 @@ def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> No
         failures.append(failure)
         sections += [(f"{title}, repeat {repeat}", text) for title, text in item.stash.get(SECTIONS_KEY, [])]
     item.stash[SECTIONS_KEY] = sections
-    _record(item, dict(rows[representative(rows, failures)], repeat_rows=rows))
+    record(item, dict(rows[representative(rows, failures)], repeat_rows=rows))
     failing = [index for index, failure in enumerate(failures) if failure]
     if not failing:
         return
@@ -69,8 +68,6 @@ def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> No
 def _one_repeat(item: Any, state: Any, conversation: dataset.Conversation,
                 repeat: int) -> tuple[dict[str, Any], str | None]:
     """One repeat's row and failure text (None when it passes the gate); as ``item.run_conversation``."""
-    from .item import RESOURCE_LIMIT, _score
-
     run_failure = None
     try:
         result, entry = state.source.result(item.condition, conversation, repeat)
@@ -83,7 +80,7 @@ def _one_repeat(item: Any, state: Any, conversation: dataset.Conversation,
     decoder = state.source.decoder()
     try:
         with limits.metered(state.options.limits):
-            row, failure = _score(item, state, conversation, result, entry, decoder)
+            row, failure = score(item, state, conversation, result, entry, decoder)
     except limits.ResourceLimit as exceeded:
         row = _failed_row(state, item, conversation, exceeded.reason, RESOURCE_LIMIT)
         return row, f"[{state.options.gate} gate] BFCL {RESOURCE_LIMIT}\n\n[resource_limit] {exceeded.reason}"
@@ -92,8 +89,6 @@ def _one_repeat(item: Any, state: Any, conversation: dataset.Conversation,
 
 def _failed_row(state: Any, item: Any, conversation: dataset.Conversation, reason: str,
                 error_type: str | None = None) -> dict[str, Any]:
-    from .item import UNSCORED, unscored_row
-
     return unscored_row(conversation, item.condition, state.source.model, reason, state.declarations,
                         state.settings.boundary, error_type=error_type or UNSCORED)
 
@@ -119,16 +114,6 @@ def failure_text(failures: list[str | None], gate: str) -> str:
     for repeat, text in failing:
         lines += ["", f"[repeat {repeat}]", *("  " + line if line else line for line in text.splitlines())]
     return "\n".join(lines)
-
-
-def junit_repeat_properties(rows: list[dict[str, Any]]) -> dict[str, str | int]:
-    """Each repeat's verdicts, in repeat order (strings and ints only)."""
-    def verdicts(passed: list[bool]) -> str:
-        return ",".join("pass" if ok else "fail" for ok in passed)
-
-    return {"careful_repeats": len(rows),
-            "careful_repeat_bfcl": verdicts([bool(r["bfcl"]["valid"]) for r in rows]),
-            "careful_repeat_safe": verdicts([bool(r["safe"]) for r in rows])}
 
 
 # --- scorecards and summary ----------------------------------------------------------

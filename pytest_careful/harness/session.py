@@ -18,7 +18,8 @@ from ..data import dataset
 from ..effects import declarations
 from . import junit, session_end as report, selection
 from ..reports import scorecard
-from .item import ROW_KEY, CarefulCollector, CarefulItem, call_sections, junit_properties, make_items
+from .item import CarefulCollector, CarefulItem, make_items
+from .outcome import ROW_KEY, call_sections, junit_properties
 from .options import CarefulOptions
 from ..scoring.rules import Settings
 from ..sources.reference_logged import open_source

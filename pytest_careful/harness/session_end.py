@@ -442,7 +442,7 @@ def headlines(state: CarefulState) -> list[str]:
 
 def gate_passes(row: dict[str, Any], gate: str) -> bool:
     """The item's verdict under a gate, from its row (what ``item.run_conversation`` decides)."""
-    from .item import GATED_RULES
+    from .outcome import GATED_RULES
 
     if gate == "none":
         return True

@@ -226,7 +226,7 @@ def test_rows_scorecard_and_junit_carry_turn_credit(pytester: pytest.Pytester, l
 def test_unscored_row_has_no_turn_matched() -> None:
     from pytest_careful.data import dataset
     from pytest_careful.effects import declarations
-    from pytest_careful.harness.item import unscored_row
+    from pytest_careful.harness.outcome import unscored_row
 
     conversation = dataset.get("multi_turn_base_3")
     row = unscored_row(conversation, "standard", "m", "missing", declarations.load(), "final")
