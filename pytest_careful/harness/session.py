@@ -27,7 +27,12 @@ from .state import SESSION_KEY, CarefulState
 
 
 def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
-    source = open_source(options)
+    if options.live:
+        from ..live.source import open_live  # the live backends, only for a live run (start-up time)
+
+        source = open_live(options)
+    else:
+        source = open_source(options)
     if source.categories:  # a logged run without --careful-category: the categories it has
         options = dataclasses.replace(options, categories=source.categories)
     state = CarefulState(options, source, declarations.load(),

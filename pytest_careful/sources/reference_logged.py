@@ -107,11 +107,10 @@ class Source:
 
 
 def open_source(options: CarefulOptions) -> Source:
-    """The run to score, validated; user mistakes raise ``pytest.UsageError``."""
-    if options.live:
-        from ..live.source import open_live
+    """The references or a logged run, validated; user mistakes raise ``pytest.UsageError``.
 
-        return open_live(options)
+    A live run is opened by ``pytest_careful.live.source.open_live`` (``harness.session``).
+    """
     if options.results is None:
         return Source(REFERENCE_MODEL, "passthrough")
     key = options.decoder or options.model
