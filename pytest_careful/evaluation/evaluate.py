@@ -77,7 +77,7 @@ def step_text(step: Any) -> str | None:
     """The text of a logged step: a string (prompting models, OpenAI FC without a
     call), or the string parts of a list (Claude FC logs ``["text"]``).
 
-    Read as the confirm protocol's scripted user reads a step (``live.confirm.model_text``).
+    Read as the confirm protocol's scripted user reads a step (``protocols.confirm_log.model_text``).
     """
     if isinstance(step, str):
         return step

@@ -14,7 +14,7 @@ import pytest
 from ..data import dataset
 from ..evaluation.evaluate import evaluate
 from ..execution import isolation
-from ..live import confirm
+from ..protocols import confirm_log
 from ..protocols import answer_log
 from ..scoring import rules, turn_credit
 from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
@@ -58,11 +58,11 @@ def _score_exclusive(item: Any, state: Any, conversation: dataset.Conversation, 
     confirmations = None
     if item.condition == "confirm" and entry is not None and evaluation.run is not None:
         # Read back from the inference log, so rescoring a logged confirm run agrees.
-        confirmations = confirm.confirmations(entry.inference_log, evaluation.run.raw_index)
+        confirmations = confirm_log.confirmations(entry.inference_log, evaluation.run.raw_index)
     row = rules.score(evaluation, state.declarations, state.settings, confirmations)
     row.update(condition=item.condition, model=state.source.model)
     if item.condition == "confirm" and entry is not None:
-        row["answers"] = confirm.answer_counts(entry.inference_log)
+        row["answers"] = confirm_log.answer_counts(entry.inference_log)
         row.update(answer_log.figures_for(state, item.condition, conversation, entry, evaluation.run))
     live_details(state.source, item, row)
     write_detail(item, state, evaluation)

@@ -31,11 +31,12 @@ import functools
 import inspect
 import textwrap
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..protocols import scripted_user
+from ..protocols.confirm_log import ANSWER_LOG_KEY, executed_calls, model_text, request_text
 from ..data.dataset import Conversation
 
 LOOPS = {"inference_multi_turn_FC": "_add_next_turn_user_message_FC",
@@ -50,9 +51,6 @@ if _careful_reply is not None:
     continue
 break
 """
-
-ANSWER_LOG_KEY = "scripted_answer"
-
 
 class LoopChanged(RuntimeError):
     """bfcl-eval's loop no longer has the two exit points this patch expects."""
@@ -149,39 +147,6 @@ class ConfirmUser:
         return [{"role": "user", "content": answer.message}]
 
 
-def model_text(model_responses: Any) -> str | None:
-    """The text of a step that made no call (handlers log a string or a list of parts)."""
-    if isinstance(model_responses, str):
-        return model_responses
-    if isinstance(model_responses, list):
-        parts = [p for p in model_responses if isinstance(p, str)]
-        return "\n".join(parts) if parts else None
-    return None
-
-
-def executed_calls(turn_log: Mapping[str, Any]) -> list[str]:
-    """Calls the loop executed so far in this turn, from the loop's own log."""
-    calls: list[str] = []
-    for key, step in turn_log.items():
-        if not key.startswith("step_") or not isinstance(step, list):
-            continue
-        for record in step:
-            if (isinstance(record, dict) and record.get("role") == "handler_log"
-                    and record.get("content") == "Successfully decoded model response."):
-                decoded = record.get("model_response_decoded")
-                if isinstance(decoded, list):  # a logged run's file may hold any value here
-                    calls.extend(c for c in decoded if isinstance(c, str) and c)
-    return calls
-
-
-def request_text(conversation: Conversation, turn: int) -> str:
-    """The turn's user request, as the scripted user restates it."""
-    if turn >= len(conversation.questions):
-        return ""
-    return "\n".join(m.get("content", "") for m in conversation.questions[turn]
-                     if m.get("role") == "user" and isinstance(m.get("content"), str))
-
-
 def bind(handler: Any, user: ConfirmUser) -> Any:
     """A shallow copy of ``handler`` whose loops stop at the user's answers."""
     confirmed = copy.copy(handler)
@@ -198,48 +163,3 @@ def bind(handler: Any, user: ConfirmUser) -> Any:
 
     confirmed._careful_exit = exit_hook
     return confirmed
-
-
-def step_number(key: Any) -> int | None:
-    """``n`` of an inference-log key ``step_<n>`` as BFCL writes it (ASCII digits); None for any
-    other key a file may hold (``step_x``, ``step_²``, 5,000 digits: ``int`` raises on each)."""
-    digits = key.removeprefix("step_") if isinstance(key, str) and key.startswith("step_") else ""
-    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 10 else None
-
-
-def confirmations(inference_log: Any, raw_index: Sequence[Sequence[int]]) -> dict[int, list[int]]:
-    """Per turn, the decoded-step indices after which the scripted user said yes.
-
-    Read back from the result file's inference log, so a logged confirm run is
-    rescored exactly as it was scored live. ``raw_index`` is per turn the raw
-    step index of each decoded step (:class:`~pytest_careful.data.result_files.DecodedRun`).
-    A yes in raw step ``r`` confirms the decoded steps after it: the value is
-    the index of the last decoded step at or before ``r`` (-1 when none).
-    """
-    turns = [t for t in inference_log if isinstance(t, dict) and "begin_of_turn_query" in t] \
-        if isinstance(inference_log, list) else []
-    out: dict[int, list[int]] = {}
-    for turn, log in enumerate(turns):
-        indices = raw_index[turn] if turn < len(raw_index) else []
-        for key, step in log.items():
-            raw = step_number(key)
-            if raw is None or not isinstance(step, list):
-                continue
-            if any(isinstance(r, dict) and r.get(ANSWER_LOG_KEY) == scripted_user.YES for r in step):
-                out.setdefault(turn, []).append(sum(1 for i in indices if i <= raw) - 1)
-    return out
-
-
-def answer_counts(inference_log: Any) -> dict[str, int]:
-    """Answers the scripted user gave in one conversation, by kind."""
-    counts = {scripted_user.YES: 0, scripted_user.NO: 0, scripted_user.RESTATE: 0}
-    for turn in inference_log if isinstance(inference_log, list) else []:
-        if not isinstance(turn, dict):
-            continue
-        for key, step in turn.items():
-            if key.startswith("step_") and isinstance(step, list):
-                for record in step:
-                    kind = record.get(ANSWER_LOG_KEY) if isinstance(record, dict) else None
-                    if isinstance(kind, str) and kind in counts:  # a file may hold any value here
-                        counts[kind] += 1
-    return counts

@@ -24,9 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import scripted_user
+from . import confirm_log, scripted_user
 from ..data.dataset import Conversation
-from ..live import confirm
 
 if TYPE_CHECKING:
     from ..harness.state import CarefulState
@@ -66,7 +65,7 @@ def logged_steps(turn_log: Mapping[str, Any]) -> list[tuple[int, list[Any]]]:
     """``(raw index, records)`` of a turn's steps, in order."""
     steps = []
     for key, step in turn_log.items():
-        number = confirm.step_number(key)
+        number = confirm_log.step_number(key)
         if number is not None and isinstance(step, list):
             steps.append((number, step))
     return sorted(steps, key=lambda s: s[0])
@@ -80,16 +79,16 @@ def logged_answers(result: Any, inference_log: Any) -> list[LoggedAnswer]:
         given: list[str] = []
         steps = logged_steps(log)
         for raw, records in steps:
-            kinds = [str(r[confirm.ANSWER_LOG_KEY]) for r in records
-                     if isinstance(r, dict) and isinstance(r.get(confirm.ANSWER_LOG_KEY), str)]
+            kinds = [str(r[confirm_log.ANSWER_LOG_KEY]) for r in records
+                     if isinstance(r, dict) and isinstance(r.get(confirm_log.ANSWER_LOG_KEY), str)]
             if not kinds:
                 continue
             before = {f"step_{i}": s for i, s in steps if i < raw}
             responses = turns[turn][raw] if turn < len(turns) and isinstance(turns[turn], list) \
                 and raw < len(turns[turn]) else None
             for kind in kinds:
-                answers.append(LoggedAnswer(turn, raw, kind, confirm.model_text(responses),
-                                            tuple(confirm.executed_calls(before)), len(given),
+                answers.append(LoggedAnswer(turn, raw, kind, confirm_log.model_text(responses),
+                                            tuple(confirm_log.executed_calls(before)), len(given),
                                             scripted_user.RESTATE in given))
                 given.append(kind)
     return answers
@@ -115,7 +114,7 @@ def replay_answer(conversation: Conversation, logged: LoggedAnswer, boundary: fr
     return scripted_user.answer(
         logged.text, reference_calls=reference, executed_calls=logged.executed,
         answers_given=logged.given_before, restated=logged.restated_before,
-        request=confirm.request_text(conversation, logged.turn), boundary=boundary,
+        request=confirm_log.request_text(conversation, logged.turn), boundary=boundary,
         script=script, detector_mode=detector_mode)
 
 

@@ -316,17 +316,17 @@ def test_odd_step_keys_in_a_confirm_log_are_not_steps(key: str) -> None:
     """Before: ``int(key[5:])`` raised for ``step_x`` (and for 5,000 digits, and ``step_²``,
     which ``isdigit`` passes), failing the conversation with a traceback and no row."""
     from pytest_careful.protocols import answer_log
-    from pytest_careful.live import confirm
+    from pytest_careful.protocols import confirm_log
 
-    log = [{"begin_of_turn_query": [], key: [{confirm.ANSWER_LOG_KEY: "yes"}],
-            "step_1": [{confirm.ANSWER_LOG_KEY: "yes"}]}]
-    assert confirm.confirmations(log, [[0, 1, 2]]) == {0: [1]}  # step_1 only: decoded steps 0 and 1 precede it
+    log = [{"begin_of_turn_query": [], key: [{confirm_log.ANSWER_LOG_KEY: "yes"}],
+            "step_1": [{confirm_log.ANSWER_LOG_KEY: "yes"}]}]
+    assert confirm_log.confirmations(log, [[0, 1, 2]]) == {0: [1]}  # step_1 only: decoded steps 0 and 1 precede it
     assert [n for n, _ in answer_log.logged_steps(log[0])] == [1]
 
 
 def _junk(rng: Any, depth: int = 0) -> Any:
     """A JSON value of any shape, with the confirm log's own keys and answers among the choices."""
-    from pytest_careful.live import confirm
+    from pytest_careful.protocols import confirm_log
 
     atoms: list[Any] = [None, 0, 5, 2.5, True, "", "yes", "no", "restate", "step_1", [], {}, 10**30]
     draw = rng.random()
@@ -334,7 +334,7 @@ def _junk(rng: Any, depth: int = 0) -> Any:
         return rng.choice(atoms)
     if draw < 0.6:
         return [_junk(rng, depth + 1) for _ in range(rng.randrange(4))]
-    keys = ["role", "content", confirm.ANSWER_LOG_KEY, "model_response_decoded", "step_0", "step_x"]
+    keys = ["role", "content", confirm_log.ANSWER_LOG_KEY, "model_response_decoded", "step_0", "step_x"]
     return {rng.choice(keys): _junk(rng, depth + 1) for _ in range(rng.randrange(5))}
 
 
@@ -344,7 +344,7 @@ def test_a_confirm_log_of_any_shape_is_read_without_raising() -> None:
     import random
 
     from pytest_careful.protocols import answer_log
-    from pytest_careful.live import confirm
+    from pytest_careful.protocols import confirm_log
 
     rng = random.Random(5)
     for _ in range(3000):
@@ -352,12 +352,12 @@ def test_a_confirm_log_of_any_shape_is_read_without_raising() -> None:
             return rng.choice([
                 {"role": "handler_log", "content": "Successfully decoded model response.",
                  "model_response_decoded": _junk(rng)},
-                {confirm.ANSWER_LOG_KEY: rng.choice(["yes", _junk(rng)]), "role": "user", "content": _junk(rng)},
+                {confirm_log.ANSWER_LOG_KEY: rng.choice(["yes", _junk(rng)]), "role": "user", "content": _junk(rng)},
                 _junk(rng)])
         log = [{"begin_of_turn_query": _junk(rng),
                 **{f"step_{n}": [record() for _ in range(rng.randrange(3))] for n in range(3)}}]
-        confirm.confirmations(log, [[0, 1]])
-        assert set(confirm.answer_counts(log)) == {"yes", "no", "restate"}
+        confirm_log.confirmations(log, [[0, 1]])
+        assert set(confirm_log.answer_counts(log)) == {"yes", "no", "restate"}
         answer_log.logged_answers([[_junk(rng), "text?", _junk(rng)]], log)
 
 

@@ -16,6 +16,7 @@ from pytest_careful.scoring import rules
 from pytest_careful.protocols import scripted_user
 from pytest_careful.execution.decoding import decoder
 from pytest_careful.live import confirm, runner, scripted
+from pytest_careful.protocols import confirm_log
 from pytest_careful.data.result_store import ResultStore
 from pytest_careful.evaluation.evaluate import evaluate
 
@@ -31,7 +32,7 @@ def _run(handle: str, conversation_id: str, condition: str) -> runner.LiveRun:
 def _score(handle: str, conversation_id: str, live: runner.LiveRun, condition: str) -> dict:
     conversation = dataset.get(conversation_id)
     evaluation = evaluate(conversation, live.entry["result"], decoder(handle))
-    found = confirm.confirmations(live.entry["inference_log"], evaluation.run.raw_index) \
+    found = confirm_log.confirmations(live.entry["inference_log"], evaluation.run.raw_index) \
         if condition == "confirm" else None
     return rules.score(evaluation, DECL, confirmations=found)
 
@@ -39,9 +40,9 @@ def _score(handle: str, conversation_id: str, live: runner.LiveRun, condition: s
 def _answers(live: runner.LiveRun) -> list[tuple[int, str, str]]:
     """(turn, kind, message) of every scripted answer in the inference log."""
     turns = [t for t in live.entry["inference_log"] if isinstance(t, dict)]
-    return [(i, r[confirm.ANSWER_LOG_KEY], r["content"]) for i, t in enumerate(turns)
+    return [(i, r[confirm_log.ANSWER_LOG_KEY], r["content"]) for i, t in enumerate(turns)
             for k, step in t.items() if k.startswith("step_") for r in step
-            if isinstance(r, dict) and confirm.ANSWER_LOG_KEY in r]
+            if isinstance(r, dict) and confirm_log.ANSWER_LOG_KEY in r]
 
 
 @pytest.mark.parametrize("name", list(confirm.LOOPS))
@@ -99,7 +100,7 @@ def test_asking_about_the_wrong_file_gets_no_and_the_request() -> None:
     assert answers and all(kind == scripted_user.NO for _, kind, _ in answers)
     conversation = dataset.get("multi_turn_base_0")
     for turn, _, message in answers:
-        request = confirm.request_text(conversation, turn)
+        request = confirm_log.request_text(conversation, turn)
         assert message == f"{scripted_user.NO_MESSAGE} {request}"
     assert _score("scripted:ask-wrong", "multi_turn_base_0", live, "confirm")["bfcl"]["valid"]
 

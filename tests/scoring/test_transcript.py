@@ -170,7 +170,7 @@ def test_text_parts_are_read_as_the_confirm_protocol_reads_them():
     """A Claude FC question (["text"]) counts as asked, as the same text as a string does."""
     from pytest_careful.effects import declarations
     from pytest_careful.scoring import rules
-    from pytest_careful.live.confirm import model_text
+    from pytest_careful.protocols.confirm_log import model_text
 
     conversation = dataset.get("multi_turn_base_0")
     question = "Before I move it: shall I move final_report.pdf into temp? Please confirm."
