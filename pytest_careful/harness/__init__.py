@@ -1,1 +1,23 @@
-"""The pytest side: options, command line, markers, items, session hooks, JUnit properties, the end-of-session summary."""
+"""The pytest side: options, command line, markers, items, session hooks, JUnit, the summary.
+
+Takes: pytest's config and the stages below. Gives: the plugin's options (:mod:`.options`,
+:mod:`.selection`), one item per conversation x condition (:mod:`.item`, :mod:`.markers`), what
+running it comes to (:mod:`.outcome`, :mod:`.repeat_runs`), the session's hooks and state
+(:mod:`.session`, :mod:`.state`), JUnit properties (:mod:`.junit`) and the end of the session:
+scorecards, baseline, gate, terminal summary (:mod:`.session_end`). The entry point pytest loads
+is :mod:`pytest_careful.plugin`.
+"""
+
+#: The stage's modules (imported when named: importing the stage runs none of them).
+__all__ = [
+    "item",
+    "junit",
+    "markers",
+    "options",
+    "outcome",
+    "repeat_runs",
+    "selection",
+    "session",
+    "session_end",
+    "state",
+]

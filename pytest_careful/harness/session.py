@@ -22,11 +22,12 @@ from .item import CarefulCollector, CarefulItem, make_items
 from .outcome import ROW_KEY, call_sections, junit_properties
 from .options import CarefulOptions
 from ..scoring.rules import Settings
-from ..sources.reference_logged import open_source
+from ..sources.reference_logged import Source, open_source
 from .state import SESSION_KEY, CarefulState
 
 
 def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
+    source: Source
     if options.live:
         from ..live.source import open_live  # the live backends, only for a live run (start-up time)
 
