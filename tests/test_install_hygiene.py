@@ -142,8 +142,6 @@ def test_a_missing_extra_is_named_in_one_line(tmp_path: Path) -> None:
 
 def test_every_registry_key_resolves_lazily_to_the_registry_handler() -> None:
     """For every key: the class found from model_config.py's source is the registry's own."""
-    from pytest_careful.live import handles
-
     registry = _bfcl.model_registry()
     assert decoding.registry_keys() == tuple(registry)
     for key, config in registry.items():
@@ -151,8 +149,8 @@ def test_every_registry_key_resolves_lazily_to_the_registry_handler() -> None:
         assert entry is not None, key  # today every entry parses; None would fall back to the registry
         assert decoding.import_handler_class(entry) is config.model_handler, key
         assert (entry.model_name, entry.is_fc_model) == (config.model_name, config.is_fc_model), key
-        live = handles._entry(key)  # the live path (--careful-model KEY)
-        assert handles._handler_class(live) is config.model_handler, key
+        live = decoding.registry_entry(key)  # the live path (--careful-model KEY, live.handles)
+        assert decoding.import_handler_class(live) is config.model_handler, key
         assert (live.model_name, live.is_fc_model) == (config.model_name, config.is_fc_model), key
         assert decoding.missing_extra(key) is None, key  # this venv has every extra
 

@@ -316,3 +316,13 @@ def passthrough_decoder() -> Decoder:
     from .passthrough import PassthroughHandler
 
     return Decoder("passthrough", PassthroughHandler())
+
+
+def registry_entry(key: str) -> RegistryEntry:
+    """The registry entry of ``key``: read from model_config.py's source, else from the registry itself."""
+    entry = registry_source().get(key)
+    if entry is None:
+        config = _bfcl.model_registry()[key]
+        cls = config.model_handler
+        return RegistryEntry(key, config.model_name, config.is_fc_model, cls.__module__, cls.__name__)
+    return entry

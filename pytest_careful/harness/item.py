@@ -11,7 +11,7 @@ from _pytest.nodeid import coerce_node_id
 
 from ..data import dataset
 from ..execution import limits
-from ..live.source import LiveError
+from ..live.errors import LiveError
 from .markers import CLASS_MARKERS
 from . import outcome
 from .repeat_runs import run_repeats

@@ -65,7 +65,7 @@ from typing import Any
 import yaml
 
 from ..data.result_store import fsync_dir
-from .source import StopRun
+from .errors import StopRun
 
 PRICES_FILE = Path(__file__).with_name("prices.yaml")
 PER_TOKENS = 1_000_000  # prices are per million tokens

@@ -65,7 +65,8 @@ from ..data.dataset import Conversation
 from .budget import (BOUND_BYTES_PER_TOKEN, PER_TOKENS, Cost, ModelPrice, Prices, SpendLedger, UnknownPrice,
                      Usage, ledger_file, request_bound)
 from .ratelimit import MAX_WAIT, SharedLimiter, limiter_file, retry_after
-from .source import NotRun, StopRun
+from .errors import NotRun, StopRun
+from ..execution.decoding import import_handler_class, registry_entry
 
 MAX_RETRIES = 6  # backoff 0.5 s doubling to 8 s: ~30 s of retries, longer with retry-after
 INITIAL_RETRY_DELAY = 0.5  # the SDK's figures
@@ -441,10 +442,8 @@ def configure_source(source: Any, options: Any) -> None:
 
 
 def _bfcl_max_tokens(registry_key: str) -> int | None:
-    from .handles import _entry, _handler_class
-
-    entry = _entry(registry_key)
-    return bfcl_max_tokens(_handler_class(entry), entry.model_name)
+    entry = registry_entry(registry_key)
+    return bfcl_max_tokens(import_handler_class(entry), entry.model_name)
 
 
 def differences(max_output_tokens: int, bfcl_max: int | None, bfcl_temperature: float) -> list[str]:

@@ -26,11 +26,11 @@ from typing import Any
 from ..common import bfcl as _bfcl
 from ..execution.decoding import (
     RegistryEntry,
-    registry_source,
-    shadow_eval,
     import_handler_class,
     missing_extra,
+    registry_entry,
     registry_keys,
+    shadow_eval,
 )
 from . import scripted
 
@@ -71,8 +71,8 @@ class ModelHandle:
         if self.kind == "scripted":
             handler = scripted.make_handler(self.registry_key)
         else:
-            entry = _entry(self.registry_key)
-            cls = _handler_class(entry)
+            entry = registry_entry(self.registry_key)
+            cls = import_handler_class(entry)
             if self.kind == "claude":
                 from .claude import careful_claude_class
 
@@ -95,7 +95,7 @@ def resolve(model: str, handler_key: str | None) -> ModelHandle:
     if handler_key is not None or local.is_dir():
         return _local_model(model, local, handler_key)
     key = _installed(registry_key(model))
-    return ModelHandle(_kind(_entry(key)), model, key)
+    return ModelHandle(_kind(registry_entry(key)), model, key)
 
 
 def registry_key(name: str, local_only: bool = False) -> str:
@@ -121,9 +121,9 @@ def registry_key(name: str, local_only: bool = False) -> str:
                               + _close(key, keys))
         return key
     if local_only:  # --careful-handler: an API handler cannot prompt local weights, so it is no candidate
-        keys = tuple(k for k in keys if _kind(_entry(k)) == "vllm")
+        keys = tuple(k for k in keys if _kind(registry_entry(k)) == "vllm")
     found = [k for k in _candidates(name, keys) if k in keys]
-    if name in keys and all(_kind(_entry(k)) == _kind(_entry(name)) for k in found):
+    if name in keys and all(_kind(registry_entry(k)) == _kind(registry_entry(name)) for k in found):
         return name
     if len(found) == 1:
         return found[0]
@@ -180,7 +180,7 @@ def _matches(name: str, keys: tuple[str, ...]) -> list[str]:
     fc = None if suffix is None else suffix.group(1).lower() == "fc"
     found = []
     for key in keys:
-        entry = _entry(key)
+        entry = registry_entry(key)
         if fc is not None and entry.is_fc_model != fc:
             continue
         local = _kind(entry) == "vllm"
@@ -246,7 +246,7 @@ def _forms(key_base: str, with_org: bool) -> tuple[str, ...]:
 def _spelling(key: str, keys: tuple[str, ...]) -> str:
     """A name that resolves to ``key`` alone: the key itself where it does, else ``bfcl:KEY``."""
     found = _matches(key, keys)
-    return key if all(_kind(_entry(k)) == _kind(_entry(key)) for k in found) else EXACT_PREFIX + key
+    return key if all(_kind(registry_entry(k)) == _kind(registry_entry(key)) for k in found) else EXACT_PREFIX + key
 
 
 def _close(name: str, keys: tuple[str, ...]) -> str:
@@ -260,7 +260,7 @@ BACKENDS = {"vllm": "vLLM (local weights)", "claude": "Anthropic Messages API",
 
 def describe(key: str) -> str:
     """``handler QwenFCHandler, FC, vLLM (local weights)``: what a key runs, for messages."""
-    entry = _entry(key)
+    entry = registry_entry(key)
     mode = "FC" if entry.is_fc_model else "prompting"
     return f"handler {entry.handler_class}, {mode}, {BACKENDS[_kind(entry)]}"
 
@@ -271,7 +271,7 @@ def resolution(handle: ModelHandle) -> dict[str, Any]:
         return {"typed": handle.model, "registry_key": handle.registry_key, "handler_class": None,
                 "mode": "FC" if "prompt" not in handle.registry_key else "prompting",
                 "backend": BACKENDS["scripted"]}
-    entry = _entry(handle.registry_key)
+    entry = registry_entry(handle.registry_key)
     return {"typed": handle.model, "registry_key": handle.registry_key,
             "handler_class": f"{entry.handler_module}.{entry.handler_class}",
             "mode": "FC" if entry.is_fc_model else "prompting", "backend": BACKENDS[handle.kind],
@@ -303,22 +303,9 @@ def _local_model(model: str, local: Path, handler_key: str | None) -> ModelHandl
         key = registry_key(handler_key, local_only=True)
     except HandleError as exc:
         raise HandleError(f"--careful-handler: {exc}") from None
-    if _kind(_entry(key)) != "vllm":
+    if _kind(registry_entry(key)) != "vllm":
         raise HandleError(f"--careful-handler {key}: its handler is not a local-model (OSS) handler")
     return ModelHandle("vllm", model, _installed(key), model_path=str(local.resolve()))
-
-
-def _entry(key: str) -> RegistryEntry:
-    entry = registry_source().get(key)
-    if entry is None:
-        config = _bfcl.model_registry()[key]
-        cls = config.model_handler
-        return RegistryEntry(key, config.model_name, config.is_fc_model, cls.__module__, cls.__name__)
-    return entry
-
-
-def _handler_class(entry: RegistryEntry) -> type:
-    return import_handler_class(entry)  # imports its module only; MissingExtra names the extra
 
 
 def _installed(key: str) -> str:

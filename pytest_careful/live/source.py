@@ -33,34 +33,8 @@ from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
 from ..data.run_settings import SETTINGS_FILE
 from ..sources.reference_logged import Source
 from . import inflight, runner
+from .errors import LiveError, NotRun, RunAgain, StopRun
 from .handles import ModelHandle
-
-
-class LiveError(RuntimeError):
-    """A conversation that could not be run (API, server, budget); it is retried next time.
-
-    ``entry`` is the error entry written for it, when the run goes on: the
-    conversation is then scored as BFCL scores it (an inference error, a
-    failure), so the scorecard agrees with ``bfcl evaluate`` on the same file.
-    """
-
-    def __init__(self, message: str, entry: LoggedEntry | None = None) -> None:
-        super().__init__(message)
-        self.entry = entry
-
-
-class StopRun(LiveError):
-    """A problem that ends the whole run (credit exhausted, budget spent, server dead)."""
-
-
-class RunAgain(LiveError):
-    """The conversation could not run where it was sent and can elsewhere (another server)."""
-
-
-class NotRun(LiveError):
-    """Not run in this session through no fault of the model (rate limits outlasted every
-    retry, or the run stopped): nothing is written, the item is skipped with the reason,
-    and a rerun of the same command runs it."""
 
 
 #: How often one conversation moves to another server before it counts as failed.

@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from . import hub
-from .source import NotRun, RunAgain, StopRun
+from ..execution.decoding import registry_entry
+from .errors import NotRun, RunAgain, StopRun
 
 ENDPOINT_ENV = "CAREFUL_VLLM_ENDPOINT"
 LOG_ENV = "CAREFUL_VLLM_LOG"
@@ -465,10 +466,8 @@ def configure_source(source: Any, options: Any) -> None:
 
 def _hub_id(handle: Any) -> str:
     """The hub id BFCL's handler sends as the model name (some drop a "-FC" from the registry's)."""
-    from .handles import _entry
-
     name = getattr(handle.build(), "model_name_huggingface", None)
-    return str(name) if name else _entry(handle.registry_key).model_name
+    return str(name) if name else registry_entry(handle.registry_key).model_name
 
 
 def _handler_dtype(handle: Any) -> str:

@@ -33,7 +33,8 @@ from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger
 from pytest_careful.live.claude import CreditExhausted, MissingApiKey
 from pytest_careful.live.handles import resolve
 from pytest_careful.live.scripted import call_to_fc, keyword_call
-from pytest_careful.live.source import LiveSource, StopRun
+from pytest_careful.live.errors import StopRun
+from pytest_careful.live.source import LiveSource
 from pytest_careful.evaluation.evaluate import evaluate
 
 KEY = "claude-haiku-4-5-20251001-FC"

@@ -29,7 +29,8 @@ from test_claude_plugin import IDS, KEY, replay_any_conversation
 from pytest_careful.data import dataset
 from pytest_careful.live import budget, claude, ratelimit
 from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger
-from pytest_careful.live.source import LiveSource, StopRun
+from pytest_careful.live.errors import StopRun
+from pytest_careful.live.source import LiveSource
 
 
 class WatchedLedger(SpendLedger):

@@ -333,7 +333,7 @@ def test_rate_limits_and_a_model_gone_from_its_server_are_not_the_models_failure
     """A gateway in front of vLLM answering 429: the conversation is not run (a rerun sends it),
     not scored as the model's inference error; a 500 still is; a 404 from a server restarted
     with another model stops the run (every conversation would fail alike)."""
-    from pytest_careful.live.source import NotRun
+    from pytest_careful.live.errors import NotRun
 
     def answered(kind: type[openai.APIStatusError], status: int) -> openai.APIStatusError:
         error = kind.__new__(kind)  # what the SDK raises, without its HTTP library's response object
