@@ -454,7 +454,7 @@ def configure_source(source: Any, options: Any) -> None:
     model = handle.model_path or _hub_id(handle)
     plan = ServerPlan(model=model, endpoints=tuple(options.endpoint or ()), dtype=options.dtype,
                       max_model_len=options.max_model_len, extra_args=tuple(options.vllm_args),
-                      timeout=options.server_timeout, bfcl=BfclServer(dtype=_handler_dtype(handle)),
+                      timeout=options.server_timeout, bfcl=BfclServer(dtype=handler_dtype(handle)),
                       log_path=Path(options.output).resolve() / ".careful" / "vllm-server.log")
     source.server_plan = plan
     source.differences = plan.differences()
@@ -470,7 +470,7 @@ def _hub_id(handle: Any) -> str:
     return str(name) if name else registry_entry(handle.registry_key).model_name
 
 
-def _handler_dtype(handle: Any) -> str:
+def handler_dtype(handle: Any) -> str:
     """The dtype BFCL's handler passes to ``vllm serve`` (its ``dtype`` attribute)."""
     return str(getattr(handle.build(), "dtype", None) or BfclServer.dtype)
 
@@ -529,7 +529,7 @@ def unusable(url: str, model: str) -> str | None:
     return f"{url} serves {sorted(names)}, not {model!r} (start it with --served-model-name {model})"
 
 
-def _point(handler: Any, url: str) -> None:
+def point_handler(handler: Any, url: str) -> None:
     from openai import OpenAI
 
     handler.base_url = url
@@ -542,17 +542,17 @@ def _point(handler: Any, url: str) -> None:
 def setup_handler(handler: Any, plan: ServerPlan, model: str) -> None:
     """Point BFCL's OSS handler at a server; BFCL's own code loads the tokenizer."""
     endpoint = plan.current or pick(plan, model)
-    _point(handler, endpoint)
+    point_handler(handler, endpoint)
     local = model if Path(model).is_dir() else None
     with contextlib.redirect_stdout(io.StringIO()), _tokenizer_from_cache(endpoint, local or model):
         handler.spin_up_local_server(num_gpus=1, gpu_memory_utilization=0.9, backend="vllm",
                                      skip_server_setup=True, local_model_path=local)
-    _fit_context(handler, endpoint, model)
+    fit_context(handler, endpoint, model)
     plan.current = endpoint
     plan.handlers.append(handler)
 
 
-def _fit_context(handler: Any, endpoint: str, model: str) -> None:
+def fit_context(handler: Any, endpoint: str, model: str) -> None:
     """Size requests to the server's context length where it is shorter than the model's own.
 
     BFCL sizes each request's ``max_tokens`` from the model's config; a server started
@@ -625,8 +625,8 @@ def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None
     except ServerDied:
         return ServerDied(f"{why}; its log: {_log(plan)}")
     for handler in plan.handlers:
-        _point(handler, other)
-        _fit_context(handler, other, plan.model)  # the new server's context may be shorter
+        point_handler(handler, other)
+        fit_context(handler, other, plan.model)  # the new server's context may be shorter
     plan.current = other
     return Failover(f"{why}; moved to {other}")
 

@@ -111,7 +111,7 @@ def test_the_server_is_started_as_bfcl_generate_starts_it(tmp_path: Path, monkey
     theirs = bfcl_generate_command(tmp_path / "model", monkeypatch)
     from pytest_careful.live.handles import resolve
 
-    dtype = vllm_server._handler_dtype(resolve("Qwen/Qwen3-8B", None))  # what the plugin reads off the handler
+    dtype = vllm_server.handler_dtype(resolve("Qwen/Qwen3-8B", None))  # what the plugin reads off the handler
     plan = _plan(tmp_path, sys.executable, bfcl=BfclServer(dtype=dtype),
                  engine=engine_from(sys.executable, {"vllm": "0.32.0", "script": "/nonexistent/vllm"}))
     ours = plan.command(int(_flags(theirs)["--port"] or 0))
@@ -253,7 +253,7 @@ def test_workers_spread_over_servers_and_move_when_one_dies(tmp_path: Path, monk
             assert vllm_server.pick(plan, name) == expected
         handler = type("Handler", (), {})()
         plan.current = urls[1]
-        vllm_server._point(handler, urls[1])
+        vllm_server.point_handler(handler, urls[1])
         plan.handlers.append(handler)
         servers[1][0].kill()
         servers[1][0].wait()
@@ -286,10 +286,10 @@ def test_requests_are_sized_to_a_shorter_server_context(tmp_path: Path) -> None:
     process, url = _serve(tmp_path, name)  # says max_model_len 4096
     try:
         handler = type("Handler", (), {"max_context_length": 32768})()
-        vllm_server._fit_context(handler, url, name)
+        vllm_server.fit_context(handler, url, name)
         assert handler.max_context_length == 4096
         handler.max_context_length = 2048  # a longer server context changes nothing
-        vllm_server._fit_context(handler, url, name)
+        vllm_server.fit_context(handler, url, name)
         assert handler.max_context_length == 2048
     finally:
         process.kill()
@@ -380,8 +380,8 @@ def test_a_conversation_moved_to_another_server_is_sized_to_its_context(tmp_path
     try:
         plan = _plan(tmp_path, sys.executable, endpoints=tuple(url for _, url in servers))
         handler = type("Handler", (), {"max_context_length": 32768})()
-        vllm_server._point(handler, servers[0][1])
-        vllm_server._fit_context(handler, servers[0][1], name)
+        vllm_server.point_handler(handler, servers[0][1])
+        vllm_server.fit_context(handler, servers[0][1], name)
         plan.current, plan.handlers = servers[0][1], [handler]
         assert handler.max_context_length == 8192
         servers[0][0].kill()
