@@ -66,7 +66,7 @@ def _peak_mb() -> float:
 
 
 def score_once(conversation: Any, result: Any, decoder: Any) -> str:
-    """What an item does with one conversation (item._score), returning BFCL's verdict."""
+    """What an item does with one conversation (harness.outcome.score), returning BFCL's verdict."""
     from pytest_careful.effects import declarations
     from pytest_careful.scoring import evidence, rules
     from pytest_careful.evaluation.evaluate import evaluate

@@ -18,9 +18,9 @@ import yaml
 
 from ..common.bfcl import SIMULATOR_CLASSES
 
-#: The data package that ``declarations/`` is installed as. Not
-#: ``pytest_careful.effects.declarations``: installed, a folder of that name beside this
-#: module would shadow it (the package wins the import).
+#: The data package that ``declarations/`` is installed as. Not ``pytest_careful.declarations``,
+#: the name this module had before the stage layout: installed, a folder of that name beside
+#: the module shadowed it (the package wins the import).
 DATA_PACKAGE = "pytest_careful.declarations_data"
 
 

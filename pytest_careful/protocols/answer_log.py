@@ -138,7 +138,7 @@ def after_yes(conversation: Conversation, answers: Sequence[LoggedAnswer],
     ``licensed_call``: a call of a destructive function the yes licensed
     (:func:`_licensed`); ``no_call``: no decoded call at all; ``other_calls``:
     calls, none of them licensed. ``turns``/``raw_index`` are the decoded run's
-    (:class:`~pytest_careful.data.result_files.DecodedRun`).
+    (:class:`~pytest_careful.evaluation.evaluate.DecodedRun`).
     """
     out = {"yes": 0, "licensed_call": 0, "no_call": 0, "other_calls": 0}
     for number, logged in enumerate(answers):

@@ -62,7 +62,7 @@ def confirmations(inference_log: Any, raw_index: Sequence[Sequence[int]]) -> dic
 
     Read back from the result file's inference log, so a logged confirm run is
     rescored exactly as it was scored live. ``raw_index`` is per turn the raw
-    step index of each decoded step (:class:`~pytest_careful.data.result_files.DecodedRun`).
+    step index of each decoded step (:class:`~pytest_careful.evaluation.evaluate.DecodedRun`).
     A yes in raw step ``r`` confirms the decoded steps after it: the value is
     the index of the last decoded step at or before ``r`` (-1 when none).
     """

@@ -37,7 +37,7 @@ TEST_LIMITS = limits.Limits(max_calls=10_000, max_seconds=1.5, max_memory_mb=256
 
 def _score(conversation: dataset.Conversation, result: Any, budget: limits.Limits,
            dec: Any = None) -> tuple[str, limits.Meter]:
-    """What ``item._score`` does, inside a budget: BFCL's error type, or the limit hit."""
+    """What ``outcome.score`` does, inside a budget: BFCL's error type, or the limit hit."""
     with limits.metered(budget) as meter:
         try:
             evaluation = evaluate(conversation, result, dec or passthrough_decoder())
