@@ -58,23 +58,3 @@ def _shorten_literal(match: re.Match[str]) -> str:
         return literal
     quote = literal[0]
     return f"{literal[:MAX_SHOWN_LITERAL + 1]}…{quote} ({len(literal) - 2:,} chars)"
-
-
-def shorten_value(value: Any, limit: int = MAX_SHOWN) -> Any:
-    """``value`` when its text is short; else its text's first ``limit`` characters and length.
-
-    A container's text is measured and cut without being built (``dag``): a value made by
-    repetition shares its parts, and its text is far longer than the memory it takes.
-    """
-    if isinstance(value, str):
-        return shorten(value, limit)
-    if not isinstance(value, (dict, list, tuple, set, frozenset)):
-        return value
-    from ..execution import dag
-
-    if isinstance(value, (set, frozenset)):
-        value = list(value)
-    size = dag.text_size(value, "json")
-    if size <= limit:
-        return value
-    return f"{dag.text_prefix(value, limit, 'json')}… ({size:,} chars)"

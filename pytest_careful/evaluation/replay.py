@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..execution import limits
-from ..common.text import shorten_call, shorten_value
+from ..common.text import shorten_call
+from ..execution.dag import shorten_value
 from ..data.dataset import Conversation
 from ..execution.executor import Execution, Simulators, independent_of_names, instance_name, template_of
 from ..execution.snapshot import Change, Snapshot, diff
@@ -80,7 +81,7 @@ class CallRecord:
 
     @property
     def shown_arguments(self) -> dict[str, Any]:
-        """The arguments as rows quote them: each long one cut (``_text.shorten_value``), once."""
+        """The arguments as rows quote them: each long one cut (``dag.shorten_value``), once."""
         shown = self.__dict__.get("_shown_arguments")
         if shown is None:
             shown = self.__dict__["_shown_arguments"] = {k: shorten_value(v) for k, v in self.arguments.items()}

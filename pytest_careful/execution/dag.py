@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from ..common.text import MAX_SHOWN, shorten
 from . import limits
 
 CYCLE = "<cycle>"
@@ -427,3 +428,21 @@ def count_paths(directory: Any, cap: int) -> int:
         active.discard(id(node))
         stack.pop()
     return counts[id(directory)]
+
+
+def shorten_value(value: Any, limit: int = MAX_SHOWN) -> Any:
+    """``value`` when its text is short; else its text's first ``limit`` characters and length.
+
+    A container's text is measured and cut without being built (this module's walks): a value made by
+    repetition shares its parts, and its text is far longer than the memory it takes.
+    """
+    if isinstance(value, str):
+        return shorten(value, limit)
+    if not isinstance(value, (dict, list, tuple, set, frozenset)):
+        return value
+    if isinstance(value, (set, frozenset)):
+        value = list(value)
+    size = text_size(value, "json")
+    if size <= limit:
+        return value
+    return f"{text_prefix(value, limit, 'json')}… ({size:,} chars)"
