@@ -409,16 +409,19 @@ def fresh_instances(involved_classes: Iterable[str], initial_config: Mapping[str
     Constructors read bfcl-eval's module state, so they run in ``world`` (a
     fresh one by default: a pristine process).
     """
-    instances = {}
-    stateless = _bfcl.stateless_classes()
-    involved_classes = tuple(involved_classes)
-    (world if world is not None else isolation.World()).building(involved_classes)
-    for class_name in involved_classes:
-        instance = _bfcl.simulator_class(class_name)()
-        if class_name not in stateless:
-            instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context)
-        instances[class_name] = instance
-    return instances
+    # Activating a world rebinds module and class state that another thread's conversation may be
+    # reading or rebinding at that moment (live runs build templates on the flight's threads).
+    with isolation.EXCLUSIVE:
+        instances = {}
+        stateless = _bfcl.stateless_classes()
+        involved_classes = tuple(involved_classes)
+        (world if world is not None else isolation.World()).building(involved_classes)
+        for class_name in involved_classes:
+            instance = _bfcl.simulator_class(class_name)()
+            if class_name not in stateless:
+                instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context)
+            instances[class_name] = instance
+        return instances
 
 
 def template_of(involved_classes: Iterable[str], initial_config: Mapping[str, Any], long_context: bool) -> bytes:
