@@ -68,8 +68,8 @@ def _peak_mb() -> float:
 def score_once(conversation: Any, result: Any, decoder: Any) -> str:
     """What an item does with one conversation (harness.outcome.score), returning BFCL's verdict."""
     from pytest_careful.effects import declarations
-    from pytest_careful.scoring import evidence, rules
     from pytest_careful.evaluation.evaluate import evaluate
+    from pytest_careful.scoring import evidence, rules
 
     evaluation = evaluate(conversation, result, decoder)
     rules.score(evaluation, declarations.load())
@@ -80,17 +80,19 @@ def score_once(conversation: Any, result: Any, decoder: Any) -> str:
 
 def child(kind: str, size: int, unmetered: bool) -> dict[str, Any]:
     import hostile_payloads as payloads
+
     from pytest_careful.effects import declarations
+    from pytest_careful.evaluation.replay import reference
     from pytest_careful.execution import limits
     from pytest_careful.execution.decoding import passthrough_decoder
-    from pytest_careful.evaluation.replay import reference
 
     if kind.startswith("calls:"):  # issue 23: values only the call interpreter builds
         conversation = payloads.conversation_for("many_calls")
         result = payloads.as_run(conversation, payloads.EXPANDING_CALLS[kind.removeprefix("calls:")])
         decoder = passthrough_decoder()
     elif kind == "real":  # the real run's conversation that costs the most (bench/hostile.py --real)
-        from pytest_careful.data import dataset, result_files as results
+        from pytest_careful.data import dataset
+        from pytest_careful.data import result_files as results
         from pytest_careful.execution.decoding import decoder as registered
 
         path = REAL_RUN / "BFCL_v4_multi_turn_miss_param_result.json"
@@ -215,11 +217,12 @@ def expanding() -> None:
 def real() -> None:
     import tracemalloc
 
-    from pytest_careful.data import dataset, result_files as results
+    from pytest_careful.data import dataset
+    from pytest_careful.data import result_files as results
     from pytest_careful.effects import declarations
+    from pytest_careful.evaluation.replay import reference
     from pytest_careful.execution import limits
     from pytest_careful.execution.decoding import decoder, passthrough_decoder
-    from pytest_careful.evaluation.replay import reference
 
     sets: dict[str, list[tuple[Any, Any, Any]]] = {"800 references": [], "600 gpt-oss-20b": []}
     for conversation in dataset.load():
@@ -279,10 +282,12 @@ def inputs() -> None:
     the ratio is what a hostile input adds to the work it replaces.
     """
     import stat
-    from pytest_careful.data import dataset, result_files as results
-    from pytest_careful.execution.executor import Simulators
-    from pytest_careful.evaluation.replay import replay, reference
+
+    from pytest_careful.data import dataset
+    from pytest_careful.data import result_files as results
     from pytest_careful.data.result_store import ResultStore
+    from pytest_careful.evaluation.replay import reference, replay
+    from pytest_careful.execution.executor import Simulators
 
     work = Path(tempfile.mkdtemp(prefix="bench-inputs-"))
     real_lines = (REAL_RUN / "BFCL_v4_multi_turn_base_result.json").read_bytes().split(b"\n")

@@ -54,19 +54,20 @@ import resource  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_careful.common import bfcl as _bfcl
-from pytest_careful.data import dataset
-from pytest_careful.execution import decoding  # noqa: E402
+from pytest_careful.common import bfcl as _bfcl  # noqa: E402
+from pytest_careful.data import dataset  # noqa: E402
+from pytest_careful.data.result_files import read_result_file  # noqa: E402
+from pytest_careful.evaluation.evaluate import decode_turns, evaluate  # noqa: E402
 from pytest_careful.evaluation.replay import new_simulators, reference  # noqa: E402
-from pytest_careful.data.result_files import read_result_file
-from pytest_careful.evaluation.evaluate import decode_turns, evaluate
+from pytest_careful.execution import decoding  # noqa: E402
 
 REAL_RUN = ROOT.parent / "shared" / "real-runs" / "gpt-oss-20b-vllm-2025-11-12"
 REAL_RUN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param")

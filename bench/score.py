@@ -57,13 +57,12 @@ def build_run(directory: Path) -> Path:
 
 
 def in_process(run: Path) -> dict[str, float]:
-    from pytest_careful.data import dataset
-    from pytest_careful.data import result_files
-    from pytest_careful.evaluation.evaluate import evaluate
+    from pytest_careful.data import dataset, result_files
     from pytest_careful.effects import declarations
-    from pytest_careful.scoring import rules
-    from pytest_careful.execution.decoding import decoder
+    from pytest_careful.evaluation.evaluate import evaluate
     from pytest_careful.evaluation.replay import reference
+    from pytest_careful.execution.decoding import decoder
+    from pytest_careful.scoring import rules
 
     dec, decl = decoder(DECODER), declarations.load()
     files, _ = result_files.find_result_files(run)
@@ -93,12 +92,11 @@ def cold(run: Path) -> float:
 
 
 def _cold_child(run: Path) -> None:
-    from pytest_careful.data import dataset
-    from pytest_careful.data import result_files
-    from pytest_careful.evaluation.evaluate import evaluate
+    from pytest_careful.data import dataset, result_files
     from pytest_careful.effects import declarations
-    from pytest_careful.scoring import rules
+    from pytest_careful.evaluation.evaluate import evaluate
     from pytest_careful.execution.decoding import decoder
+    from pytest_careful.scoring import rules
 
     dec, decl = decoder(DECODER), declarations.load()
     files, _ = result_files.find_result_files(run)

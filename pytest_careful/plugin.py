@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from .common.bfcl import CATEGORIES
 from .common import gc_pause as _gc
+from .common.bfcl import CATEGORIES
 from .harness import selection
 from .harness.options import add_options, read_options
-
 
 #: Set when the options ask for a run: until then nothing imports ``state`` (and the scoring modules it
 #: imports), so that a session that only has the plugin installed stays as fast as one without it.

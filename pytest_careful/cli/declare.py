@@ -19,15 +19,16 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import yaml
 
+from ..common.bfcl import CATEGORIES, SIMULATOR_CLASSES
 from ..data import dataset
 from ..effects import declarations, inference
-from ..common.bfcl import CATEGORIES, SIMULATOR_CLASSES
 from ..effects.declarations import DESTRUCTIVE, OTHER_WRITE, READ, Declarations
 
 SOURCES_FILE = "sources.yaml"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any
 
 # Controls (terminal escapes, carriage returns), invisible format characters (bidi
 # overrides), lone surrogates (unencodable) and line separators (model or file text

@@ -12,9 +12,10 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..common.bfcl import CATEGORIES

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from . import dataset
 from ..common.bfcl import CATEGORIES
+from . import dataset
 from .dataset import Conversation
 
 RESULT_FILE = re.compile(r"^BFCL_v4_(?P<category>multi_turn_[a-z_]+)_result\.json$")

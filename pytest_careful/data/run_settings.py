@@ -16,8 +16,9 @@ and the scorecard still says which script the run was made under.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .result_store import GROUP_DIR
 

@@ -17,14 +17,15 @@ import pickle
 import random
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..data import dataset
 from ..data.dataset import Conversation
-from ..execution.executor import Simulators
 from ..evaluation.replay import OK, call_status
+from ..execution.executor import Simulators
 from ..execution.snapshot import Change, Snapshot, capture_class, diff
 
 SOURCES = ("reference", "logged", "synthetic")

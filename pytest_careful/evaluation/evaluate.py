@@ -7,9 +7,10 @@ run's decoder, replays the calls on fresh simulators and checks them as bfcl-eva
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..common.gc_pause import paused
 from ..data import dataset

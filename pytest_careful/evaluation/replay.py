@@ -10,13 +10,14 @@ process and reused.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from ..execution import limits
 from ..common.text import shorten_call
-from ..execution.dag import shorten_value
 from ..data.dataset import Conversation
+from ..execution import limits
+from ..execution.dag import shorten_value
 from ..execution.executor import Execution, Simulators, independent_of_names, instance_name, template_of
 from ..execution.snapshot import Change, Snapshot, diff
 

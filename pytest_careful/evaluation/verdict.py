@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..data.dataset import Conversation
-from .replay import Replay
 from ..execution.snapshot import states_equal_public
+from .replay import Replay
 
 INFERENCE_ERROR = "multi_turn:inference_error"
 FORCE_TERMINATED = "multi_turn:force_terminated"

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..common.text import MAX_SHOWN, shorten
 from . import limits

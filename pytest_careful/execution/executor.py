@@ -29,8 +29,9 @@ import json
 import operator
 import pickle
 import re
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Callable, Iterable, Mapping, NoReturn
+from typing import Any, NoReturn
 
 from ..common import bfcl as _bfcl
 from . import isolation, plain_values
@@ -387,7 +388,7 @@ def _source_index(source: str) -> Callable[[int, int], int]:
     return index
 
 
-def independent_of_names(call: str, methods: AbstractSet[str], names: AbstractSet[str]) -> bool:
+def independent_of_names(call: str, methods: Set[str], names: Set[str]) -> bool:
     """Whether executing ``call`` cannot depend on the instances' names.
 
     Instance names carry the model name (bfcl-eval's naming), and bfcl-eval's

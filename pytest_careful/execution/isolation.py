@@ -38,8 +38,9 @@ import sys
 import threading
 import types
 import weakref
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from ..common import bfcl as _bfcl
 

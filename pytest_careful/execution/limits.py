@@ -32,8 +32,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 #: Real runs stay over 100x below (``bench/hostile.py --real``): at most 49 calls, 0.08 s and
 #: 0.2 MB per conversation over the 800 references and a 600-conversation gpt-oss-20b run.

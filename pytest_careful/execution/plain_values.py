@@ -15,7 +15,8 @@ from __future__ import annotations
 import ast
 import decimal
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import limits
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 import functools
 import io
 import pickle
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
-from . import dag, limits
 from ..common.text import shorten
+from . import dag, limits
 
 #: Attributes that are not state, with the reason. Everything else is kept,
 #: public and private (``GorillaFileSystem._current_dir`` is hidden state).

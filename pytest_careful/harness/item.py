@@ -12,10 +12,11 @@ from _pytest.nodeid import coerce_node_id
 from ..data import dataset
 from ..execution import limits
 from ..live.errors import LiveError
-from .markers import CLASS_MARKERS
 from . import outcome
+from .markers import CLASS_MARKERS
 from .repeat_runs import run_repeats
 from .state import SESSION_KEY
+
 
 class CarefulCollector(pytest.Collector):
     """Parent of the conversation items; collects nothing by itself."""

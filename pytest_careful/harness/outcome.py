@@ -14,8 +14,7 @@ import pytest
 from ..data import dataset
 from ..evaluation.evaluate import evaluate
 from ..execution import isolation
-from ..protocols import confirm_log
-from ..protocols import answer_log
+from ..protocols import answer_log, confirm_log
 from ..scoring import rules, turn_credit
 from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
 

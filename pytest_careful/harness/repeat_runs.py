@@ -34,8 +34,8 @@ import pytest
 from ..common import bfcl as _bfcl
 from ..data import dataset
 from ..execution import limits
-from ..reports import repeat_stats as repeats
 from ..live.errors import LiveError
+from ..reports import repeat_stats as repeats
 from .outcome import RESOURCE_LIMIT, SECTIONS_KEY, UNSCORED, record, score, unscored_row
 
 #: The file beside the repeat folders.

@@ -8,21 +8,23 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any
 
 import pytest
 
 from ..common import gc_pause as _gc
 from ..data import dataset
 from ..effects import declarations
-from . import junit, session_end as report, selection
 from ..reports import scorecard
-from .item import CarefulCollector, CarefulItem, make_items
-from .outcome import ROW_KEY, call_sections, junit_properties
-from .options import CarefulOptions
 from ..scoring.rules import Settings
 from ..sources.reference_logged import Source, open_source
+from . import junit, selection
+from . import session_end as report
+from .item import CarefulCollector, CarefulItem, make_items
+from .options import CarefulOptions
+from .outcome import ROW_KEY, call_sections, junit_properties
 from .state import SESSION_KEY, CarefulState
 
 

@@ -16,10 +16,10 @@ import pytest
 
 from ..common import bfcl as _bfcl
 from ..data import dataset
-from ..reports import scorecard, stats
-from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
 from ..data.dataset import category_of
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
+from ..reports import scorecard, stats
+from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
 from .options import DEFAULT_SERVER_TIMEOUT, CarefulOptions
 from .state import CarefulState
 

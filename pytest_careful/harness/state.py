@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from ..effects.declarations import Declarations
-from .options import CarefulOptions
 from ..scoring.rules import Settings
 from ..sources.reference_logged import Source
+from .options import CarefulOptions
 
 
 @dataclass

@@ -62,11 +62,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..data.dataset import Conversation
-from .budget import (BOUND_BYTES_PER_TOKEN, PER_TOKENS, Cost, ModelPrice, Prices, SpendLedger, UnknownPrice,
-                     Usage, ledger_file, request_bound)
-from .ratelimit import MAX_WAIT, SharedLimiter, limiter_file, retry_after
-from .errors import NotRun, StopRun
 from ..execution.decoding import import_handler_class, registry_entry
+from .budget import (
+    BOUND_BYTES_PER_TOKEN,
+    PER_TOKENS,
+    Cost,
+    ModelPrice,
+    Prices,
+    SpendLedger,
+    UnknownPrice,
+    Usage,
+    ledger_file,
+    request_bound,
+)
+from .errors import NotRun, StopRun
+from .ratelimit import MAX_WAIT, SharedLimiter, limiter_file, retry_after
 
 MAX_RETRIES = 6  # backoff 0.5 s doubling to 8 s: ~30 s of retries, longer with retry-after
 INITIAL_RETRY_DELAY = 0.5  # the SDK's figures

@@ -31,13 +31,13 @@ import functools
 import inspect
 import textwrap
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from ..data.dataset import Conversation
 from ..protocols import scripted_user
 from ..protocols.confirm_log import ANSWER_LOG_KEY, executed_calls, model_text, request_text
-from ..data.dataset import Conversation
 
 LOOPS = {"inference_multi_turn_FC": "_add_next_turn_user_message_FC",
          "inference_multi_turn_prompting": "_add_next_turn_user_message_prompting"}

@@ -36,9 +36,10 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 #: (condition, conversation id, repeat)
 Key = tuple[str, str, int]

@@ -9,14 +9,15 @@ from __future__ import annotations
 import copy
 import io
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from ..protocols import hints
 from ..data.dataset import Conversation
 from ..effects.declarations import Declarations
-from ..execution.executor import Simulators
 from ..evaluation.replay import state_template
+from ..execution.executor import Simulators
+from ..protocols import hints
 from . import bridge, confirm
 
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..data import dataset
-from ..effects import declarations
 from ..data.dataset import Conversation
+from ..effects import declarations
 
 POLICIES = ("reference", "loop", "destructive", "ask", "ask-wrong", "ask-after", "ask-thrice", "flaky")
 PREFIX = "scripted:"

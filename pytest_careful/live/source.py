@@ -26,16 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from ..data.dataset import Conversation
+from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
+from ..data.result_store import ResultStore, is_complete, serialise
+from ..data.run_settings import SETTINGS_FILE
 from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder
-from ..data.result_store import ResultStore, is_complete, serialise
-from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
-from ..data.run_settings import SETTINGS_FILE
 from ..sources.reference_logged import Source
 from . import inflight, runner
 from .errors import LiveError, NotRun, RunAgain, StopRun
 from .handles import ModelHandle
-
 
 #: How often one conversation moves to another server before it counts as failed.
 MAX_RERUNS = 3

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import hub
 from ..execution.decoding import registry_entry
+from . import hub
 from .errors import NotRun, RunAgain, StopRun
 
 ENDPOINT_ENV = "CAREFUL_VLLM_ENDPOINT"

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import confirm_log, scripted_user
 from ..data.dataset import Conversation
+from . import confirm_log, scripted_user
 
 if TYPE_CHECKING:
     from ..harness.state import CarefulState

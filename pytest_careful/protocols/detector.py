@@ -39,7 +39,8 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: Detector rules, as re-scored in the seed's sensitivity study.
 #: strict: a sentence ends in a question mark or carries a confirmation phrase.

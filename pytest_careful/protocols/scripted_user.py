@@ -61,8 +61,8 @@ from pathlib import Path
 
 import yaml
 
-from . import detector
 from ..effects.declarations import DECLARATIONS_DIR
+from . import detector
 
 SCRIPTS: tuple[str, ...] = ("default", "no_failure_yes", "asking_sentences_only")
 

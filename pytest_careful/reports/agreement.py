@@ -7,8 +7,9 @@ scored rows (``sensitivity``); ``careful-declare --agreement`` and
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..effects.declarations import ANNOTATORS, BOUNDARIES, Declarations
 from ..protocols.detector import MODES
@@ -144,9 +145,9 @@ def _ranks(values: Sequence[float]) -> list[float]:
 def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Replay a logged run once and score it under every detector and every boundary."""
     from ..data import dataset
-    from ..sources.reference_logged import run_entries
     from ..evaluation.evaluate import evaluate
     from ..scoring.rules import Settings, score
+    from ..sources.reference_logged import run_entries
 
     dec, entries, _ = run_entries(run_dir, decoder_key)
     evaluations = [evaluate(dataset.get(entry.id), entry.result, dec, entry=entry) for entry in entries]

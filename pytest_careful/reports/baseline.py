@@ -15,7 +15,6 @@ from typing import Any
 from ..common import bfcl
 from ..data import dataset
 
-
 #: A scorecard larger than this is refused before it is parsed (800 rows take ~2 MB).
 SCORECARD_MAX_BYTES = 256 * 1024 * 1024
 

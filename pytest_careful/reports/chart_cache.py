@@ -24,8 +24,9 @@ import importlib.metadata
 import json
 import platform
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..scoring import rules
 

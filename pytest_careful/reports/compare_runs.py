@@ -24,13 +24,15 @@ import itertools
 import json
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ..common import bfcl as _bfcl
-from . import repeat_stats as repeats, stats
 from ..common.text import escape
+from . import repeat_stats as repeats
+from . import stats
 
 __all__ = ["ReportError", "Run", "build", "find_scorecards", "load_run", "main"]
 

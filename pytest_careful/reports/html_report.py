@@ -26,8 +26,9 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..execution import dag
 from ..scoring import rules

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import io
 import warnings
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..scoring import rules
 from ..common.text import escape
+from ..scoring import rules
 
 BFCL_COLOUR = "#4272c4"
 SAFE_COLOUR = "#ed7d31"

@@ -11,8 +11,9 @@ All functions here are pure: no I/O, no global state.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from math import comb
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 __all__ = ["INTERVAL_METHOD", "Z95", "pass_hat_k", "repeat_stats", "wilson_interval"]
 

@@ -10,12 +10,13 @@ import io
 import json
 import subprocess
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..common import bfcl as _bfcl
-from . import chart_cache
 from ..scoring import rules, turn_credit
+from . import chart_cache
 
 COUNT_COLUMNS = rules.RULES + rules.EXTRA_COUNTS + ("asked_reference_acts", "asked_reference_destructive",
                                "destructive_calls", "confirmed_destructive")

@@ -11,8 +11,9 @@ All functions here are pure: no I/O, no global state.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 __all__ = [
     "ALL",

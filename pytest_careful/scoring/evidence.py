@@ -5,10 +5,10 @@ from __future__ import annotations
 import pprint
 from typing import Any
 
-from ..execution import dag
 from ..common.text import escape
-from ..evaluation.replay import CallRecord
 from ..evaluation.evaluate import Evaluation, NoCallStep
+from ..evaluation.replay import CallRecord
+from ..execution import dag
 
 MAX_VALUE = 300
 MAX_TEXT = 800  # the model's own text: longer, it is what explains a turn without a call

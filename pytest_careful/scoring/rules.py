@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..common.gc_pause import paused
+from ..effects.declarations import DESTRUCTIVE, Declarations
+from ..evaluation.evaluate import Evaluation
+from ..evaluation.replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, json_safe
 from ..protocols import detector
 from . import turn_credit
-from ..effects.declarations import DESTRUCTIVE, Declarations
-from ..evaluation.replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, json_safe
-from ..evaluation.evaluate import Evaluation
 
 RULES = (
     "collateral_destructive",

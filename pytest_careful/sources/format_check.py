@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import ast
 import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
+from ..data.result_files import LoggedEntry
 from ..execution import limits
 from ..execution.decoding import decoder
 from ..execution.executor import MAX_CALL_CHARS
-from ..data.result_files import LoggedEntry
 
 SAMPLE_CONVERSATIONS = 24  # spread evenly over the run
 STEPS_PER_CONVERSATION = 3  # the first steps with output: mostly calls in any run

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from ..data import dataset
-from ..execution.decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
-from ..harness.options import REFERENCE_MODEL, CarefulOptions
 from ..common.bfcl import CATEGORIES
+from ..data import dataset
 from ..data.result_files import InputProblem, LoggedEntry, find_result_files, keep_last, read_result_file
 from ..data.run_settings import protocol_problem, recorded, script_problem
+from ..execution.decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
+from ..harness.options import REFERENCE_MODEL, CarefulOptions
 
 
 @dataclass

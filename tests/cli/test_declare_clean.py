@@ -11,13 +11,12 @@ import os
 import shutil
 import subprocess
 import sys
-
 from pathlib import Path
 
 import pytest
 
-from pytest_careful.effects import declarations
 from pytest_careful.cli import declare
+from pytest_careful.effects import declarations
 
 ROOT = Path(__file__).resolve().parents[2]
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+

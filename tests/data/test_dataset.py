@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pytest_careful.data import dataset
 from pytest_careful.common.bfcl import CATEGORIES
+from pytest_careful.data import dataset
 
 
 def test_counts():

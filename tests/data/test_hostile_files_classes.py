@@ -13,15 +13,15 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from pytest_careful.data.result_files import read_result_file
-
 from conftest import REAL_RUN_DECODER, run_oracle
+from pytest_careful.data.result_files import read_result_file
 
 CATEGORY = "multi_turn_base"
 FILE = f"BFCL_v4_{CATEGORY}_result.json"
@@ -315,8 +315,7 @@ def test_each_conversation_of_an_unreadable_file_says_why(tmp_path: Path, real_t
 def test_odd_step_keys_in_a_confirm_log_are_not_steps(key: str) -> None:
     """Before: ``int(key[5:])`` raised for ``step_x`` (and for 5,000 digits, and ``step_²``,
     which ``isdigit`` passes), failing the conversation with a traceback and no row."""
-    from pytest_careful.protocols import answer_log
-    from pytest_careful.protocols import confirm_log
+    from pytest_careful.protocols import answer_log, confirm_log
 
     log = [{"begin_of_turn_query": [], key: [{confirm_log.ANSWER_LOG_KEY: "yes"}],
             "step_1": [{confirm_log.ANSWER_LOG_KEY: "yes"}]}]
@@ -343,8 +342,7 @@ def test_a_confirm_log_of_any_shape_is_read_without_raising() -> None:
     an object raised in ``answer_counts``, a decoded response that was a number in ``executed_calls``)."""
     import random
 
-    from pytest_careful.protocols import answer_log
-    from pytest_careful.protocols import confirm_log
+    from pytest_careful.protocols import answer_log, confirm_log
 
     rng = random.Random(5)
     for _ in range(3000):

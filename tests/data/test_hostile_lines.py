@@ -8,26 +8,24 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
-import threading
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from pytest_careful.data import dataset
-from pytest_careful.execution.decoding import decoder
-from pytest_careful.data.result_files import MAX_NESTING, find_result_files, read_result_file
-from pytest_careful.evaluation.evaluate import evaluate
-
-from conftest import REAL_RUN_DECODER, run_oracle
 from hostile_lines import Corpus, Generator, corpus, dumps, nested_text
 from perturb import as_result
 
-import random
+from conftest import REAL_RUN_DECODER, run_oracle
+from pytest_careful.data import dataset
+from pytest_careful.data.result_files import MAX_NESTING, find_result_files, read_result_file
+from pytest_careful.evaluation.evaluate import evaluate
+from pytest_careful.execution.decoding import decoder
 
 CATEGORY = "multi_turn_base"
 IDS = [f"{CATEGORY}_{i}" for i in range(200)]

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pytest_careful.data.result_store import ResultStore
 from pytest_careful.data.result_files import read_result_file
+from pytest_careful.data.result_store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]
 CATEGORY = "multi_turn_base"
@@ -213,6 +213,7 @@ def test_resume_and_compaction_follow_the_rescoring_rule(tmp_path: Path, seed: i
     """A generated hostile log: resume serves, and compaction keeps, exactly what rescoring reads."""
     sys.path.insert(0, str(ROOT / "tests" / "data"))
     from hostile_lines import corpus
+
     from pytest_careful.data import dataset
 
     made = corpus(seed, [f"{CATEGORY}_{i}" for i in range(200)], lambda cid: _reference(int(cid.rsplit("_", 1)[1])),

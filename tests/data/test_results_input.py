@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
+from perturb import as_result
+
 from pytest_careful.data import dataset
-from pytest_careful.execution.decoding import passthrough_decoder
 from pytest_careful.data.result_files import find_result_files, read_result_file
 from pytest_careful.evaluation.evaluate import evaluate_file
-
-from perturb import as_result
+from pytest_careful.execution.decoding import passthrough_decoder
 
 
 def _line(conversation_id: str, result=None) -> str:

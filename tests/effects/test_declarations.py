@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from pytest_careful.effects import declarations
 from pytest_careful.cli import declare
 from pytest_careful.common.bfcl import SIMULATOR_CLASSES
 from pytest_careful.data.dataset import func_docs
+from pytest_careful.effects import declarations
 
 DECL = declarations.load()
 

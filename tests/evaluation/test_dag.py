@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any, Callable
-
-import pytest
-
-from pytest_careful.execution import dag, limits, snapshot
-from pytest_careful.data import dataset
-from pytest_careful.scoring import evidence
-from pytest_careful.evaluation.replay import new_simulators
-from pytest_careful.execution.snapshot import Snapshot
+from collections.abc import Callable
+from typing import Any
 
 import hostile_payloads as payloads
+import pytest
+
+from pytest_careful.data import dataset
+from pytest_careful.evaluation.replay import new_simulators
+from pytest_careful.execution import dag, limits, snapshot
+from pytest_careful.execution.snapshot import Snapshot
+from pytest_careful.scoring import evidence
 
 UNLIMITED = limits.Limits(max_calls=10**9, max_seconds=10**6, max_memory_mb=10**6)
 

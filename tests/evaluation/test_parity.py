@@ -5,14 +5,13 @@ from __future__ import annotations
 import collections
 
 import pytest
-
-from pytest_careful.data import dataset
-from pytest_careful.execution.decoding import decoder, passthrough_decoder
-from pytest_careful.data.result_files import read_result_file
-from pytest_careful.evaluation.evaluate import evaluate
+from perturb import as_result, cases
 
 from conftest import REAL_RUN_DECODER, run_oracle
-from perturb import as_result, cases
+from pytest_careful.data import dataset
+from pytest_careful.data.result_files import read_result_file
+from pytest_careful.evaluation.evaluate import evaluate
+from pytest_careful.execution.decoding import decoder, passthrough_decoder
 
 
 def _ours(conversation, result, dec=None, model_name="parity"):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pytest_careful.data import dataset
-
 from perturb import cases
 from test_parity import _compare
+
+from pytest_careful.data import dataset
 
 
 def test_perturbed_references_match_bfcl_sample():

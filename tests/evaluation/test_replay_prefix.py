@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import random
 
+import perturb
 import pytest
 
+from conftest import REAL_RUN_DECODER
 from pytest_careful.data import dataset
-from pytest_careful.execution.decoding import decoder
-from pytest_careful.execution.executor import instance_name
-from pytest_careful.evaluation.replay import Replay, reference, replay
 from pytest_careful.data.result_files import read_result_file
 from pytest_careful.evaluation.evaluate import decode_turns
-
-import perturb
-from conftest import REAL_RUN_DECODER
+from pytest_careful.evaluation.replay import Replay, reference, replay
+from pytest_careful.execution.decoding import decoder
+from pytest_careful.execution.executor import instance_name
 
 
 def _same(shared: Replay, executed: Replay) -> None:

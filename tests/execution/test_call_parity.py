@@ -19,10 +19,10 @@ import inspect
 import time
 from typing import Any
 
-import pytest
-
 import call_grammar
 import call_oracle
+import pytest
+
 from pytest_careful.data import dataset
 from pytest_careful.execution.executor import BFCL_SCOPE_NAMES, Simulators, instance_name
 

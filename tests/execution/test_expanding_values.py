@@ -19,15 +19,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import hostile_payloads as payloads
 import pytest
 
-import hostile_payloads as payloads
 from pytest_careful.data import dataset
+from pytest_careful.data.result_files import evaluate
 from pytest_careful.effects import declarations
-from pytest_careful.scoring import evidence, rules
 from pytest_careful.execution import limits
 from pytest_careful.execution.decoding import decoder, passthrough_decoder
-from pytest_careful.data.result_files import evaluate
+from pytest_careful.scoring import evidence, rules
 
 QWEN = "Qwen/Qwen3-8B"  # a prompting decoder: its literal evaluator builds 'a' * N, as BFCL's eval does
 LINE = 64_000  # the target: a result line of at most 64 KB

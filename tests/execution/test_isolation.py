@@ -28,10 +28,10 @@ import pytest
 
 from pytest_careful.common import bfcl as _bfcl
 from pytest_careful.data import dataset
-from pytest_careful.execution import isolation
-from pytest_careful.execution.executor import Simulators
 from pytest_careful.evaluation.replay import Replay, new_simulators, reference, replay
 from pytest_careful.evaluation.verdict import check
+from pytest_careful.execution import isolation
+from pytest_careful.execution.executor import Simulators
 
 ROOT = Path(__file__).resolve().parents[2]
 _LEAVES = isolation.IMMUTABLE_LEAVES

@@ -15,20 +15,19 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import hostile_payloads as payloads
 import pytest
 
-from pytest_careful.data import dataset
-from pytest_careful.effects import declarations
-from pytest_careful.scoring import evidence, rules
-from pytest_careful.execution import limits
-from pytest_careful.harness import options
-from pytest_careful.execution.decoding import decoder, passthrough_decoder
-from pytest_careful.evaluation.replay import reference
-from pytest_careful.data.result_files import read_result_file
-from pytest_careful.evaluation.evaluate import evaluate
-
-import hostile_payloads as payloads
 from conftest import REAL_RUN_DECODER
+from pytest_careful.data import dataset
+from pytest_careful.data.result_files import read_result_file
+from pytest_careful.effects import declarations
+from pytest_careful.evaluation.evaluate import evaluate
+from pytest_careful.evaluation.replay import reference
+from pytest_careful.execution import limits
+from pytest_careful.execution.decoding import decoder, passthrough_decoder
+from pytest_careful.harness import options
+from pytest_careful.scoring import evidence, rules
 
 CLASSES = ("exponential", "deep_chain", "cycle", "many_calls", "many_writes", "many_powers")
 #: A smaller budget than the default, so that the suite stays fast; same code paths.

@@ -42,8 +42,9 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -191,8 +192,8 @@ def new_target_modules(before: set[str]) -> list[str]:
 def replay_ours(corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str) -> list[dict[str, Any]]:
     """pytest-careful's ``evaluate`` on every entry, monitored and blocking."""
     from pytest_careful.data import dataset
-    from pytest_careful.execution.decoding import decoder, passthrough_decoder
     from pytest_careful.evaluation.evaluate import evaluate
+    from pytest_careful.execution.decoding import decoder, passthrough_decoder
 
     decoders = {key: passthrough_decoder() if key == "passthrough" else decoder(key)
                 for key in sorted({e["decoder"] for e in corpus})}
@@ -230,8 +231,8 @@ def _record_outcome(outcome: dict[str, Any], started: float, events: Any, marker
 def _warm_up(decoders: dict[str, Any], conversation_ids: list[str]) -> None:
     """Benign input first, so lazy imports happen outside the monitored window."""
     from pytest_careful.data import dataset
-    from pytest_careful.execution.decoding import passthrough_decoder
     from pytest_careful.evaluation.evaluate import evaluate
+    from pytest_careful.execution.decoding import passthrough_decoder
 
     samples = ["[ls()]", [{"ls": "{}"}], [{"ls": {}}], '{"name": "ls", "parameters": {}}',
                '{"name": "ls", "arguments": {}}', '<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>',
@@ -412,8 +413,8 @@ def in_process(workers, tmp_path_factory):
 
 @pytest.mark.usefixtures("workers")  # the child runs start first and overlap with everything
 def test_corpus_is_well_formed():
-    from pytest_careful.data import dataset
     from pytest_careful.common import bfcl as _bfcl
+    from pytest_careful.data import dataset
     from pytest_careful.execution.decoding import decoder, passthrough_decoder, registry_keys
 
     registry = _bfcl.model_registry()

@@ -10,10 +10,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from conftest import REAL_RUN_DECODER, ROOT
 from pytest_careful.data import dataset
 from pytest_careful.reports import stats
-
-from conftest import REAL_RUN_DECODER, ROOT
 
 MODES = {"no-xdist": ["-p", "no:xdist"], "n0": ["-n", "0"], "n2": ["-n", "2"]}
 
@@ -261,8 +260,8 @@ def run_modules_loaded() -> None:
     in this process imported, and numpy warns when it is imported a second time; matplotlib, unloaded
     and imported again, mixes two copies of its classes in later tests of this process)."""
     import numpy  # noqa: F401
-    from pytest_careful.reports import html_report, plots
-    from pytest_careful.harness import session_end as report, session  # noqa: F401
+
+    from pytest_careful.harness import session_end as report  # noqa: F401
 
 
 def test_objects_frozen_during_a_run_and_thawed_after_an_in_process_one(run_modules_loaded, pytester):

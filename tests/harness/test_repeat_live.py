@@ -17,10 +17,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import run_oracle
 
-from pytest_careful.data.result_store import ResultStore
+from conftest import run_oracle
 from pytest_careful.data.result_files import read_result_file
+from pytest_careful.data.result_store import ResultStore
 
 CATEGORY = "multi_turn_base"
 NUMBERS = list(range(12))

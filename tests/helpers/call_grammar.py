@@ -19,8 +19,8 @@ Stdlib only; no value is computed here, only text.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 FULL_WIDTH = {c: chr(ord(c) + 0xFEE0) for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789"}
 #: Letters whose NFKC form is an ASCII letter (so Python reads them as that letter).

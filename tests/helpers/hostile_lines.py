@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 #: Digits beyond Python's int-to-str limit (4,300 by default).
 HUGE_DIGITS = (4301, 5000, 20_000, 100_000)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import ast
 import json
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pytest_careful.data import dataset
 

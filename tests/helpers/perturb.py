@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import ast
 import random
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pytest_careful.data.dataset import Conversation
 

@@ -27,15 +27,15 @@ from fake_anthropic import FakeAnthropic, text_block, tool_use_block
 
 from pytest_careful.data import dataset
 from pytest_careful.effects import declarations
+from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.execution.decoding import Decoder
 from pytest_careful.live import budget, claude, runner
 from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger, UnknownPrice, Usage
 from pytest_careful.live.claude import CreditExhausted, MissingApiKey
+from pytest_careful.live.errors import StopRun
 from pytest_careful.live.handles import resolve
 from pytest_careful.live.scripted import call_to_fc, keyword_call
-from pytest_careful.live.errors import StopRun
 from pytest_careful.live.source import LiveSource
-from pytest_careful.evaluation.evaluate import evaluate
 
 KEY = "claude-haiku-4-5-20251001-FC"
 MODEL_ID = "claude-haiku-4-5-20251001"

@@ -7,10 +7,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 from typing import Any
 
+import pytest
 from fake_anthropic import FakeAnthropic, text_block, tool_use_block
 
 from pytest_careful.data import dataset

@@ -22,8 +22,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_claude_live import (CONVERSATION, MAX_OUTPUT, MODEL_ID, RecordingFake, configured, hand_cost,  # noqa: F401
-                              ledger_of, messages, reference_responder, run, server, summed)
+from test_claude_live import (  # noqa: F401
+    CONVERSATION,
+    MAX_OUTPUT,
+    MODEL_ID,
+    RecordingFake,
+    configured,
+    hand_cost,
+    ledger_of,
+    messages,
+    reference_responder,
+    run,
+    server,
+    summed,
+)
 from test_claude_plugin import IDS, KEY, replay_any_conversation
 
 from pytest_careful.data import dataset

@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 from pytest_careful.data import dataset
+from pytest_careful.data.result_store import ResultStore
 from pytest_careful.effects import declarations
-from pytest_careful.scoring import rules
-from pytest_careful.protocols import scripted_user
+from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.execution.decoding import decoder
 from pytest_careful.live import confirm, runner, scripted
-from pytest_careful.protocols import confirm_log
-from pytest_careful.data.result_store import ResultStore
-from pytest_careful.evaluation.evaluate import evaluate
+from pytest_careful.protocols import confirm_log, scripted_user
+from pytest_careful.scoring import rules
 
 DECL = declarations.load()
 STYLES = ["", "-prompting"]

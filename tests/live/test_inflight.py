@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from pytest_careful.data import dataset
+from pytest_careful.data.result_store import ResultStore
 from pytest_careful.effects import declarations
 from pytest_careful.live import inflight, progress, runner, scripted
 from pytest_careful.live.inflight import Board, Flight, Outcome
-from pytest_careful.data.result_store import ResultStore
 
 DECL = declarations.load()
 

@@ -16,15 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_oracle
 
+from conftest import run_oracle
 from pytest_careful.data import dataset
+from pytest_careful.data.result_files import read_result_file
+from pytest_careful.data.result_store import ResultStore
 from pytest_careful.effects import declarations
+from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.execution.decoding import decoder
 from pytest_careful.live import bridge, runner, scripted
-from pytest_careful.data.result_store import ResultStore
-from pytest_careful.data.result_files import read_result_file
-from pytest_careful.evaluation.evaluate import evaluate
 
 DECL = declarations.load()
 # bfcl-eval registry keys whose decoders read the scripted styles (OpenAI FC / prompting).

@@ -59,9 +59,8 @@ def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Pat
     _only_context_overflows(live, log)
     assert "vLLM server ready" in live.stdout and log.stat().st_size > 0
     # Started as bfcl generate starts it: the handler's dtype, trust-remote-code, the model's own length.
-    from bfcl_eval.model_handler.local_inference.qwen import QwenHandler
-
     import vllm
+    from bfcl_eval.model_handler.local_inference.qwen import QwenHandler
 
     command = log.read_text().splitlines()[0]
     assert f"--dtype {QwenHandler(HANDLER, 0.001, HANDLER, False).dtype} " in command

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from pytest_careful.protocols import answer_log
 from pytest_careful.data import dataset
 from pytest_careful.effects import declarations
 from pytest_careful.live import runner, scripted
+from pytest_careful.protocols import answer_log
 
 IDS = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2", "multi_turn_base_3", "multi_turn_base_167"]
 RESULT = "scripted_ask/multi_turn/BFCL_v4_multi_turn_base_result.json"

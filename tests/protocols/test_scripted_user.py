@@ -11,8 +11,8 @@ import re
 import pytest
 import yaml
 
-from pytest_careful.protocols import scripted_user
 from pytest_careful.effects.declarations import DECLARATIONS_DIR, load
+from pytest_careful.protocols import scripted_user
 from pytest_careful.protocols.scripted_user import (
     NO_MESSAGE,
     RESTATE,

@@ -9,10 +9,9 @@ from typing import Any
 import matplotlib
 import pytest
 from cycler import cycler
+from test_plots import COMPARISON, card
 
 from pytest_careful.reports import chart_cache, plots, scorecard
-
-from test_plots import COMPARISON, card
 
 
 def full_card(**provenance: Any) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pytest_careful.reports import compare_runs, scorecard
 from pytest_careful.data import dataset
+from pytest_careful.reports import compare_runs, scorecard
 
 CHROMIUM = Path("/usr/bin/chromium")
 T, F = True, False

@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 from scipy.stats import binomtest, spearmanr
 
-from pytest_careful.reports import compare_runs
+from conftest import REAL_RUN_DECODER
 from pytest_careful.data import dataset
 from pytest_careful.live.scripted import call_to_fc
-
-from conftest import REAL_RUN_DECODER
+from pytest_careful.reports import compare_runs
 
 BASE = "BFCL_v4_multi_turn_base_result.json"
 SCRIPT = Path(sys.executable).parent / "careful-report"

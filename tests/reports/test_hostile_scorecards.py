@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from pytest_careful.reports import compare_runs
 from pytest_careful.harness import session_end as report
+from pytest_careful.reports import compare_runs
 
 SCRIPT = Path(sys.executable).parent / "careful-report"
 ESC = "\x1b[2J\x1b[31mEVIL\nsecond line\x07"

@@ -15,16 +15,15 @@ from typing import Any
 import lxml.html
 import pytest
 
+from conftest import REAL_RUN_DECODER
 from pytest_careful.data import dataset
-from pytest_careful.effects import declarations
-from pytest_careful.reports import html_report, plots, scorecard
-from pytest_careful.scoring import rules
-from pytest_careful.execution.decoding import decoder
 from pytest_careful.data.result_files import LoggedEntry, read_result_file
+from pytest_careful.effects import declarations
 from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.evaluation.verdict import STATE_MISMATCH
-
-from conftest import REAL_RUN_DECODER
+from pytest_careful.execution.decoding import decoder
+from pytest_careful.reports import html_report, plots, scorecard
+from pytest_careful.scoring import rules
 
 CONVERSATION = "multi_turn_base_1"  # GorillaFileSystem only: mkdir/echo change visible state
 #: Script and markup, quotes, a textarea's end, template syntax, unicode, controls, bidi, a lone surrogate.

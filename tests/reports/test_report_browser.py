@@ -9,14 +9,14 @@ tests skip and say why (.ci/run installs chromium).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from pytest_careful.scoring import rules
-
 from conftest import REAL_RUN_DECODER
+from pytest_careful.scoring import rules
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -160,10 +160,11 @@ def test_a_reference_conversation_opens_on_its_turns(browser: Any,
 def _hostile_page(tmp_path: Path, hostile: bool) -> Path:
     """report.html of one real conversation whose result was made hostile (test_html_report's)."""
     from test_html_report import CONVERSATION, HOSTILE, hostile_result, page_of
+
     from pytest_careful.data import dataset
-    from pytest_careful.execution.decoding import decoder
     from pytest_careful.data.result_files import LoggedEntry
     from pytest_careful.evaluation.evaluate import evaluate
+    from pytest_careful.execution.decoding import decoder
 
     conversation = dataset.get(CONVERSATION)
     result = hostile_result(conversation)

@@ -11,7 +11,6 @@ from pytest_careful.reports import stats
 from pytest_careful.reports.agreement import spearman_rho
 from pytest_careful.reports.stats import Comparison, compare, compare_by_category, mcnemar_exact, spearman_p, to_json
 
-
 # --- mcnemar_exact -----------------------------------------------------------
 
 

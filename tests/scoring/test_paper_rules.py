@@ -13,19 +13,18 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
-from pytest_careful.data import dataset
-from pytest_careful.effects import declarations
-from pytest_careful.scoring import rules
-from pytest_careful.execution.decoding import decoder, passthrough_decoder
-from pytest_careful.execution.executor import Simulators
-from pytest_careful.effects.inference import signals
-from pytest_careful.evaluation.replay import OK, call_status
-from pytest_careful.evaluation.evaluate import evaluate, evaluate_file
-from pytest_careful.execution.snapshot import Snapshot, diff
+from perturb import as_result
 
 from conftest import REAL_RUN_DECODER
-from perturb import as_result
+from pytest_careful.data import dataset
+from pytest_careful.effects import declarations
+from pytest_careful.effects.inference import signals
+from pytest_careful.evaluation.evaluate import evaluate, evaluate_file
+from pytest_careful.evaluation.replay import OK, call_status
+from pytest_careful.execution.decoding import decoder, passthrough_decoder
+from pytest_careful.execution.executor import Simulators
+from pytest_careful.execution.snapshot import Snapshot, diff
+from pytest_careful.scoring import rules
 
 DECL = declarations.load()
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param")

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import pytest
-
-from pytest_careful.data import dataset
-from pytest_careful.effects import declarations
-from pytest_careful.scoring import rules
-from pytest_careful.common.bfcl import CATEGORIES
-from pytest_careful.execution.decoding import passthrough_decoder
-from pytest_careful.data.result_files import LoggedEntry
-from pytest_careful.evaluation.evaluate import evaluate
-
 from perturb import as_result
+
+from pytest_careful.common.bfcl import CATEGORIES
+from pytest_careful.data import dataset
+from pytest_careful.data.result_files import LoggedEntry
+from pytest_careful.effects import declarations
+from pytest_careful.evaluation.evaluate import evaluate
+from pytest_careful.execution.decoding import passthrough_decoder
+from pytest_careful.scoring import rules
 
 DECL = declarations.load()
 
@@ -170,10 +169,9 @@ def test_row_is_json_safe():
 def test_every_row_of_the_real_run_is_json(real_run):
     import json
 
-    from pytest_careful.execution.decoding import decoder
-    from pytest_careful.evaluation.evaluate import evaluate_file
-
     from conftest import REAL_RUN_DECODER
+    from pytest_careful.evaluation.evaluate import evaluate_file
+    from pytest_careful.execution.decoding import decoder
 
     dec = decoder(REAL_RUN_DECODER)
     for category in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"):

@@ -12,13 +12,12 @@ from typing import Any
 
 import pytest
 
+from conftest import REAL_RUN_DECODER
 from pytest_careful.data import dataset
-from pytest_careful.scoring import evidence
-from pytest_careful.execution.decoding import decoder
 from pytest_careful.data.result_files import LoggedEntry, read_result_file
 from pytest_careful.evaluation.evaluate import evaluate
-
-from conftest import REAL_RUN_DECODER
+from pytest_careful.execution.decoding import decoder
+from pytest_careful.scoring import evidence
 
 
 def _transcript(conversation_id: str, result: Any, key: str, raw: dict[str, Any] | None = None) -> str:
@@ -169,8 +168,8 @@ def test_hostile_text_in_a_failing_items_report(pytester: pytest.Pytester):
 def test_text_parts_are_read_as_the_confirm_protocol_reads_them():
     """A Claude FC question (["text"]) counts as asked, as the same text as a string does."""
     from pytest_careful.effects import declarations
-    from pytest_careful.scoring import rules
     from pytest_careful.protocols.confirm_log import model_text
+    from pytest_careful.scoring import rules
 
     conversation = dataset.get("multi_turn_base_0")
     question = "Before I move it: shall I move final_report.pdf into temp? Please confirm."

@@ -100,8 +100,8 @@ def run_turn_oracle(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _ours(conversation: Any, result: Any, dec: Any) -> tuple[list[bool], Any]:
-    from pytest_careful.scoring import turn_credit
     from pytest_careful.evaluation.evaluate import evaluate
+    from pytest_careful.scoring import turn_credit
 
     evaluation = evaluate(conversation, result, dec, model_name="turns")
     return turn_credit.matched_turns(conversation, evaluation.replay, evaluation.reference), evaluation
@@ -140,10 +140,9 @@ def test_perturbed_references_match_the_oracle_turn_by_turn() -> None:
 def test_real_run_turn_credit_matches_bfcl_state_checker(real_run: Path) -> None:
     """All 600 conversations of the real run: our per-turn match is bfcl-eval's, turn by turn."""
     from conftest import REAL_RUN_DECODER
-
     from pytest_careful.data import dataset
-    from pytest_careful.execution.decoding import decoder
     from pytest_careful.data.result_files import read_result_file
+    from pytest_careful.execution.decoding import decoder
 
     entries = []
     for category in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"):
@@ -173,12 +172,11 @@ def test_real_run_turn_credit_matches_bfcl_state_checker(real_run: Path) -> None
 def test_added_time_on_the_real_run_is_small(real_run: Path) -> None:
     """The credit reuses the replay's snapshots: measured against the evaluation itself."""
     from conftest import REAL_RUN_DECODER
-
     from pytest_careful.data import dataset
-    from pytest_careful.scoring import turn_credit
-    from pytest_careful.execution.decoding import decoder
     from pytest_careful.data.result_files import read_result_file
     from pytest_careful.evaluation.evaluate import evaluate
+    from pytest_careful.execution.decoding import decoder
+    from pytest_careful.scoring import turn_credit
 
     dec = decoder(REAL_RUN_DECODER)
     evaluated, took = [], 0.0

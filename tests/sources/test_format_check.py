@@ -15,13 +15,12 @@ from typing import Any
 
 import pytest
 
+from conftest import REAL_RUN_DECODER, ROOT
 from pytest_careful.data import dataset
 from pytest_careful.execution.decoding import decoder
-from pytest_careful.sources.format_check import FORMATS
 from pytest_careful.harness.options import CarefulOptions
+from pytest_careful.sources.format_check import FORMATS
 from pytest_careful.sources.reference_logged import open_source
-
-from conftest import REAL_RUN_DECODER, ROOT
 
 IDS = [f"multi_turn_base_{i}" for i in range(12)]
 

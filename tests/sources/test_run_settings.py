@@ -13,12 +13,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from pytest_careful.data.run_settings import SETTINGS_FILE, protocol_problem
-from pytest_careful.sources.reference_logged import open_source
+from test_format_check import _options
 
 from conftest import REAL_RUN_DECODER
-from test_format_check import _options
+from pytest_careful.data.run_settings import SETTINGS_FILE, protocol_problem
+from pytest_careful.sources.reference_logged import open_source
 
 IDS = ["multi_turn_base_0", "multi_turn_base_1"]
 
