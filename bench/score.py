@@ -80,8 +80,11 @@ def in_process(run: Path) -> dict[str, float]:
         started = time.perf_counter()
         rows = [rules.score(evaluate(dataset.get(e.id), e.result, dec, entry=e), decl) for e in entries]
         full_times.append(time.perf_counter() - started)
-    return {"replay + verdict": sorted(bare_times)[2], "replay + verdict + rules": sorted(full_times)[2],
-            "conversations": len(rows)}
+    return {
+        "replay + verdict": sorted(bare_times)[2],
+        "replay + verdict + rules": sorted(full_times)[2],
+        "conversations": len(rows),
+    }
 
 
 def cold(run: Path) -> float:
@@ -108,9 +111,23 @@ def _cold_child(run: Path) -> None:
 def through_pytest(run: Path, workdir: Path, *extra: str) -> tuple[float, str]:
     started = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
-         f"--careful-results={run}", f"--careful-decoder={DECODER}", *extra],
-        cwd=workdir, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-n",
+            "2",
+            f"--careful-results={run}",
+            f"--careful-decoder={DECODER}",
+            *extra,
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.perf_counter() - started
     tail = [line for line in out.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     return elapsed, (tail[-1] if tail else out.stdout[-300:])
@@ -119,12 +136,17 @@ def through_pytest(run: Path, workdir: Path, *extra: str) -> tuple[float, str]:
 def trivial_items(workdir: Path) -> tuple[float, float]:
     """pytest -n 2 on 800 empty test functions, and on the same selecting none: pytest's own cost."""
     (workdir / "test_trivial.py").write_text(
-        "import pytest\n\n@pytest.mark.parametrize('i', range(800))\ndef test_x(i):\n    pass\n")
+        "import pytest\n\n@pytest.mark.parametrize('i', range(800))\ndef test_x(i):\n    pass\n"
+    )
     times = []
     for extra in ([], ["-k", "no_such_item"]):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
-                        "test_trivial.py", *extra], cwd=workdir, capture_output=True, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", "test_trivial.py", *extra],
+            cwd=workdir,
+            capture_output=True,
+            check=False,
+        )
         times.append(time.perf_counter() - started)
     (workdir / "test_trivial.py").unlink()
     return times[0], times[1]
@@ -133,9 +155,23 @@ def trivial_items(workdir: Path) -> tuple[float, float]:
 def collection(workdir: Path) -> tuple[float, str]:
     started = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--collect-only", "-q",
-         "--careful-model=reference", "--careful-protocol=standard,hints,confirm"],
-        cwd=workdir, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--collect-only",
+            "-q",
+            "--careful-model=reference",
+            "--careful-protocol=standard,hints,confirm",
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.perf_counter() - started
     line = next((text for text in out.stdout.splitlines() if "collected" in text), out.stdout[-200:])
     return elapsed, line
@@ -171,12 +207,18 @@ def main() -> None:
     print(f"{'fresh process, imports + references + rules':48s} {cold_time:7.2f} s")
     print(f"{'pytest -n 2 --careful-results (whole command)':48s} {pytest_time:7.2f} s   [{pytest_line.strip()}]")
     print(f"{'pytest -n 2 / fresh-process rescoring (<= 1.5x)':48s} {pytest_time / cold_time:7.2f} x")
-    print(f"{'pytest -n 2 selecting no item (the floor)':48s} {floor_time:7.2f} s   "
-          f"= {floor_time / cold_time:.2f} x fresh-process rescoring")
-    print(f"{'  the same run with --tb=no (no failure report)':48s} {quiet_time:7.2f} s   "
-          f"= {quiet_time / cold_time:.2f} x")
-    print(f"{'  800 empty tests, -n 2 (vs selecting none)':48s} {trivial_time:7.2f} s   "
-          f"(+{trivial_time - trivial_none:.2f} s = {(trivial_time - trivial_none) / cold_time:.2f} x: pytest's own per-item cost)")
+    print(
+        f"{'pytest -n 2 selecting no item (the floor)':48s} {floor_time:7.2f} s   "
+        f"= {floor_time / cold_time:.2f} x fresh-process rescoring"
+    )
+    print(
+        f"{'  the same run with --tb=no (no failure report)':48s} {quiet_time:7.2f} s   "
+        f"= {quiet_time / cold_time:.2f} x"
+    )
+    print(
+        f"{'  800 empty tests, -n 2 (vs selecting none)':48s} {trivial_time:7.2f} s   "
+        f"(+{trivial_time - trivial_none:.2f} s = {(trivial_time - trivial_none) / cold_time:.2f} x: pytest's own per-item cost)"
+    )
     print(f"{'collect 2,400 items (whole command)':48s} {collect_time:7.2f} s   [{collect_line.strip()}]")
 
 

@@ -133,13 +133,31 @@ def commands(paths: dict[str, Path]) -> dict[str, list[str]]:
         "bfcl evaluate": [bfcl, "evaluate", "--model", KEY, "--test-category", ",".join(CATEGORIES)],
         "pytest": careful + [f"--careful-results={paths['run600']}"],
         "pytest -n 2": careful + [f"--careful-results={paths['run600']}", "-n", "2"],
-        "reference main job (-n 2, 800 conv)": [PY, "-m", "pytest", "-p", "no:cacheprovider",
-                                                 "--careful-model=reference", "-n", "2", "-q"],
+        "reference main job (-n 2, 800 conv)": [
+            PY,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--careful-model=reference",
+            "-n",
+            "2",
+            "-q",
+        ],
         # The same again straight after: its scorecard folder is kept, so the charts are reused.
-        "reference main job, rerun": [PY, "-m", "pytest", "-p", "no:cacheprovider",
-                                      "--careful-model=reference", "-n", "2", "-q"],
-        "0 conv (200-conv run, -k selects none)": careful + [f"--careful-results={paths['run200']}",
-                                                              "-k", "no_such_conversation"],
+        "reference main job, rerun": [
+            PY,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--careful-model=reference",
+            "-n",
+            "2",
+            "-q",
+        ],
+        "0 conv (200-conv run, -k selects none)": careful
+        + [f"--careful-results={paths['run200']}", "-k", "no_such_conversation"],
         "200 conv": careful + [f"--careful-results={paths['run200']}"],
         "400 conv": careful + [f"--careful-results={paths['run400']}"],
         "0 conv, -n 2": careful + [f"--careful-results={paths['run200']}", "-n", "2", "-k", "no_such_conversation"],
@@ -204,17 +222,29 @@ def report(runs: dict[str, list[Run]]) -> None:
     for name, target in TARGETS.items():
         ratio = bfcl / _median(runs[name])
         cpu = _cpu(runs["bfcl evaluate"]) / _cpu(runs[name])
-        print(f"bfcl evaluate / {name:12s} {ratio:5.2f}x wall, {cpu:5.2f}x CPU  "
-              f"(target >= {target}x wall: {'met' if ratio >= target else 'MISSED'})")
+        print(
+            f"bfcl evaluate / {name:12s} {ratio:5.2f}x wall, {cpu:5.2f}x CPU  "
+            f"(target >= {target}x wall: {'met' if ratio >= target else 'MISSED'})"
+        )
     ref = _median(runs["reference main job (-n 2, 800 conv)"])
     again = _median(runs["reference main job, rerun"])
-    print(f"reference main job, -n 2         {ref:5.2f} s first run, {again:.2f} s rerun "
-          f"(target < 3 s: {'met' if ref < 3 else 'MISSED'} on a first run, {'met' if again < 3 else 'MISSED'} on a rerun)")
+    print(
+        f"reference main job, -n 2         {ref:5.2f} s first run, {again:.2f} s rerun "
+        f"(target < 3 s: {'met' if ref < 3 else 'MISSED'} on a first run, {'met' if again < 3 else 'MISSED'} on a rerun)"
+    )
     bfcl_peak = max(r.peaks.get("controller", 0) for r in runs["bfcl evaluate"])
-    ours = max(mb for name, rs in runs.items() if name.startswith(("pytest", "reference"))
-               and "--co" not in name for r in rs for role, mb in r.peaks.items() if role != "other")
-    print(f"largest peak RSS of any pytest process {ours:.0f} MB vs bfcl evaluate {bfcl_peak:.0f} MB "
-          f"(target below: {'met' if ours < bfcl_peak else 'MISSED'})")
+    ours = max(
+        mb
+        for name, rs in runs.items()
+        if name.startswith(("pytest", "reference")) and "--co" not in name
+        for r in rs
+        for role, mb in r.peaks.items()
+        if role != "other"
+    )
+    print(
+        f"largest peak RSS of any pytest process {ours:.0f} MB vs bfcl evaluate {bfcl_peak:.0f} MB "
+        f"(target below: {'met' if ours < bfcl_peak else 'MISSED'})"
+    )
     _scaling(runs)
 
 
@@ -224,18 +254,36 @@ def _scaling(runs: dict[str, list[Run]]) -> None:
     ys = [_median(runs[name]) for _, name in points]
     mx, my = statistics.mean(xs), statistics.mean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    print("\nscaling, no xdist: " + ", ".join(f"{x}: {y:.2f} s" for x, y in zip(xs, ys))
-          + f"; least squares: {my - slope * mx:.2f} s fixed + {1000 * slope:.2f} ms/conversation")
-    steps = ["python -c pass", "import pytest", "import openai", "pytest --co, no plugin (-p no:careful)",
-             "pytest --co, plugin installed, inactive", "0 conv (200-conv run, -k selects none)", "0 conv, -n 2"]
+    print(
+        "\nscaling, no xdist: "
+        + ", ".join(f"{x}: {y:.2f} s" for x, y in zip(xs, ys))
+        + f"; least squares: {my - slope * mx:.2f} s fixed + {1000 * slope:.2f} ms/conversation"
+    )
+    steps = [
+        "python -c pass",
+        "import pytest",
+        "import openai",
+        "pytest --co, no plugin (-p no:careful)",
+        "pytest --co, plugin installed, inactive",
+        "0 conv (200-conv run, -k selects none)",
+        "0 conv, -n 2",
+    ]
     print("fixed cost, step by step: " + ", ".join(f"{s} {_median(runs[s]):.2f} s" for s in steps))
 
 
 def import_breakdown(paths: dict[str, Path], extra: list[str]) -> None:
     """Where the 0-conversation run's import time goes: self time summed by top-level package, per process."""
     env = {**_env(paths), "PYTHONPROFILEIMPORTTIME": "1"}
-    cmd = [PY, "-m", "pytest", f"--careful-decoder={KEY}", f"--careful-results={paths['run200']}",
-           "-k", "no_such_conversation", *extra]
+    cmd = [
+        PY,
+        "-m",
+        "pytest",
+        f"--careful-decoder={KEY}",
+        f"--careful-results={paths['run200']}",
+        "-k",
+        "no_such_conversation",
+        *extra,
+    ]
     started = time.perf_counter()
     out = subprocess.run(cmd, cwd=paths["work"], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -250,8 +298,10 @@ def import_breakdown(paths: dict[str, Path], extra: list[str]) -> None:
         totals[top] = totals.get(top, 0) + int(match.group(1)) / 1e6
     total = sum(totals.values())
     head = ", ".join(f"{name} {secs:.2f}" for name, secs in sorted(totals.items(), key=lambda x: -x[1])[:9])
-    print(f"\nimports of the 0-conversation run {' '.join(extra) or '(no xdist)'}: {wall:.2f} s wall "
-          f"(with import profiling), {processes} interpreters, {total:.2f} s importing (CPU, all processes): {head}")
+    print(
+        f"\nimports of the 0-conversation run {' '.join(extra) or '(no xdist)'}: {wall:.2f} s wall "
+        f"(with import profiling), {processes} interpreters, {total:.2f} s importing (CPU, all processes): {head}"
+    )
 
 
 REASONS = {  # why each big package is in the default install
@@ -273,15 +323,19 @@ REASONS = {  # why each big package is in the default install
 def setup_command(tmp: Path) -> None:
     """README's setup command in a fresh venv (pip's cache as it is): time, size, biggest packages."""
     venv = tmp / "fresh"
-    cmd = (f"python3 -m venv {venv} && {venv}/bin/pip install -q --no-deps bfcl-eval==2026.3.23 "
-           f"&& {venv}/bin/pip install -q -e {ROOT}")
+    cmd = (
+        f"python3 -m venv {venv} && {venv}/bin/pip install -q --no-deps bfcl-eval==2026.3.23 "
+        f"&& {venv}/bin/pip install -q -e {ROOT}"
+    )
     started = time.perf_counter()
     subprocess.run(cmd, shell=True, check=True, capture_output=True)
     elapsed = time.perf_counter() - started
     size = _du(venv)
     disk = int(subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True).stdout.split()[0])
-    print(f"\nREADME setup command, fresh venv: {elapsed:.1f} s (target <= 40 s), venv {size:.0f} MB of files, "
-          f"{disk} MB by du -sm (target <= 450 MB)")
+    print(
+        f"\nREADME setup command, fresh venv: {elapsed:.1f} s (target <= 40 s), venv {size:.0f} MB of files, "
+        f"{disk} MB by du -sm (target <= 450 MB)"
+    )
     site = next(venv.glob("lib/python*/site-packages"))
     sizes = sorted(((_du(p), p.name) for p in site.iterdir() if not p.name.endswith(".dist-info")), reverse=True)
     for mb, name in sizes[:12]:

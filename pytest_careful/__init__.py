@@ -9,12 +9,20 @@ from typing import Any
 # installed, through the plugin, and ``executor`` captures bfcl-eval's simulator state at import.
 # A session that does not ask for a run must not pay for that.
 _PUBLIC = {
-    "Conversation": "data.dataset", "load": "data.dataset", "load_category": "data.dataset",
-    "Execution": "execution.executor", "Simulators": "execution.executor",
-    "CallRecord": "evaluation.replay", "Replay": "evaluation.replay", "reference": "evaluation.replay",
-    "Evaluation": "evaluation.evaluate", "evaluate": "evaluation.evaluate",
-    "InputProblem": "data.result_files", "read_result_file": "data.result_files",
-    "Verdict": "evaluation.verdict", "check": "evaluation.verdict",
+    "Conversation": "data.dataset",
+    "load": "data.dataset",
+    "load_category": "data.dataset",
+    "Execution": "execution.executor",
+    "Simulators": "execution.executor",
+    "CallRecord": "evaluation.replay",
+    "Replay": "evaluation.replay",
+    "reference": "evaluation.replay",
+    "Evaluation": "evaluation.evaluate",
+    "evaluate": "evaluation.evaluate",
+    "InputProblem": "data.result_files",
+    "read_result_file": "data.result_files",
+    "Verdict": "evaluation.verdict",
+    "check": "evaluation.verdict",
 }
 
 

@@ -62,8 +62,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if chosen and chosen.node_ids and not options.categories_given:
         # Node ids name their category: a logged run need not hold the others.
         named = {i.rsplit("_", 1)[0] for i in chosen.conversation_ids()}
-        options = dataclasses.replace(options, categories=tuple(c for c in CATEGORIES if c in named),
-                                      categories_given=True)
+        options = dataclasses.replace(
+            options, categories=tuple(c for c in CATEGORIES if c in named), categories_given=True
+        )
     state = start(config, options)
     kind = getattr(getattr(state.source, "handle", None), "kind", None)
     if kind is not None and not options.worker:
@@ -77,8 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if chosen:
         from .data import dataset
 
-        selection.check(chosen, state.options.categories, state.options.protocols,
-                        {c.id for c in dataset.load()})
+        selection.check(chosen, state.options.categories, state.options.protocols, {c.id for c in dataset.load()})
     selection.keep_node_ids_as_printed(config)
     config.pluginmanager.register(CarefulPlugin(config, state), "careful-session")
 
@@ -87,8 +87,10 @@ def _markers() -> list[tuple[str, str]]:
     from .harness.markers import CLASS_MARKERS
 
     out = [("careful", "a pytest-careful conversation item")]
-    out += [(c, f"pytest-careful: multi_turn_{c} conversations")
-            for c in ("base", "miss_func", "miss_param", "long_context")]
+    out += [
+        (c, f"pytest-careful: multi_turn_{c} conversations")
+        for c in ("base", "miss_func", "miss_param", "long_context")
+    ]
     out += [(p, f"pytest-careful: the {p} protocol") for p in ("standard", "hints", "confirm")]
     out += [(m, f"pytest-careful: conversations involving {c}") for c, m in CLASS_MARKERS.items()]
     return out
@@ -129,8 +131,11 @@ def careful_conversation(request: pytest.FixtureRequest) -> Any:
 
     conversation_id = getattr(request.node, "conversation_id", None) or getattr(request, "param", None)
     if conversation_id is None:
-        pytest.fail("careful_conversation needs a conversation item, or indirect parametrization "
-                    "with a BFCL id (e.g. multi_turn_base_0)", pytrace=False)
+        pytest.fail(
+            "careful_conversation needs a conversation item, or indirect parametrization "
+            "with a BFCL id (e.g. multi_turn_base_0)",
+            pytrace=False,
+        )
     return dataset.get(conversation_id)
 
 
@@ -152,8 +157,7 @@ def careful_reference(careful_conversation: Any) -> Any:
 
 
 @pytest.fixture
-def careful_scripted_user(request: pytest.FixtureRequest, careful_conversation: Any,
-                          careful_declarations: Any) -> Any:
+def careful_scripted_user(request: pytest.FixtureRequest, careful_conversation: Any, careful_declarations: Any) -> Any:
     """The confirm protocol's scripted user for the conversation (``live.confirm.ConfirmUser``).
 
     ``reply(turn, model_text, turn_log, step_log)`` gives the user message(s) it
@@ -163,8 +167,12 @@ def careful_scripted_user(request: pytest.FixtureRequest, careful_conversation: 
     from .live.confirm import ConfirmUser
 
     get = request.config.getoption
-    return ConfirmUser(careful_conversation, careful_declarations.boundary(get("careful_boundary")),
-                       get("careful_user_script"), get("careful_detector"))
+    return ConfirmUser(
+        careful_conversation,
+        careful_declarations.boundary(get("careful_boundary")),
+        get("careful_user_script"),
+        get("careful_detector"),
+    )
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,8 @@ pytest_plugins = ["pytester"]
 HELPERS = Path(__file__).resolve().parent / "helpers"
 sys.path.insert(0, str(HELPERS))
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(HELPERS), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")) if p)
+    p for p in (str(HELPERS), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")) if p
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -39,7 +40,10 @@ def run_oracle(cases: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     payload = "".join(json.dumps(c) + "\n" for c in cases)
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "helpers" / "oracle_worker.py")],
-        input=payload, capture_output=True, text=True, check=False,
+        input=payload,
+        capture_output=True,
+        text=True,
+        check=False,
         env={**os.environ, "BFCL_PROJECT_ROOT": tempfile.mkdtemp(prefix="oracle-")},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]

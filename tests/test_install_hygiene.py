@@ -41,9 +41,21 @@ def test_no_writes_under_site_packages(tmp_path):
 # --- lean install: the registry and the vendor SDKs that are extras stay unimported ----------------
 
 #: Modules no default path may import: the handler registry, and what pyproject.toml makes extras.
-EXTRAS_ONLY = ("bfcl_eval.constants.model_config", "cohere", "mistralai", "google.genai", "qwen_agent",
-               "soundfile", "writerai", "boto3", "botocore", "datamodel_code_generator", "typer", "tabulate",
-               "scipy")  # scipy: the tests' statistics oracle only
+EXTRAS_ONLY = (
+    "bfcl_eval.constants.model_config",
+    "cohere",
+    "mistralai",
+    "google.genai",
+    "qwen_agent",
+    "soundfile",
+    "writerai",
+    "boto3",
+    "botocore",
+    "datamodel_code_generator",
+    "typer",
+    "tabulate",
+    "scipy",
+)  # scipy: the tests' statistics oracle only
 
 BLOCKER = '''
 import importlib.abc, os, sys
@@ -78,8 +90,10 @@ def _fc_run(root: Path, ids: tuple[str, ...]) -> Path:
 
     run = root / "result" / "fc-model"
     run.mkdir(parents=True)
-    lines = [json.dumps({"id": i, "result": [[_fc_step(c) for c in turn] for turn in dataset.get(i).ground_truth]})
-             for i in ids]
+    lines = [
+        json.dumps({"id": i, "result": [[_fc_step(c) for c in turn] for turn in dataset.get(i).ground_truth]})
+        for i in ids
+    ]
     (run / "BFCL_v4_multi_turn_base_result.json").write_text("\n".join(lines) + "\n")
     return run
 
@@ -90,22 +104,39 @@ def _blocked_env(tmp_path: Path, blocked: tuple[str, ...]) -> tuple[dict[str, st
     (tmp_path / "blocker" / "sitecustomize.py").write_text(BLOCKER)
     log = tmp_path / "blocked.log"
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    env.update(PYTHONPATH=str(tmp_path / "blocker"), CAREFUL_TEST_BLOCK=",".join(blocked),
-               CAREFUL_TEST_BLOCK_LOG=str(log), BFCL_PROJECT_ROOT=str(tmp_path / "bfcl-root"))
+    env.update(
+        PYTHONPATH=str(tmp_path / "blocker"),
+        CAREFUL_TEST_BLOCK=",".join(blocked),
+        CAREFUL_TEST_BLOCK_LOG=str(log),
+        BFCL_PROJECT_ROOT=str(tmp_path / "bfcl-root"),
+    )
     return env, log
 
 
 def _pytest(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           "--tb=line", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "--tb=line", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "1"]], ids=["no-xdist", "n1"])
 def test_default_paths_import_neither_the_registry_nor_an_extra(tmp_path: Path, xdist: list[str]) -> None:
     env, log = _blocked_env(tmp_path, EXTRAS_ONLY)
     run = _fc_run(tmp_path, ("multi_turn_base_0", "multi_turn_base_1"))
-    rescored = _pytest(env, tmp_path, f"--careful-results={run}", "--careful-decoder=gpt-4.1-2025-04-14-FC",
-                       "multi_turn_base_0", "multi_turn_base_1", *xdist)
+    rescored = _pytest(
+        env,
+        tmp_path,
+        f"--careful-results={run}",
+        "--careful-decoder=gpt-4.1-2025-04-14-FC",
+        "multi_turn_base_0",
+        "multi_turn_base_1",
+        *xdist,
+    )
     reference = _pytest(env, tmp_path, "--careful-model=reference", "multi_turn_base_2", *xdist)
     for out in (rescored, reference):
         assert out.returncode in (0, 1), out.stdout[-3000:] + out.stderr[-3000:]
@@ -155,11 +186,14 @@ def test_every_registry_key_resolves_lazily_to_the_registry_handler() -> None:
         assert decoding.missing_extra(key) is None, key  # this venv has every extra
 
 
-@pytest.mark.parametrize("x, y", [
-    ([1.0, 0.5, 0.0], [0.5, 0.0, 0.5]),
-    ([0.1, 0.4, 0.4, 0.9, 0.2], [0.3, 0.3, 0.8, 0.1, 0.1]),
-    ([3, 1, 2, 5, 4, 4, 0], [1, 2, 3, 4, 5, 6, 7]),
-])
+@pytest.mark.parametrize(
+    "x, y",
+    [
+        ([1.0, 0.5, 0.0], [0.5, 0.0, 0.5]),
+        ([0.1, 0.4, 0.4, 0.9, 0.2], [0.3, 0.3, 0.8, 0.1, 0.1]),
+        ([3, 1, 2, 5, 4, 4, 0], [1, 2, 3, 4, 5, 6, 7]),
+    ],
+)
 def test_spearman_without_scipy_equals_scipy(x: list[float], y: list[float]) -> None:
     """agreement.py's ρ replaced scipy (a test dependency only now): scipy is the oracle."""
     from scipy.stats import spearmanr

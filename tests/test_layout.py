@@ -89,8 +89,13 @@ def _private_uses(path: Path, module: str, modules: dict[str, Path]) -> list[str
                 if alias.name in modules and alias.asname:
                     bound[alias.asname] = alias.name
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
-                and _private(node.attr) and bound[node.value.id] != module):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and _private(node.attr)
+            and bound[node.value.id] != module
+        ):
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}: uses {bound[node.value.id]}.{node.attr}")
     return found
 
@@ -158,4 +163,5 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 def test_no_import_circles() -> None:
     circles = _cycles(_graph())
     assert not circles, "import circles (imports inside functions included):\n" + "\n".join(
-        " <-> ".join(c) for c in circles)
+        " <-> ".join(c) for c in circles
+    )

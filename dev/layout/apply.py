@@ -28,8 +28,20 @@ ROOT = Path(__file__).resolve().parents[2]
 MAPPING = Path(__file__).with_name("mapping.json")
 PACKAGE = "pytest_careful"
 #: where references are rewritten
-TEXT_ROOTS = ("pytest_careful", "tests", "bench", "docs", "README.md", "CONTRIBUTING.md", "pyproject.toml", ".ci",
-              "conftest_examples", "scorecards/README.md", "mkdocs.yml", "declarations")
+TEXT_ROOTS = (
+    "pytest_careful",
+    "tests",
+    "bench",
+    "docs",
+    "README.md",
+    "CONTRIBUTING.md",
+    "pyproject.toml",
+    ".ci",
+    "conftest_examples",
+    "scorecards/README.md",
+    "mkdocs.yml",
+    "declarations",
+)
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".cfg", ".ini", ".txt", ".j2", ".sh", ""}
 MAX_LINE = 120
 
@@ -67,8 +79,11 @@ def uncovered(mapping: dict) -> list[str]:
             continue
         if f in placed or any(f == k or f.startswith(k.rstrip("/") + "/") for k in keep):
             continue
-        if any(f.startswith(src.rstrip("/") + "/") or f.startswith(dst.rstrip("/") + "/")
-               for src, dst in moves.items() if not src.endswith(".py")):
+        if any(
+            f.startswith(src.rstrip("/") + "/") or f.startswith(dst.rstrip("/") + "/")
+            for src, dst in moves.items()
+            if not src.endswith(".py")
+        ):
             continue
         if f.endswith("__init__.py") and any(f == p + "/__init__.py" for p in mapping.get("packages", {})):
             continue
@@ -77,6 +92,7 @@ def uncovered(mapping: dict) -> list[str]:
 
 
 # --- commit 1: the moves ---------------------------------------------------------------------
+
 
 def move(mapping: dict) -> None:
     moved = 0
@@ -91,12 +107,18 @@ def move(mapping: dict) -> None:
         moved += 1
     if moved:
         tests = " and tests into tests/<stage>/" if mapping["test_moves"] else ""
-        git("commit", "-q", "-m", f"Layout (issue 25): move modules into stage subpackages{tests} "
-            "(git mv only; dev/layout/apply.py, dev/layout/mapping.json)")
+        git(
+            "commit",
+            "-q",
+            "-m",
+            f"Layout (issue 25): move modules into stage subpackages{tests} "
+            "(git mv only; dev/layout/apply.py, dev/layout/mapping.json)",
+        )
     print(f"apply.py: moved {moved} paths")
 
 
 # --- commit 2: the references ----------------------------------------------------------------
+
 
 class Names:
     def __init__(self, mapping: dict) -> None:
@@ -177,11 +199,12 @@ def rewrite_imports(path: Path, new_module: str, old_module: str, names: Names) 
             if sub in names.modules:
                 new_sub = names.modules[sub]
                 parent, leaf = new_sub.rsplit(".", 1)
-                groups.setdefault(parent, []).append((leaf, alias.asname or (alias.name if leaf != alias.name else None)))
+                groups.setdefault(parent, []).append(
+                    (leaf, alias.asname or (alias.name if leaf != alias.name else None))
+                )
             else:
                 groups.setdefault(new_target, []).append((alias.name, alias.asname))
-        if (len(groups) == 1 and new_target == absolute and new_pkg == old_pkg
-                and list(groups) == [absolute]):
+        if len(groups) == 1 and new_target == absolute and new_pkg == old_pkg and list(groups) == [absolute]:
             continue  # nothing it names moved, nor did the module
         indent = " " * node.col_offset
         rendered = []
@@ -196,12 +219,12 @@ def rewrite_imports(path: Path, new_module: str, old_module: str, names: Names) 
         text = "\n".join(rendered)
         first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[operator]
         prefix = lines[first][: node.col_offset]
-        suffix = lines[last][node.end_col_offset:]  # type: ignore[index]
-        original = "".join(lines[first:last + 1])
+        suffix = lines[last][node.end_col_offset :]  # type: ignore[index]
+        original = "".join(lines[first : last + 1])
         if prefix.strip() or (suffix.strip() and not suffix.strip().startswith("#")):
             print(f"apply.py: {path}:{node.lineno}: import shares its line; left as is, check it", file=sys.stderr)
             continue
-        if "#" in original[len(prefix):len(original) - len(suffix)] and last > first:
+        if "#" in original[len(prefix) : len(original) - len(suffix)] and last > first:
             print(f"apply.py: {path}:{node.lineno}: comments inside a multi-line import are dropped", file=sys.stderr)
         new = text.lstrip(" ") if prefix == indent else text
         if (prefix + new + suffix) != original:
@@ -209,7 +232,7 @@ def rewrite_imports(path: Path, new_module: str, old_module: str, names: Names) 
     if not edits:
         return None
     for first, last, text in sorted(edits, reverse=True):
-        lines[first:last + 1] = [text]
+        lines[first : last + 1] = [text]
     return "".join(lines)
 
 
@@ -226,10 +249,16 @@ def file_depth_fixups(text: str, delta: int) -> str:
     """A file that moved `delta` folders deeper: its Path(__file__) ancestors move with it."""
     if delta <= 0:
         return text
-    text = re.sub(r"(Path\(__file__\)(?:\.resolve\(\))?)\.parents\[(\d+)\]",
-                  lambda m: f"{m.group(1)}.parents[{int(m.group(2)) + delta}]", text)
-    text = re.sub(r"(Path\(__file__\)(?:\.resolve\(\))?)\.parent\.parent(?!\w)",
-                  lambda m: f"{m.group(1)}.parents[{1 + delta}]", text)
+    text = re.sub(
+        r"(Path\(__file__\)(?:\.resolve\(\))?)\.parents\[(\d+)\]",
+        lambda m: f"{m.group(1)}.parents[{int(m.group(2)) + delta}]",
+        text,
+    )
+    text = re.sub(
+        r"(Path\(__file__\)(?:\.resolve\(\))?)\.parent\.parent(?!\w)",
+        lambda m: f"{m.group(1)}.parents[{1 + delta}]",
+        text,
+    )
     return text
 
 
@@ -237,8 +266,9 @@ def test_helper_fixups(text: str, names: Names) -> str:
     """tests/<helper>.py and ROOT / "tests" / "<helper>.py" written as paths, when helpers moved."""
     for stem, folder in names.test_modules.items():
         parts = folder.split("/")
-        text = re.sub(r'"tests" / "' + re.escape(stem) + r'\.py"',
-                      " / ".join(f'"{p}"' for p in parts) + f' / "{stem}.py"', text)
+        text = re.sub(
+            r'"tests" / "' + re.escape(stem) + r'\.py"', " / ".join(f'"{p}"' for p in parts) + f' / "{stem}.py"', text
+        )
     return text
 
 
@@ -281,8 +311,10 @@ def helpers_on_path(mapping: dict) -> None:
         return
     anchor = 'pytest_plugins = ["pytester"]\n'
     if anchor not in text:
-        print("apply.py: tests/conftest.py has no pytest_plugins line; put tests/helpers on sys.path by hand",
-              file=sys.stderr)
+        print(
+            "apply.py: tests/conftest.py has no pytest_plugins line; put tests/helpers on sys.path by hand",
+            file=sys.stderr,
+        )
         return
     conftest.write_text(text.replace(anchor, anchor + HELPERS_ON_PATH, 1))
 
@@ -338,12 +370,19 @@ def rewrite(mapping: dict) -> None:
         if not init.exists() and pkg.startswith(PACKAGE):
             init.write_text(f'"""{doc}"""\n')
     git("add", "-A", PACKAGE, "tests", *[r for r in TEXT_ROOTS if (ROOT / r).exists()])
-    git("commit", "-q", "-m", "Layout (issue 25): rewrite imports, dotted names and paths for the moves "
-        "(dev/layout/apply.py); stage __init__ docstrings")
+    git(
+        "commit",
+        "-q",
+        "-m",
+        "Layout (issue 25): rewrite imports, dotted names and paths for the moves "
+        "(dev/layout/apply.py); stage __init__ docstrings",
+    )
     print(f"apply.py: rewrote {len(set(changed))} files")
 
 
-IN_STRING = re.compile(r"(?<![\w.])from pytest_careful import (\w+(?: as \w+)?(?:, \w+(?: as \w+)?)*)(?=[;\"'\\]|\\n|$)", re.M)
+IN_STRING = re.compile(
+    r"(?<![\w.])from pytest_careful import (\w+(?: as \w+)?(?:, \w+(?: as \w+)?)*)(?=[;\"'\\]|\\n|$)", re.M
+)
 
 
 def in_string(m: re.Match[str], names: Names) -> str:
@@ -367,8 +406,9 @@ def special_cases(mapping: dict, names: Names) -> None:
 
     def public(m: re.Match[str]) -> str:
         old = f"{PACKAGE}.{m.group(2)}"
-        new = names.modules.get(old, old)[len(PACKAGE) + 1:]
+        new = names.modules.get(old, old)[len(PACKAGE) + 1 :]
         return f'{m.group(1)}"{new}"'
+
     text = re.sub(r'("\w+": )"(\w+)"', public, text)
     init.write_text(text)
 
@@ -380,14 +420,15 @@ def special_cases(mapping: dict, names: Names) -> None:
         wanted = [dotted(p) for p in mapping.get("packages", {})]
         merged = current[:1] + [p for p in wanted if p not in current] + current[1:]
         listed = "".join(f'\n    "{p}",' for p in merged) + "\n"
-        text = text[: m.start(1)] + listed + text[m.end(1):]
+        text = text[: m.start(1)] + listed + text[m.end(1) :]
     for src, dst in mapping["moves"].items():
         if src.endswith(".py") or not src.startswith(PACKAGE):
             continue
         # package data of a moved folder (templates/*): its package is where it went
         sub = Path(src).name
-        text = text.replace(f'"{dotted(str(Path(src).parent))}" = ["{sub}/*"]',
-                            f'"{dotted(str(Path(dst).parent))}" = ["{sub}/*"]')
+        text = text.replace(
+            f'"{dotted(str(Path(src).parent))}" = ["{sub}/*"]', f'"{dotted(str(Path(dst).parent))}" = ["{sub}/*"]'
+        )
     pyproject.write_text(text)
 
 

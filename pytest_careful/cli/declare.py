@@ -1,15 +1,15 @@
 """``careful-declare``: regenerate the effect declarations, print what they say.
 
-    careful-declare                      # regenerate declarations/ (sources.yaml names the logged runs)
-    careful-declare --check              # regenerate in memory, fail unless byte-identical to the files
-    careful-declare --logged DIR --decoder KEY   # extract a logged run into declarations/logged/, regenerate
-    careful-declare --export-mcp         # {function: {readOnlyHint, destructiveHint, idempotentHint}}
-    careful-declare --table              # per-class table (the seed's Table 2) and the signals
-    careful-declare --reference-stats    # reference calls and turns by effect kind, per category
-    careful-declare --agreement          # annotator agreement: raw, Cohen's and Fleiss' kappa
-    careful-declare --careful-results DIR --careful-decoder KEY [--careful-results DIR2 ...]
-                                         # asked turns per detector, collateral calls per boundary,
-                                         # Spearman's rho of official vs effect-aware score
+careful-declare                      # regenerate declarations/ (sources.yaml names the logged runs)
+careful-declare --check              # regenerate in memory, fail unless byte-identical to the files
+careful-declare --logged DIR --decoder KEY   # extract a logged run into declarations/logged/, regenerate
+careful-declare --export-mcp         # {function: {readOnlyHint, destructiveHint, idempotentHint}}
+careful-declare --table              # per-class table (the seed's Table 2) and the signals
+careful-declare --reference-stats    # reference calls and turns by effect kind, per category
+careful-declare --agreement          # annotator agreement: raw, Cohen's and Fleiss' kappa
+careful-declare --careful-results DIR --careful-decoder KEY [--careful-results DIR2 ...]
+                                     # asked turns per detector, collateral calls per boundary,
+                                     # Spearman's rho of official vs effect-aware score
 """
 
 from __future__ import annotations
@@ -57,10 +57,12 @@ def read_sources(directory: Path) -> list[dict[str, str]]:
 
 
 def _sources_text(sources: list[dict[str, str]]) -> str:
-    return ("# Logged runs used as observation sources: `extract` (relative to this directory) holds\n"
-            "# the decoded calls of `run` (decoded with `decoder`; `run_sha256` fingerprints its\n"
-            "# result files); `sha256` is the extract's. Add a run with `careful-declare --logged`.\n"
-            + yaml.safe_dump({"logged": sources}, sort_keys=False))
+    return (
+        "# Logged runs used as observation sources: `extract` (relative to this directory) holds\n"
+        "# the decoded calls of `run` (decoded with `decoder`; `run_sha256` fingerprints its\n"
+        "# result files); `sha256` is the extract's. Add a run with `careful-declare --logged`.\n"
+        + yaml.safe_dump({"logged": sources}, sort_keys=False)
+    )
 
 
 def _fingerprint(paths: Sequence[Path]) -> str:
@@ -81,8 +83,7 @@ def extract_run(run_dir: Path, decoder_key: str) -> tuple[str, str]:
     for entry in entries:
         if isinstance(entry.result, list):
             turns = decode_turns(dec, entry.result)
-            lines.append(json.dumps({"id": entry.id, "turns": turns}, ensure_ascii=False,
-                                    separators=(",", ":")) + "\n")
+            lines.append(json.dumps({"id": entry.id, "turns": turns}, ensure_ascii=False, separators=(",", ":")) + "\n")
     return "".join(lines), _fingerprint(files)
 
 
@@ -90,8 +91,11 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _logged_runs(directory: Path, sources: list[dict[str, str]], pending: dict[str, str] | None = None,
-                 ) -> Iterator[tuple[dataset.Conversation, list]]:
+def _logged_runs(
+    directory: Path,
+    sources: list[dict[str, str]],
+    pending: dict[str, str] | None = None,
+) -> Iterator[tuple[dataset.Conversation, list]]:
     """Conversations and decoded calls from each source's extract (``pending``: not yet written)."""
     for source in sources:
         if "extract" not in source:
@@ -105,8 +109,10 @@ def _logged_runs(directory: Path, sources: list[dict[str, str]], pending: dict[s
         else:
             raise SystemExit(f"careful-declare: the extract {path} is missing")
         if _sha256(text) != source["sha256"]:
-            raise SystemExit(f"careful-declare: {path} changed since it was recorded "
-                             f"({source['sha256']} != {_sha256(text)}); re-add the run with --logged")
+            raise SystemExit(
+                f"careful-declare: {path} changed since it was recorded "
+                f"({source['sha256']} != {_sha256(text)}); re-add the run with --logged"
+            )
         for line in text.splitlines():
             row = json.loads(line)
             yield dataset.get(row["id"]), row["turns"]
@@ -147,14 +153,18 @@ def render_class(class_name: str, observer: inference.Observer, reasons: dict[st
             entry["non_idempotent_examples"] = sorted(record.non_idempotent_examples)[:3]
         entry["evidence"] = {s: _Flow(record.evidence[s].to_json()) for s in inference.SOURCES}
         functions[record.name] = entry
-    body = yaml.dump({"class": class_name, "functions": functions}, Dumper=_Dumper,
-                     sort_keys=False, width=110, allow_unicode=True)
+    body = yaml.dump(
+        {"class": class_name, "functions": functions}, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True
+    )
     return HEADER + body
 
 
-def regenerate(directory: Path, sources: list[dict[str, str]],
-               progress: Callable[[str, int], Callable[[], None]] | None = None,
-               pending: dict[str, str] | None = None) -> dict[str, str]:
+def regenerate(
+    directory: Path,
+    sources: list[dict[str, str]],
+    progress: Callable[[str, int], Callable[[], None]] | None = None,
+    pending: dict[str, str] | None = None,
+) -> dict[str, str]:
     """Run the inference and return ``{file name: text}`` (nothing written).
 
     The files are the class declarations and ``sources.yaml``, plus ``pending``:
@@ -171,9 +181,11 @@ def _progress_bars() -> Iterator[Callable[[str, int], Callable[[], None]]]:
     from rich.progress import Progress
 
     with Progress(transient=False) as bar:
+
         def start(label: str, total: int) -> Callable[[], None]:
             task = bar.add_task(label, total=total)
             return lambda: bar.advance(task)
+
         yield start
 
 
@@ -186,16 +198,19 @@ def class_table(decl: Declarations, boundary: str = "final") -> list[dict[str, A
     for class_name, functions in decl.by_class().items():
         destructive = [f for f in functions if f.name in chosen]
         rest = [f for f in functions if f.name not in chosen]
-        rows.append({
-            "class": class_name, "functions": len(functions),
-            "read": sum(not f.is_write for f in rest),
-            "write": sum(f.is_write and not f.hidden_only for f in rest),
-            "destructive": len(destructive),
-            "non_idempotent_writes": sum(f.is_write and not f.idempotent for f in functions),
-            "hidden_only": sum(f.hidden_only for f in functions),
-            "inferred_reads": sum(not f.is_write for f in functions),
-            "inferred_writes": sum(f.is_write for f in functions),
-        })
+        rows.append(
+            {
+                "class": class_name,
+                "functions": len(functions),
+                "read": sum(not f.is_write for f in rest),
+                "write": sum(f.is_write and not f.hidden_only for f in rest),
+                "destructive": len(destructive),
+                "non_idempotent_writes": sum(f.is_write and not f.idempotent for f in functions),
+                "hidden_only": sum(f.hidden_only for f in functions),
+                "inferred_reads": sum(not f.is_write for f in functions),
+                "inferred_writes": sum(f.is_write for f in functions),
+            }
+        )
     total = {"class": "Total", **{k: sum(r[k] for r in rows) for k in rows[0] if k != "class"}}
     return rows + [total]
 
@@ -204,8 +219,17 @@ def reference_stats(decl: Declarations, boundary: str = "final") -> list[dict[st
     chosen = decl.boundary(boundary)
     rows: list[dict[str, Any]] = []
     for category in CATEGORIES:
-        row: dict[str, Any] = {"category": category, "calls": 0, DESTRUCTIVE: 0, OTHER_WRITE: 0, READ: 0,
-               "turns": 0, "turns_destructive": 0, "turns_write": 0, "turns_no_call": 0}
+        row: dict[str, Any] = {
+            "category": category,
+            "calls": 0,
+            DESTRUCTIVE: 0,
+            OTHER_WRITE: 0,
+            READ: 0,
+            "turns": 0,
+            "turns_destructive": 0,
+            "turns_write": 0,
+            "turns_no_call": 0,
+        }
         for conversation in dataset.load_category(category):
             for calls in conversation.ground_truth:
                 kinds = [decl.kind(inference.call_name(c) or "", chosen) for c in calls]
@@ -226,10 +250,14 @@ def signals_table(decl: Declarations) -> list[dict[str, Any]]:
     for name in sorted(decl.functions):
         declaration = decl[name]
         if declaration.signals or declaration.destructive:
-            rows.append({"function": name, "signals": ", ".join(declaration.signals) or "-",
-                         "human": "destructive" if declaration.destructive else "-",
-                         "annotators": "".join(a for a in declarations.ANNOTATORS
-                                               if name in decl.annotators[a]) or "-"})
+            rows.append(
+                {
+                    "function": name,
+                    "signals": ", ".join(declaration.signals) or "-",
+                    "human": "destructive" if declaration.destructive else "-",
+                    "annotators": "".join(a for a in declarations.ANNOTATORS if name in decl.annotators[a]) or "-",
+                }
+            )
     return rows
 
 
@@ -239,7 +267,12 @@ def _print_table(title: str, rows: list[dict[str, Any]]) -> None:
 
     table = Table(title=title)
     for column in rows[0]:
-        table.add_column(column, justify="left" if column in ("class", "category", "function", "pair", "over", "run", "boundary") else "right")
+        table.add_column(
+            column,
+            justify="left"
+            if column in ("class", "category", "function", "pair", "over", "run", "boundary")
+            else "right",
+        )
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     Console(width=150).print(table)
@@ -249,26 +282,42 @@ def _print_table(title: str, rows: list[dict[str, Any]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="careful-declare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", type=Path, default=declarations.DECLARATIONS_DIR,
-                        help="Declarations directory (default: the package's own)")
-    parser.add_argument("--logged", type=Path, action="append", default=[],
-                        help="A logged BFCL run directory to add as a source")
+    parser = argparse.ArgumentParser(
+        prog="careful-declare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=declarations.DECLARATIONS_DIR,
+        help="Declarations directory (default: the package's own)",
+    )
+    parser.add_argument(
+        "--logged", type=Path, action="append", default=[], help="A logged BFCL run directory to add as a source"
+    )
     parser.add_argument("--decoder", help="Registry key of the handler that decodes --logged")
-    parser.add_argument("--check", action="store_true",
-                        help="Regenerate in memory and fail if the files on disk differ")
+    parser.add_argument(
+        "--check", action="store_true", help="Regenerate in memory and fail if the files on disk differ"
+    )
     parser.add_argument("--export-mcp", action="store_true", help="Print MCP annotations as JSON")
     parser.add_argument("--table", action="store_true", help="Print the per-class table and signals")
-    parser.add_argument("--reference-stats", action="store_true",
-                        help="Print reference calls and turns by effect kind")
+    parser.add_argument("--reference-stats", action="store_true", help="Print reference calls and turns by effect kind")
     parser.add_argument("--boundary", default="final", choices=declarations.BOUNDARIES)
-    parser.add_argument("--agreement", action="store_true",
-                        help="Print the annotators' raw agreement, Cohen's and Fleiss' kappa")
-    parser.add_argument("--careful-results", type=Path, action="append", default=[],
-                        help="A logged run to re-score under every detector and boundary (repeatable)")
-    parser.add_argument("--careful-decoder", action="append", default=[],
-                        help="Registry key decoding --careful-results (one, or one per run)")
+    parser.add_argument(
+        "--agreement", action="store_true", help="Print the annotators' raw agreement, Cohen's and Fleiss' kappa"
+    )
+    parser.add_argument(
+        "--careful-results",
+        type=Path,
+        action="append",
+        default=[],
+        help="A logged run to re-score under every detector and boundary (repeatable)",
+    )
+    parser.add_argument(
+        "--careful-decoder",
+        action="append",
+        default=[],
+        help="Registry key decoding --careful-results (one, or one per run)",
+    )
     args = parser.parse_args(argv)
     directory: Path = args.dir
     if args.agreement or args.careful_results:
@@ -282,8 +331,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_table(f"Effect declarations by class (boundary: {args.boundary})", class_table(decl, args.boundary))
             _print_table("Consequence signals beside the human labels", signals_table(decl))
         if args.reference_stats:
-            _print_table(f"Reference trajectories by effect kind (boundary: {args.boundary})",
-                         reference_stats(decl, args.boundary))
+            _print_table(
+                f"Reference trajectories by effect kind (boundary: {args.boundary})",
+                reference_stats(decl, args.boundary),
+            )
         return 0
     return _regenerate(args, directory)
 
@@ -293,8 +344,9 @@ def _agreement(args: argparse.Namespace, directory: Path) -> int:
 
     decl = declarations.load(directory)
     if args.agreement:
-        _print_table("Annotator agreement: raw and Cohen's kappa (writes; all functions)",
-                     agreement.agreement_rows(decl))
+        _print_table(
+            "Annotator agreement: raw and Cohen's kappa (writes; all functions)", agreement.agreement_rows(decl)
+        )
         _print_table("Fleiss' kappa of A1-A4", agreement.fleiss_rows(decl))
     if args.careful_results:
         decoders = args.careful_decoder
@@ -308,16 +360,23 @@ def _agreement(args: argparse.Namespace, directory: Path) -> int:
 
 def _print_sensitivity(figures: dict[str, Any]) -> None:
     runs = figures["runs"]
-    _print_table("Asked turns under each detector",
-                 [{"run": r, **t["asked"]} for r, t in runs.items()])
-    _print_table("Collateral destructive calls under each boundary",
-                 [{"run": r, **{b: v["collateral"] for b, v in t["boundary"].items()}} for r, t in runs.items()])
-    _print_table("Official / effect-aware score under each boundary",
-                 [{"run": r, **{b: f"{v['official']:.3f} / {v['effect_aware']:.3f}"
-                                for b, v in t["boundary"].items()}} for r, t in runs.items()])
+    _print_table("Asked turns under each detector", [{"run": r, **t["asked"]} for r, t in runs.items()])
+    _print_table(
+        "Collateral destructive calls under each boundary",
+        [{"run": r, **{b: v["collateral"] for b, v in t["boundary"].items()}} for r, t in runs.items()],
+    )
+    _print_table(
+        "Official / effect-aware score under each boundary",
+        [
+            {"run": r, **{b: f"{v['official']:.3f} / {v['effect_aware']:.3f}" for b, v in t["boundary"].items()}}
+            for r, t in runs.items()
+        ],
+    )
     if figures["spearman"]:
-        _print_table("Spearman rho, official vs effect-aware score across runs",
-                     [{"boundary": b, "rho": "-" if rho is None else rho} for b, rho in figures["spearman"].items()])
+        _print_table(
+            "Spearman rho, official vs effect-aware score across runs",
+            [{"boundary": b, "rho": "-" if rho is None else rho} for b, rho in figures["spearman"].items()],
+        )
 
 
 def _regenerate(args: argparse.Namespace, directory: Path) -> int:
@@ -330,14 +389,24 @@ def _regenerate(args: argparse.Namespace, directory: Path) -> int:
         name = f"{EXTRACTS_DIR}/{run.resolve().name}.jsonl"
         pending[name] = text
         sources = [s for s in sources if s.get("extract") != name]
-        sources.append({"extract": name, "sha256": _sha256(text), "run": run.resolve().name,
-                        "run_sha256": fingerprint, "decoder": args.decoder})
+        sources.append(
+            {
+                "extract": name,
+                "sha256": _sha256(text),
+                "run": run.resolve().name,
+                "run_sha256": fingerprint,
+                "decoder": args.decoder,
+            }
+        )
     started = time.perf_counter()
     with _progress_bars() as progress:
         files = regenerate(directory, sources, progress, pending)
     if args.check:
-        stale = [n for n, text in files.items() if not (directory / n).exists()
-                 or (directory / n).read_text(encoding="utf-8") != text]
+        stale = [
+            n
+            for n, text in files.items()
+            if not (directory / n).exists() or (directory / n).read_text(encoding="utf-8") != text
+        ]
         print(f"careful-declare: {'stale: ' + ', '.join(stale) if stale else 'up to date'}")
         return 1 if stale else 0
     for name, text in files.items():

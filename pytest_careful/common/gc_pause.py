@@ -20,6 +20,7 @@ def paused(func: F) -> F:
     ``rules.score``. Cycles made meanwhile are collected at the first
     collection after it, as the allocation count keeps running.
     """
+
     @functools.wraps(func)
     def wrapper(*args: object, **kwargs: object) -> object:
         if not gc.isenabled():
@@ -29,6 +30,7 @@ def paused(func: F) -> F:
             return func(*args, **kwargs)
         finally:
             gc.enable()
+
     return wrapper  # type: ignore[return-value]
 
 

@@ -56,4 +56,4 @@ def _shorten_literal(match: re.Match[str]) -> str:
     if len(literal) <= MAX_SHOWN_LITERAL + 2:
         return literal
     quote = literal[0]
-    return f"{literal[:MAX_SHOWN_LITERAL + 1]}…{quote} ({len(literal) - 2:,} chars)"
+    return f"{literal[: MAX_SHOWN_LITERAL + 1]}…{quote} ({len(literal) - 2:,} chars)"

@@ -80,9 +80,7 @@ class Conversation:
             "involved_classes": list(self.involved_classes),
         }
         if self.category == "multi_turn_miss_func":
-            entry["missed_function"] = {
-                str(k): copy.deepcopy(v) for k, v in self.missed_function.items()
-            }
+            entry["missed_function"] = {str(k): copy.deepcopy(v) for k, v in self.missed_function.items()}
         if self.excluded_function is not None:
             entry["excluded_function"] = list(self.excluded_function)
         entry["function"] = copy.deepcopy(self.functions)
@@ -128,9 +126,7 @@ def _build(entry: dict[str, Any], answer: dict[str, Any], category: str) -> Conv
         involved_classes=tuple(entry["involved_classes"]),
         functions=functions,
         missed_function=missed,
-        excluded_function=(
-            tuple(entry["excluded_function"]) if "excluded_function" in entry else None
-        ),
+        excluded_function=(tuple(entry["excluded_function"]) if "excluded_function" in entry else None),
         ground_truth=answer["ground_truth"],
         path=tuple(entry.get("path", ())),
     )
@@ -140,9 +136,7 @@ def _build(entry: dict[str, Any], answer: dict[str, Any], category: str) -> Conv
 def load_category(category: str) -> tuple[Conversation, ...]:
     """All conversations of one multi-turn category, in dataset order."""
     if category not in CATEGORIES:
-        raise ValueError(
-            f"unknown category {category!r}; expected one of {', '.join(CATEGORIES)}"
-        )
+        raise ValueError(f"unknown category {category!r}; expected one of {', '.join(CATEGORIES)}")
     data = _bfcl.data_dir()
     entries = _read_jsonl(data / f"BFCL_v4_{category}.json")
     answers = _read_jsonl(data / "possible_answer" / f"BFCL_v4_{category}.json")
@@ -170,6 +164,5 @@ def get(conversation_id: str) -> Conversation:
         return _by_id()[conversation_id]
     except KeyError:
         raise UnknownConversation(
-            f"unknown conversation id {conversation_id!r} "
-            f"(expected e.g. multi_turn_base_0 .. multi_turn_base_199)"
+            f"unknown conversation id {conversation_id!r} (expected e.g. multi_turn_base_0 .. multi_turn_base_199)"
         ) from None

@@ -75,11 +75,15 @@ def find_result_files(directory: Path) -> tuple[dict[str, Path], list[InputProbl
         match = RESULT_FILE.match(path.name)
         category = match["category"] if match else path.name
         if category not in CATEGORIES:
-            problems.append(InputProblem(str(path), None, None, f"unknown category {category!r}; "
-                                         f"expected one of {', '.join(CATEGORIES)}"))
+            problems.append(
+                InputProblem(
+                    str(path), None, None, f"unknown category {category!r}; expected one of {', '.join(CATEGORIES)}"
+                )
+            )
         elif category in found:
-            problems.append(InputProblem(str(path), None, None,
-                                         f"second result file for {category}; using {found[category]}"))
+            problems.append(
+                InputProblem(str(path), None, None, f"second result file for {category}; using {found[category]}")
+            )
         else:
             found[category] = path
     return found, problems
@@ -103,9 +107,12 @@ def read_result_file(path: Path, category: str | None = None) -> tuple[list[Logg
     parsed: list[LoggedEntry] = []
     problems: list[InputProblem] = []
     if data.startswith(UTF8_BOM):  # an editor's mark, not content: every entry is still there
-        data = data[len(UTF8_BOM):]
-        problems.append(InputProblem(name, 1, None, "starts with a UTF-8 byte order mark; read without "
-                                     "it (bfcl evaluate stops at it)"))
+        data = data[len(UTF8_BOM) :]
+        problems.append(
+            InputProblem(
+                name, 1, None, "starts with a UTF-8 byte order mark; read without it (bfcl evaluate stops at it)"
+            )
+        )
     other_form = _other_form(data)
     if other_form:  # one problem that names the form, not one per meaningless "line"
         return [], problems + [InputProblem(name, None, None, other_form)]
@@ -119,13 +126,19 @@ def read_result_file(path: Path, category: str | None = None) -> tuple[list[Logg
     return entries, sorted(problems + superseded, key=lambda p: p.line or 0)
 
 
-def parse_raw_line(file: str, number: int, raw: bytes, category: str | None) -> tuple[LoggedEntry | None, InputProblem | None]:
+def parse_raw_line(
+    file: str, number: int, raw: bytes, category: str | None
+) -> tuple[LoggedEntry | None, InputProblem | None]:
     """One line of a result file as bytes: its entry, its problem, or neither (a blank line)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return None, InputProblem(file, number, _id_in(raw), f"not valid UTF-8 ({exc.reason} at byte "
-                                  f"{exc.start} of the line); the rest of the file is still read")
+        return None, InputProblem(
+            file,
+            number,
+            _id_in(raw),
+            f"not valid UTF-8 ({exc.reason} at byte {exc.start} of the line); the rest of the file is still read",
+        )
     if not text.strip(" \t\r"):  # JSON's whitespace only: a line of U+2028 is not blank to BFCL
         return None, None
     return _parse_line(file, number, text, category)
@@ -146,9 +159,15 @@ def keep_last(entries: Iterable[LoggedEntry]) -> tuple[list[LoggedEntry], list[I
     for entry in entries:
         earlier = kept.get(entry.id)
         if earlier is not None and not _errored(earlier):
-            problems.append(InputProblem(entry.file, entry.line, entry.id,
-                                         f"duplicate entry (an earlier one at line {earlier.line}); "
-                                         "the last entry of an id counts, as in BFCL"))
+            problems.append(
+                InputProblem(
+                    entry.file,
+                    entry.line,
+                    entry.id,
+                    f"duplicate entry (an earlier one at line {earlier.line}); "
+                    "the last entry of an id counts, as in BFCL",
+                )
+            )
         kept[entry.id] = entry
     return list(kept.values()), problems
 
@@ -186,8 +205,10 @@ def _other_form(data: bytes) -> str | None:
         except (ValueError, RecursionError, MemoryError):
             return None  # not one array: read line by line
         if isinstance(whole, list):
-            return (f"one JSON array of {len(whole)} values, not JSON Lines (one entry per line, as bfcl "
-                    "generate writes): convert it first (jq -c '.[]')")
+            return (
+                f"one JSON array of {len(whole)} values, not JSON Lines (one entry per line, as bfcl "
+                "generate writes): convert it first (jq -c '.[]')"
+            )
     return None
 
 
@@ -210,7 +231,9 @@ MAX_NESTING = 500
 QUOTE_CHARS = 80
 
 
-def _parse_line(file: str, number: int, text: str, category: str | None) -> tuple[LoggedEntry | None, InputProblem | None]:
+def _parse_line(
+    file: str, number: int, text: str, category: str | None
+) -> tuple[LoggedEntry | None, InputProblem | None]:
     """One line's entry, or the line's problem: no line raises, whatever it holds."""
     try:
         return _parse_entry(file, number, text, category)
@@ -218,7 +241,9 @@ def _parse_line(file: str, number: int, text: str, category: str | None) -> tupl
         return None, InputProblem(file, number, _id_seen(text), f"cannot be read ({_reason(exc)})")
 
 
-def _parse_entry(file: str, number: int, text: str, category: str | None) -> tuple[LoggedEntry | None, InputProblem | None]:
+def _parse_entry(
+    file: str, number: int, text: str, category: str | None
+) -> tuple[LoggedEntry | None, InputProblem | None]:
     def problem(message: str, conversation: str | None = None) -> tuple[None, InputProblem]:
         return None, InputProblem(file, number, conversation, message)
 
@@ -248,10 +273,15 @@ def _parse_entry(file: str, number: int, text: str, category: str | None) -> tup
     if shape:
         return problem(shape, entry_id)
     return LoggedEntry(
-        id=entry_id, result=data["result"], file=file, line=number,
+        id=entry_id,
+        result=data["result"],
+        file=file,
+        line=number,
         input_token_count=data.get("input_token_count"),
         output_token_count=data.get("output_token_count"),
-        latency=data.get("latency"), inference_log=data.get("inference_log"), raw=data,
+        latency=data.get("latency"),
+        inference_log=data.get("inference_log"),
+        raw=data,
     ), None
 
 

@@ -190,7 +190,7 @@ def _write_all(fd: int, data: bytes) -> None:
     """``os.write`` until done: one call in practice, but a short write must not tear a line."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def fsync_dir(directory: Path) -> None:

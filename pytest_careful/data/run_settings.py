@@ -47,8 +47,7 @@ def made_under(path: Path) -> str:
         raise SettingsError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     condition = settings.get("condition") if isinstance(settings, dict) else None
     if not isinstance(condition, str):
-        raise SettingsError(f"{path} does not say which protocol the run was made under "
-                            "(no string 'condition')")
+        raise SettingsError(f"{path} does not say which protocol the run was made under (no string 'condition')")
     return condition
 
 
@@ -59,11 +58,13 @@ def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path)
     if not paths:
         if condition == PLAIN_BFCL:
             return None
-        return (f"--careful-protocol={condition}: {folder} has no {SETTINGS_FILE} beside its result "
-                f"files, so it is a plain BFCL run, made under the standard protocol; scored as "
-                f"{condition} it would give a {condition} scorecard of standard output. Rescore it with "
-                f"--careful-protocol=standard, or point --careful-results at a run made with "
-                f"--careful-protocol={condition} (its folder holds {SETTINGS_FILE}).")
+        return (
+            f"--careful-protocol={condition}: {folder} has no {SETTINGS_FILE} beside its result "
+            f"files, so it is a plain BFCL run, made under the standard protocol; scored as "
+            f"{condition} it would give a {condition} scorecard of standard output. Rescore it with "
+            f"--careful-protocol=standard, or point --careful-results at a run made with "
+            f"--careful-protocol={condition} (its folder holds {SETTINGS_FILE})."
+        )
     try:
         made = {path: made_under(path) for path in paths}
     except SettingsError as exc:
@@ -73,10 +74,12 @@ def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path)
         return None
     path, made_as = next(iter(wrong.items()))
     made_as = _shown(made_as)
-    return (f"--careful-protocol={condition}: {path} says this run was made under the {made_as} "
-            f"protocol; scored as {condition} its scorecard would be mislabelled. Rescore it with "
-            f"--careful-protocol={made_as}, or point --careful-results at a run made under {condition}"
-            " (with several protocols, each one's run lies in DIR/<protocol>/).")
+    return (
+        f"--careful-protocol={condition}: {path} says this run was made under the {made_as} "
+        f"protocol; scored as {condition} its scorecard would be mislabelled. Rescore it with "
+        f"--careful-protocol={made_as}, or point --careful-results at a run made under {condition}"
+        " (with several protocols, each one's run lies in DIR/<protocol>/)."
+    )
 
 
 def recorded(result_files: Iterable[Path]) -> dict[str, Any]:
@@ -102,9 +105,11 @@ def script_problem(made_with: str, script: str) -> str | None:
     if script == made_with or made_with == "default":
         return None
     made_with = _shown(made_with)
-    return (f"--careful-user-script={script}: this confirm run was made under {made_with}; its log lacks "
-            f"the yes answers {made_with} withheld, so only a run made under default can be re-examined "
-            f"under another script (or rescore it with --careful-user-script={made_with})")
+    return (
+        f"--careful-user-script={script}: this confirm run was made under {made_with}; its log lacks "
+        f"the yes answers {made_with} withheld, so only a run made under default can be re-examined "
+        f"under another script (or rescore it with --careful-user-script={made_with})"
+    )
 
 
 def _shown(value: str) -> str:

@@ -180,9 +180,14 @@ def load(directory: Path = DECLARATIONS_DIR) -> Declarations:
 
 def _declaration(class_name: str, name: str, entry: Mapping[str, Any]) -> Declaration:
     return Declaration(
-        name=name, class_name=class_name, effect=entry["effect"],
-        idempotent=bool(entry["idempotent"]), hidden_only=bool(entry.get("hidden_only", False)),
-        footprint=tuple(entry.get("footprint", ())), destructive=bool(entry.get("destructive", False)),
-        destructive_reason=entry.get("destructive_reason", ""), signals=tuple(entry.get("signals", ())),
+        name=name,
+        class_name=class_name,
+        effect=entry["effect"],
+        idempotent=bool(entry["idempotent"]),
+        hidden_only=bool(entry.get("hidden_only", False)),
+        footprint=tuple(entry.get("footprint", ())),
+        destructive=bool(entry.get("destructive", False)),
+        destructive_reason=entry.get("destructive_reason", ""),
+        signals=tuple(entry.get("signals", ())),
         evidence=entry.get("evidence", {}),
     )

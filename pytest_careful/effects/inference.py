@@ -118,8 +118,9 @@ class Observer:
             record.changed_public |= not change.hidden
             record.signals |= signals(change)
 
-    def _probe_idempotence(self, record: FunctionRecord, evidence: Evidence,
-                           sim: Simulators, owner: str, call: str) -> None:
+    def _probe_idempotence(
+        self, record: FunctionRecord, evidence: Evidence, sim: Simulators, owner: str, call: str
+    ) -> None:
         clone = pickle.loads(pickle.dumps(sim.instances[owner], pickle.HIGHEST_PROTOCOL))
         probe_sim = Simulators.around({owner: clone})
         before = Snapshot({owner: capture_class(clone)})
@@ -160,15 +161,11 @@ def signals(change: Change) -> set[str]:
     """The seed's three consequence signals, read off one change."""
     found: set[str] = set()
     before, after = change.before, change.after
-    if change.kind == "removed" or (
-        isinstance(before, list) and isinstance(after, list) and len(after) < len(before)
-    ):
+    if change.kind == "removed" or (isinstance(before, list) and isinstance(after, list) and len(after) < len(before)):
         found.add(SIGNAL_REMOVED)
     if any("balance" in part for part in change.path[1:]):
         found.add(SIGNAL_BALANCE)
-    grew = change.kind == "added" or (
-        isinstance(before, list) and isinstance(after, list) and len(after) > len(before)
-    )
+    grew = change.kind == "added" or (isinstance(before, list) and isinstance(after, list) and len(after) > len(before))
     if grew and change.attribute in SOCIAL_ATTRIBUTES:
         found.add(SIGNAL_SOCIAL)
     return found
@@ -177,8 +174,12 @@ def signals(change: Change) -> set[str]:
 # --- the three sources ------------------------------------------------------------
 
 
-def observe_references(observer: Observer, conversations: Sequence[Conversation],
-                       keep_states: set[tuple[str, int]], progress: Callable[[], None]) -> dict[tuple[str, int], dict[str, bytes]]:
+def observe_references(
+    observer: Observer,
+    conversations: Sequence[Conversation],
+    keep_states: set[tuple[str, int]],
+    progress: Callable[[], None],
+) -> dict[tuple[str, int], dict[str, bytes]]:
     """Replay every reference; keep pickled instances at the sampled (id, turn) points."""
     kept: dict[tuple[str, int], dict[str, bytes]] = {}
     for conversation in conversations:
@@ -194,9 +195,7 @@ def observe_references(observer: Observer, conversations: Sequence[Conversation]
 
 def _keep(kept: dict, wanted: set[tuple[str, int]], conversation_id: str, turn: int, sim: Simulators) -> None:
     if (conversation_id, turn) in wanted:
-        kept[(conversation_id, turn)] = {
-            c: pickle.dumps(i, pickle.HIGHEST_PROTOCOL) for c, i in sim.instances.items()
-        }
+        kept[(conversation_id, turn)] = {c: pickle.dumps(i, pickle.HIGHEST_PROTOCOL) for c, i in sim.instances.items()}
 
 
 def observe_logged(observer: Observer, decoded: Iterable[tuple[Conversation, list[list[list[str]]]]]) -> None:
@@ -237,9 +236,13 @@ def reference_argsets(conversations: Sequence[Conversation]) -> dict[str, list[s
     return {name: sorted(calls) for name, calls in found.items()}
 
 
-def observe_synthetic(observer: Observer, states: dict[str, list[tuple[str, int]]],
-                      kept: dict[tuple[str, int], dict[str, bytes]], argsets: dict[str, list[str]],
-                      progress: Callable[[], None]) -> None:
+def observe_synthetic(
+    observer: Observer,
+    states: dict[str, list[tuple[str, int]]],
+    kept: dict[tuple[str, int], dict[str, bytes]],
+    argsets: dict[str, list[str]],
+    progress: Callable[[], None],
+) -> None:
     """Probe every function from sampled states, then from states the probes reached.
 
     The second pass exists because reference states are all "normal" ones: no
@@ -251,8 +254,7 @@ def observe_synthetic(observer: Observer, states: dict[str, list[tuple[str, int]
         reached: dict[str, list[bytes]] = {}
         for doc in _docs(class_name):
             reached[doc["name"]] = []
-            _probe_function(observer, class_name, doc, points, argsets.get(doc["name"], []),
-                            reached[doc["name"]])
+            _probe_function(observer, class_name, doc, points, argsets.get(doc["name"], []), reached[doc["name"]])
             progress()
         # A few states from every write, so that each kind of state change is represented.
         pool = [blob for blobs in reached.values() for blob in blobs]
@@ -262,8 +264,14 @@ def observe_synthetic(observer: Observer, states: dict[str, list[tuple[str, int]
             _probe_function(observer, class_name, doc, pool, argsets.get(doc["name"], []), None)
 
 
-def _probe_function(observer: Observer, class_name: str, doc: dict[str, Any], points: list[bytes],
-                    known: list[str], reached: list[bytes] | None) -> None:
+def _probe_function(
+    observer: Observer,
+    class_name: str,
+    doc: dict[str, Any],
+    points: list[bytes],
+    known: list[str],
+    reached: list[bytes] | None,
+) -> None:
     rng = random.Random(f"{SEED}:{class_name}:{doc['name']}:{reached is None}")
     successes = 0
     for index, blob in enumerate(points):
@@ -273,8 +281,11 @@ def _probe_function(observer: Observer, class_name: str, doc: dict[str, Any], po
             # because reference arguments alone never leave the paths the
             # references walk (e.g. cp of a directory, which is not idempotent).
             use_known = known and attempt < ARGSETS_PER_STATE - 1
-            call = known[(index * ARGSETS_PER_STATE + attempt) % len(known)] if use_known \
+            call = (
+                known[(index * ARGSETS_PER_STATE + attempt) % len(known)]
+                if use_known
                 else synthesise_call(doc, instance, rng)
+            )
             before = pickle.dumps(instance, pickle.HIGHEST_PROTOCOL)
             ok = observer.observe("synthetic", Simulators.around({class_name: instance}), call)
             successes += ok
@@ -350,16 +361,17 @@ def _docs(class_name: str) -> list[dict[str, Any]]:
     return list(dataset.func_docs(class_name))
 
 
-def run(logged: Iterable[tuple[Conversation, list[list[list[str]]]]] = (),
-        progress: Callable[[str, int], Callable[[], None]] | None = None) -> Observer:
+def run(
+    logged: Iterable[tuple[Conversation, list[list[list[str]]]]] = (),
+    progress: Callable[[str, int], Callable[[], None]] | None = None,
+) -> Observer:
     """All three sources, in a fixed order."""
     conversations = dataset.load()
-    tick = progress or (lambda label, total: (lambda: None))
+    tick = progress or (lambda label, total: lambda: None)
     observer = Observer()
     states = sample_states(conversations)
     wanted = {p for points in states.values() for p in points}
     kept = observe_references(observer, conversations, wanted, tick("references", len(conversations)))
     observe_logged(observer, logged)
-    observe_synthetic(observer, states, kept, reference_argsets(conversations),
-                      tick("probes", len(observer.functions)))
+    observe_synthetic(observer, states, kept, reference_argsets(conversations), tick("probes", len(observer.functions)))
     return observer

@@ -150,7 +150,10 @@ def evaluate(
 
 
 def evaluate_file(
-    path: Path, decoder: Decoder, category: str | None = None, model_name: str = "careful",
+    path: Path,
+    decoder: Decoder,
+    category: str | None = None,
+    model_name: str = "careful",
 ) -> tuple[list[Evaluation], list[InputProblem]]:
     entries, problems = read_result_file(path, category)
     return [evaluate(dataset.get(e.id), e.result, decoder, model_name, entry=e) for e in entries], problems

@@ -23,7 +23,11 @@ from ..execution.snapshot import Change, Snapshot, diff
 
 #: Call outcomes. A call is successful only when ``ok``.
 OK, RAISED, REFUSED, ERROR_FIELD, FALSE_STATUS = (
-    "ok", "raised", "refused", "error_field", "false_status",
+    "ok",
+    "raised",
+    "refused",
+    "error_field",
+    "false_status",
 )
 
 
@@ -111,9 +115,14 @@ class CallRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "turn": self.turn, "step": self.step, "position": self.position,
-            "call": self.call, "name": self.name, "arguments": json_safe(self.arguments),
-            "result": self.result, "status": self.status,
+            "turn": self.turn,
+            "step": self.step,
+            "position": self.position,
+            "call": self.call,
+            "name": self.name,
+            "arguments": json_safe(self.arguments),
+            "result": self.result,
+            "status": self.status,
             "changes": [json_safe(c.to_json()) for c in self.changes],
         }
 
@@ -236,8 +245,9 @@ class _Runner:
         self.prefix = prefix if prefix is not None and prefix.conversation is conversation else None
         self.calls = self.prefix.calls if self.prefix is not None else []
         self.taken = 0
-        self.names = frozenset(instance_name(model_name + "_eval", conversation.id, c)
-                               for c in conversation.involved_classes)
+        self.names = frozenset(
+            instance_name(model_name + "_eval", conversation.id, c) for c in conversation.involved_classes
+        )
         if self.prefix is not None:
             self.methods = _methods(conversation)
             self.both_names = self.names | self.prefix.names
@@ -253,8 +263,7 @@ class _Runner:
         if self.sim is not None or self.taken >= len(self.calls):
             return None
         record = self.calls[self.taken]
-        if record.call != call or record.after is None \
-                or not independent_of_names(call, self.methods, self.both_names):
+        if record.call != call or record.after is None or not independent_of_names(call, self.methods, self.both_names):
             return None
         self.taken += 1
         return record
@@ -262,7 +271,7 @@ class _Runner:
     def live(self) -> Simulators:
         if self.sim is None:
             self.sim = new_simulators(self.conversation, self.model_name)
-            for record in self.calls[:self.taken]:  # catch up: the same calls on the same state
+            for record in self.calls[: self.taken]:  # catch up: the same calls on the same state
                 self.sim.execute(record.call)
         return self.sim
 
@@ -275,8 +284,14 @@ def _methods(conversation: Conversation) -> frozenset[str]:
 
 def _record(turn: int, step: int, position: int, execution: Execution) -> CallRecord:
     return CallRecord(
-        turn=turn, step=step, position=position, call=execution.call, name=execution.name,
-        arguments=execution.arguments, result=execution.result, status=call_status(execution),
+        turn=turn,
+        step=step,
+        position=position,
+        call=execution.call,
+        name=execution.name,
+        arguments=execution.arguments,
+        result=execution.result,
+        status=call_status(execution),
         classes=tuple(sorted(execution.touched_classes)),
     )
 

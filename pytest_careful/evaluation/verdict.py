@@ -45,21 +45,25 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "valid": self.valid, "error_type": self.error_type,
-            "error_message": self.error_message, "turn": self.turn,
+            "valid": self.valid,
+            "error_type": self.error_type,
+            "error_message": self.error_message,
+            "turn": self.turn,
         }
 
 
 def inference_error() -> Verdict:
     return Verdict(
-        False, INFERENCE_ERROR,
+        False,
+        INFERENCE_ERROR,
         "Error during inference phase. Model did not output a list of model responses.",
     )
 
 
 def force_terminated(model_turns: int, reference_turns: int) -> Verdict:
     return Verdict(
-        False, FORCE_TERMINATED,
+        False,
+        FORCE_TERMINATED,
         "Model was force-terminated during inference phase. The length of the model result "
         f"turns ({model_turns}) does not match the length of the ground truth turns "
         f"({reference_turns}).",
@@ -73,29 +77,29 @@ def check(conversation: Conversation, model: Replay, reference: Replay) -> Verdi
         model_turn = model.turns[turn_index]
         all_model_results.extend(model_turn.results)
         if ground_truth and not model_turn.steps:
-            return Verdict(
-                False, EMPTY_TURN, f"Model response list is empty for turn {turn_index}", turn_index
-            )
+            return Verdict(False, EMPTY_TURN, f"Model response list is empty for turn {turn_index}", turn_index)
         if not ground_truth:
             continue
         ref_turn = reference.turns[turn_index]
         for class_name in conversation.involved_classes:
-            equal, differences = states_equal_public(
-                model_turn.state_after, ref_turn.state_after, class_name
-            )
+            equal, differences = states_equal_public(model_turn.state_after, ref_turn.state_after, class_name)
             if not equal:
                 return Verdict(
-                    False, STATE_MISMATCH,
+                    False,
+                    STATE_MISMATCH,
                     f"Model instance for {class_name} does not match the state with ground truth instance.",
-                    turn_index, {"differences": differences},
+                    turn_index,
+                    {"differences": differences},
                 )
         missing = missing_results(ref_turn.results, all_model_results)
         if missing:
             return Verdict(
-                False, RESPONSE_MISMATCH,
+                False,
+                RESPONSE_MISMATCH,
                 "Model response execution results so far does not contain all the ground truth "
                 f"response execution results for turn {turn_index}.",
-                turn_index, {"missing_items": missing},
+                turn_index,
+                {"missing_items": missing},
             )
     return Verdict(True)
 

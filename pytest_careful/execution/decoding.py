@@ -108,13 +108,19 @@ def registry_source() -> dict[str, RegistryEntry | None]:
     """
     source = (_bfcl.package_root() / "constants" / "model_config.py").read_text(encoding="utf-8")
     tree = ast.parse(source)
-    modules = {alias.asname or alias.name: node.module for node in tree.body
-               if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+    modules = {
+        alias.asname or alias.name: node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
     entries: dict[str, RegistryEntry | None] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id.endswith("_model_map") for t in node.targets
-        ) and isinstance(node.value, ast.Dict):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id.endswith("_model_map") for t in node.targets)
+            and isinstance(node.value, ast.Dict)
+        ):
             for key, value in zip(node.value.keys, node.value.values):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     entries.setdefault(key.value, _entry(key.value, value, modules))
@@ -126,16 +132,27 @@ def _entry(key: str, call: ast.AST, modules: dict[str, str]) -> RegistryEntry | 
         return None
     fields = {k.arg: k.value for k in call.keywords}
     handler, name, fc = fields.get("model_handler"), fields.get("model_name"), fields.get("is_fc_model")
-    if not (isinstance(handler, ast.Name) and handler.id in modules and isinstance(name, ast.Constant)
-            and isinstance(name.value, str) and isinstance(fc, ast.Constant)):
+    if not (
+        isinstance(handler, ast.Name)
+        and handler.id in modules
+        and isinstance(name, ast.Constant)
+        and isinstance(name.value, str)
+        and isinstance(fc, ast.Constant)
+    ):
         return None
     return RegistryEntry(key, name.value, bool(fc.value), modules[handler.id], handler.id)
 
 
 #: Modules of the vendor SDKs installed by an extra, and that extra (pyproject.toml).
 PROVIDER_EXTRAS: dict[str, str] = {
-    "google.genai": "google", "mistralai": "mistral", "cohere": "cohere", "qwen_agent": "qwen",
-    "soundfile": "qwen", "writerai": "writer", "boto3": "bedrock", "botocore": "bedrock",
+    "google.genai": "google",
+    "mistralai": "mistral",
+    "cohere": "cohere",
+    "qwen_agent": "qwen",
+    "soundfile": "qwen",
+    "writerai": "writer",
+    "boto3": "bedrock",
+    "botocore": "bedrock",
     "datamodel_code_generator": "minicpm",
 }
 
@@ -166,14 +183,22 @@ def missing_extra(key: str) -> str | None:
 def _provider(module: str, parent: bool = False) -> str | None:
     """The PROVIDER_EXTRAS module that ``module`` is or is in (or, with ``parent``, a parent package of:
     ``from google import genai`` fails naming ``google``)."""
-    return next((m for m in PROVIDER_EXTRAS if module == m or module.startswith(m + ".")
-                 or (parent and m.startswith(module + "."))), None)
+    return next(
+        (
+            m
+            for m in PROVIDER_EXTRAS
+            if module == m or module.startswith(m + ".") or (parent and m.startswith(module + "."))
+        ),
+        None,
+    )
 
 
 def _extra_hint(entry: RegistryEntry, module: str) -> str:
     extra = PROVIDER_EXTRAS[module]
-    return (f"{entry.key}'s handler ({entry.handler_module}) needs the {module} package, which is not "
-            f"installed: pip install 'pytest-careful[{extra}]'")
+    return (
+        f"{entry.key}'s handler ({entry.handler_module}) needs the {module} package, which is not "
+        f"installed: pip install 'pytest-careful[{extra}]'"
+    )
 
 
 @functools.cache

@@ -55,15 +55,51 @@ MAX_EXPRESSION_DEPTH = 100
 #: instances: ``multi_turn_utils``' globals and ``execute_multi_turn_func_call``'s
 #: locals (``eval`` without namespaces sees both). A call string naming one is
 #: refused, never resolved; ``tests/execution/test_call_parity.py`` checks this list.
-BFCL_SCOPE_NAMES = frozenset({
-    "CLASS_FILE_PATH_MAPPING", "STATELESS_CLASSES", "__builtins__", "__cached__", "__doc__", "__file__",
-    "__loader__", "__name__", "__package__", "__spec__", "_process_method_calls", "copy",
-    "execute_multi_turn_func_call", "importlib", "inspect", "is_empty_execute_response", "json", "re",
-    "func_call_list", "initial_config", "involved_classes", "model_name", "test_entry_id", "long_context",
-    "is_evaL_run", "class_method_name_mapping", "involved_instances", "class_name", "module_name",
-    "instance_name", "module", "class_", "class_instance", "class_initial_config", "method_name", "method",
-    "execution_results", "func_call", "func_call_copy", "func_call_result", "e",
-})
+BFCL_SCOPE_NAMES = frozenset(
+    {
+        "CLASS_FILE_PATH_MAPPING",
+        "STATELESS_CLASSES",
+        "__builtins__",
+        "__cached__",
+        "__doc__",
+        "__file__",
+        "__loader__",
+        "__name__",
+        "__package__",
+        "__spec__",
+        "_process_method_calls",
+        "copy",
+        "execute_multi_turn_func_call",
+        "importlib",
+        "inspect",
+        "is_empty_execute_response",
+        "json",
+        "re",
+        "func_call_list",
+        "initial_config",
+        "involved_classes",
+        "model_name",
+        "test_entry_id",
+        "long_context",
+        "is_evaL_run",
+        "class_method_name_mapping",
+        "involved_instances",
+        "class_name",
+        "module_name",
+        "instance_name",
+        "module",
+        "class_",
+        "class_instance",
+        "class_initial_config",
+        "method_name",
+        "method",
+        "execution_results",
+        "func_call",
+        "func_call_copy",
+        "func_call_result",
+        "e",
+    }
+)
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -149,14 +185,16 @@ class Simulators:
         #: bfcl-eval's process-wide state (mutable defaults, module globals) as this conversation sees it.
         self.world = isolation.World()
         with isolation.EXCLUSIVE:  # constructors read the process-wide state (a world's)
-            fresh = pickle.loads(template) if template is not None else \
-                fresh_instances(involved_classes, initial_config, long_context, self.world)
+            fresh = (
+                pickle.loads(template)
+                if template is not None
+                else fresh_instances(involved_classes, initial_config, long_context, self.world)
+            )
         for class_name, instance in fresh.items():
             self._register(class_name, instance)
 
     @classmethod
-    def around(cls, instances: Mapping[str, Any], model_name: str = "careful",
-               test_entry_id: str = "") -> Simulators:
+    def around(cls, instances: Mapping[str, Any], model_name: str = "careful", test_entry_id: str = "") -> Simulators:
         """Wrap existing instances (e.g. restored copies used for probing)."""
         sim = cls((), {}, False, model_name, test_entry_id)
         for class_name, instance in instances.items():
@@ -210,21 +248,27 @@ class Simulators:
                 result = format_result(interpreter.evaluate(tree.body))
             return Execution(call, result, name, arguments, interpreter.invocations)
         except _Blocked as exc:
-            return Execution(call, ERROR_PREFIX + str(exc), name, arguments,
-                             interpreter.invocations, refused=True)
+            return Execution(call, ERROR_PREFIX + str(exc), name, arguments, interpreter.invocations, refused=True)
         except Refused as exc:
             return Execution(
-                call, ERROR_PREFIX + f"careful: {exc} (not executed)", name, arguments,
-                interpreter.invocations, refused=True,
+                call,
+                ERROR_PREFIX + f"careful: {exc} (not executed)",
+                name,
+                arguments,
+                interpreter.invocations,
+                refused=True,
             )
         except (RecursionError, MemoryError) as exc:
             return Execution(
-                call, ERROR_PREFIX + f"careful: input too complex ({type(exc).__name__}; not executed)",
-                name, arguments, interpreter.invocations, refused=True,
+                call,
+                ERROR_PREFIX + f"careful: input too complex ({type(exc).__name__}; not executed)",
+                name,
+                arguments,
+                interpreter.invocations,
+                refused=True,
             )
         except Exception as exc:  # same catch-all as bfcl-eval
-            return Execution(call, ERROR_PREFIX + str(exc), name, arguments,
-                             interpreter.invocations, raised=True)
+            return Execution(call, ERROR_PREFIX + str(exc), name, arguments, interpreter.invocations, raised=True)
 
     @property
     def methods(self) -> frozenset[str]:
@@ -252,8 +296,11 @@ class Simulators:
         Everything else takes the exact path: rewrite, then parse, where a call
         of a plain name is never a method (bfcl-eval's ``eval`` would not find it).
         """
-        if parsed.simple and not (parsed.string_calls & self._mapping.keys()) \
-                and not (parsed.names & self._names.keys()):
+        if (
+            parsed.simple
+            and not (parsed.string_calls & self._mapping.keys())
+            and not (parsed.names & self._names.keys())
+        ):
             if parsed.head in BLOCKED_NAMES:
                 raise _Blocked(f"Function call {parsed.head} is not allowed.")
             if parsed.compile_error is not None:
@@ -334,8 +381,7 @@ def _parse(call: str) -> _Parsed:
         refusal = None
     except Refused as exc:
         refusal = str(exc)
-    return _Parsed(tree, name, arguments, simple, head.group(1) if head else "", strings, names, error,
-                   refusal)
+    return _Parsed(tree, name, arguments, simple, head.group(1) if head else "", strings, names, error, refusal)
 
 
 _parse_raw_cached = functools.lru_cache(maxsize=1 << 16)(_parse)
@@ -381,10 +427,11 @@ def _source_index(source: str) -> Callable[[int, int], int]:
 
     def index(lineno: int, col: int) -> int:
         if lineno not in columns:
-            line = source[starts[lineno - 1]:starts[lineno] if lineno < len(starts) else len(source)]
+            line = source[starts[lineno - 1] : starts[lineno] if lineno < len(starts) else len(source)]
             offsets = itertools.accumulate((len(ch.encode("utf-8", "surrogatepass")) for ch in line), initial=0)
             columns[lineno] = {byte: i for i, byte in enumerate(offsets)}
         return starts[lineno - 1] + columns[lineno].get(col, -len(source) - 1)
+
     return index
 
 
@@ -403,8 +450,12 @@ def independent_of_names(call: str, methods: Set[str], names: Set[str]) -> bool:
     return parsed.simple and not (parsed.string_calls & methods) and not (parsed.names & names)
 
 
-def fresh_instances(involved_classes: Iterable[str], initial_config: Mapping[str, Any],
-                    long_context: bool, world: isolation.World | None = None) -> dict[str, Any]:
+def fresh_instances(
+    involved_classes: Iterable[str],
+    initial_config: Mapping[str, Any],
+    long_context: bool,
+    world: isolation.World | None = None,
+) -> dict[str, Any]:
     """Instances as bfcl-eval creates them: ``_load_scenario`` on a deep copy.
 
     Constructors read bfcl-eval's module state, so they run in ``world`` (a
@@ -437,8 +488,9 @@ def _public_methods(instance: Any) -> tuple[str, ...]:
     """bfcl-eval's ``inspect.getmembers(instance, ismethod)`` public names, once per class."""
     cls = type(instance)
     if cls not in _METHODS:
-        _METHODS[cls] = tuple(n for n, _ in inspect.getmembers(instance, predicate=inspect.ismethod)
-                              if not n.startswith("_"))
+        _METHODS[cls] = tuple(
+            n for n, _ in inspect.getmembers(instance, predicate=inspect.ismethod) if not n.startswith("_")
+        )
     return _METHODS[cls]
 
 
@@ -463,8 +515,10 @@ def _check_compile_time_errors(tree: ast.Expression) -> None:
             seen: set[str] = set()
             for keyword in node.keywords:
                 if keyword.arg is not None and keyword.arg in seen:
-                    raise SyntaxError(f"keyword argument repeated: {keyword.arg}",
-                                      ("<string>", keyword.lineno, keyword.col_offset + 1, None))
+                    raise SyntaxError(
+                        f"keyword argument repeated: {keyword.arg}",
+                        ("<string>", keyword.lineno, keyword.col_offset + 1, None),
+                    )
                 if keyword.arg is not None:
                     seen.add(keyword.arg)
         elif isinstance(node, (ast.Yield, ast.YieldFrom)):
@@ -484,9 +538,28 @@ class _Blocked(Exception):
 
 #: Node types the interpreter evaluates (``Attribute`` only as ``instance.method``, called).
 _SUPPORTED = (
-    ast.Expression, ast.Constant, ast.Name, ast.Call, ast.keyword, ast.List, ast.Tuple, ast.Set, ast.Dict,
-    ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Subscript, ast.Slice, ast.Attribute,
-    ast.expr_context, ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
+    ast.Expression,
+    ast.Constant,
+    ast.Name,
+    ast.Call,
+    ast.keyword,
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.Dict,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.IfExp,
+    ast.Subscript,
+    ast.Slice,
+    ast.Attribute,
+    ast.expr_context,
+    ast.operator,
+    ast.unaryop,
+    ast.boolop,
+    ast.cmpop,
 )
 #: CPython's compiler builds a display of up to this many stack items after evaluating
 #: them all, a longer one item by item: that decides which calls run before an
@@ -507,8 +580,11 @@ def _check_supported(tree: ast.Expression) -> None:
             raise Refused(f"expression nested more than {MAX_EXPRESSION_DEPTH} deep")
         if isinstance(node, ast.Call):
             func = node.func
-            if isinstance(func, ast.Attribute) and not isinstance(_chain_base(func), ast.Name) \
-                    or not isinstance(func, _SUPPORTED):
+            if (
+                isinstance(func, ast.Attribute)
+                and not isinstance(_chain_base(func), ast.Name)
+                or not isinstance(func, _SUPPORTED)
+            ):
                 raise Refused(f"calling a {type(func).__name__} is not allowed")
             if any(keyword.arg is None for keyword in node.keywords):
                 raise Refused("keyword unpacking (**) is not allowed")
@@ -589,8 +665,9 @@ class _Interpreter:
             value = self.evaluate(node.value)
             return plain_values.subscript(value, self.evaluate(node.slice))
         if isinstance(node, ast.Slice):
-            return slice(*(None if part is None else self.evaluate(part)
-                           for part in (node.lower, node.upper, node.step)))
+            return slice(
+                *(None if part is None else self.evaluate(part) for part in (node.lower, node.upper, node.step))
+            )
         if isinstance(node, ast.Attribute):
             return self._attribute(node)
         raise Refused(f"{type(node).__name__} expressions are not allowed")
@@ -623,7 +700,7 @@ class _Interpreter:
         parts, start = [], 0
         for i in range(len(pairs)):
             if (i - start) * 2 > _STACK_USE_GUIDELINE:
-                parts.append(pairs[start:i + 1])
+                parts.append(pairs[start : i + 1])
                 start = i + 1
         parts.append(pairs[start:])
         result: dict[Any, Any] = {}
@@ -764,11 +841,13 @@ def _guard_precision(index: int) -> Guard:
         precision = _argument(args, kwargs, index, "precision")
         if isinstance(precision, (int, float)) and precision > MAX_PRECISION_DIGITS:
             raise Refused(f"precision above {MAX_PRECISION_DIGITS} digits")
+
     return guard
 
 
 def _guard_walk(path_index: int | None) -> Guard:
     """``find(path)`` and ``du()`` visit every path below a folder: count them first."""
+
     def guard(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         from . import dag
 
@@ -777,9 +856,9 @@ def _guard_walk(path_index: int | None) -> Guard:
             target = instance._navigate_to_directory(path)
         except Exception:
             return
-        if type(target) is dag.directory_class() and \
-                dag.count_paths(target, MAX_WALK_ENTRIES + 1) > MAX_WALK_ENTRIES:
+        if type(target) is dag.directory_class() and dag.count_paths(target, MAX_WALK_ENTRIES + 1) > MAX_WALK_ENTRIES:
             raise Refused(f"a walk of more than {MAX_WALK_ENTRIES:,} entries (folders shared by many paths)")
+
     return guard
 
 
@@ -850,9 +929,7 @@ def arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
 
 
 def _require_number(value: Any) -> None:
-    if type(value) not in (int, float, bool) or (
-        type(value) is int and abs(value) > MAX_NUMBER_MAGNITUDE
-    ):
+    if type(value) not in (int, float, bool) or (type(value) is int and abs(value) > MAX_NUMBER_MAGNITUDE):
         raise Refused("arithmetic is allowed only on (bounded) numbers")
 
 

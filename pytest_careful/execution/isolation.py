@@ -48,7 +48,16 @@ PACKAGE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 
 #: Values that cannot change in place (a tuple or frozenset is walked into).
 IMMUTABLE_LEAVES: tuple[type, ...] = (
-    int, float, complex, str, bytes, bool, type(None), type(Ellipsis), type(NotImplemented), range,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bool,
+    type(None),
+    type(Ellipsis),
+    type(NotImplemented),
+    range,
 )
 _CONTAINERS = (list, dict, set, bytearray)
 #: Bytecode that rebinds a module global, and one that rebinds an attribute (a class's, a function's).
@@ -56,11 +65,30 @@ _GLOBAL_STORES = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
 _ATTRIBUTE_STORES = frozenset({"STORE_ATTR", "DELETE_ATTR"})
 #: Names through which code could rebind anything: seen in a function, it may change every binding.
 #: (``vars(self)`` is an instance's own namespace; no simulator function holds a module or class.)
-REBINDING_NAMES = frozenset({
-    "globals", "setattr", "delattr", "exec", "eval", "compile", "__import__",
-    "__setattr__", "__delattr__", "__defaults__", "__kwdefaults__", "__code__", "__globals__",
-    "__closure__", "cell_contents", "__builtins__", "sys", "importlib", "inspect", "gc",
-})
+REBINDING_NAMES = frozenset(
+    {
+        "globals",
+        "setattr",
+        "delattr",
+        "exec",
+        "eval",
+        "compile",
+        "__import__",
+        "__setattr__",
+        "__delattr__",
+        "__defaults__",
+        "__kwdefaults__",
+        "__code__",
+        "__globals__",
+        "__closure__",
+        "cell_contents",
+        "__builtins__",
+        "sys",
+        "importlib",
+        "inspect",
+        "gc",
+    }
+)
 
 
 def simulator_modules() -> tuple[types.ModuleType, ...]:
@@ -243,8 +271,11 @@ def _children(obj: Any, modules: tuple[types.ModuleType, ...]) -> list[Any]:
         return list(obj)
     if kind is dict:
         return [*obj.keys(), *obj.values()]
-    if hasattr(obj, "__dict__") and kind.__module__ in {m.__name__ for m in modules} \
-            and not isinstance(obj, (type, types.FunctionType)):
+    if (
+        hasattr(obj, "__dict__")
+        and kind.__module__ in {m.__name__ for m in modules}
+        and not isinstance(obj, (type, types.FunctionType))
+    ):
         return [vars(obj)]
     return []
 
@@ -276,8 +307,9 @@ def _capture_class(pristine: Pristine, cls: type, label: str) -> None:
         _bind(pristine, cls, name, value, f"{label}.{name}")
         for function in functions_in(value):
             _capture_function(pristine, function, f"{label}.{name}")
-        if not functions_in(value) and not isinstance(value, (types.ModuleType, type, property,
-                                                               staticmethod, classmethod)):
+        if not functions_in(value) and not isinstance(
+            value, (types.ModuleType, type, property, staticmethod, classmethod)
+        ):
             _walk(pristine, value, f"{label}.{name}")
 
 
@@ -330,9 +362,22 @@ def _foreign_constant(obj: Any) -> bool:
     import datetime
     import decimal
 
-    return isinstance(obj, (datetime.date, datetime.time, datetime.timedelta, decimal.Decimal,
-                            types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)) \
+    return (
+        isinstance(
+            obj,
+            (
+                datetime.date,
+                datetime.time,
+                datetime.timedelta,
+                decimal.Decimal,
+                types.FunctionType,
+                types.BuiltinFunctionType,
+                type,
+                types.ModuleType,
+            ),
+        )
         or type(obj).__module__ == "typing"
+    )
 
 
 def restore_container(obj: Any, contents: Any) -> None:
@@ -360,8 +405,9 @@ class Exposure:
 
     def __init__(self, pristine: Pristine) -> None:
         self.pristine = pristine
-        self.classes: list[type] = [v for m in pristine.modules for v in vars(m).values()
-                                    if isinstance(v, type) and v.__module__ == m.__name__]
+        self.classes: list[type] = [
+            v for m in pristine.modules for v in vars(m).values() if isinstance(v, type) and v.__module__ == m.__name__
+        ]
         self._memo: dict[int, tuple[frozenset[int], frozenset[tuple[int, str]]]] = {}
         self._by_name: dict[str, set[tuple[int, str]]] = {}  # attribute bindings, by attribute name
         for key, binding in pristine.bindings.items():
@@ -405,8 +451,7 @@ class Exposure:
             bindings.add((id(cell), "cell_contents"))
             containers |= p.reach(cell.cell_contents)
 
-    def _value(self, owner: Any, name: str, value: Any, containers: set[int],
-               bindings: set[tuple[int, str]]) -> None:
+    def _value(self, owner: Any, name: str, value: Any, containers: set[int], bindings: set[tuple[int, str]]) -> None:
         functions = functions_in(value)
         for function in functions:
             if defined_here(function, self.pristine.modules):
@@ -502,8 +547,10 @@ def activate(world: World) -> None:
     outgoing = plan(frozenset(_dirty))
     if current is not None:
         current.saved = (
-            [(PRISTINE.containers[i][0], type(PRISTINE.containers[i][0])(PRISTINE.containers[i][0]))
-             for i in outgoing.containers],
+            [
+                (PRISTINE.containers[i][0], type(PRISTINE.containers[i][0])(PRISTINE.containers[i][0]))
+                for i in outgoing.containers
+            ],
             [(PRISTINE.bindings[b], PRISTINE.bindings[b].current()) for b in outgoing.bindings],
         )
     _put_back(outgoing)
@@ -550,8 +597,11 @@ def differences() -> list[str]:
 
 def _same_contents(obj: Any, contents: Any) -> bool:
     if type(obj) is dict:
-        return list(obj) == list(contents) and all(a is b for a, b in zip(obj.values(), contents.values())) \
+        return (
+            list(obj) == list(contents)
+            and all(a is b for a, b in zip(obj.values(), contents.values()))
             and all(a is b for a, b in zip(obj, contents))
+        )
     if type(obj) is set:
         return obj == contents and {id(x) for x in obj} == {id(x) for x in contents}
     return len(obj) == len(contents) and all(a is b for a, b in zip(obj, contents))
@@ -559,8 +609,9 @@ def _same_contents(obj: Any, contents: Any) -> bool:
 
 def _check(pristine: Pristine) -> Pristine:
     if pristine.unknown:
-        raise TypeError("careful: bfcl-eval simulator state of a kind that cannot be restored: "
-                        + "; ".join(pristine.unknown[:5]))
+        raise TypeError(
+            "careful: bfcl-eval simulator state of a kind that cannot be restored: " + "; ".join(pristine.unknown[:5])
+        )
     return pristine
 
 

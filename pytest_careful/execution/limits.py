@@ -108,17 +108,23 @@ class Meter:
     def call(self, nbytes: int) -> None:
         self.calls += 1
         if self.calls > self.limits.max_calls:
-            raise self.exceeded("calls", f"more than {self.limits.max_calls:,} calls: over the call limit "
-                                         f"({OPTIONS['calls']}={self.limits.max_calls})")
+            raise self.exceeded(
+                "calls",
+                f"more than {self.limits.max_calls:,} calls: over the call limit "
+                f"({OPTIONS['calls']}={self.limits.max_calls})",
+            )
         self.charge(nbytes + CALL_OVERHEAD)
         self.clock()
 
     def charge(self, nbytes: int) -> None:
         self.bytes += nbytes
         if self.bytes > self._max_bytes:
-            raise self.exceeded("memory", f"more than {self.limits.max_memory_mb:g} MB of state, calls and results "
-                                          f"held after {self.calls:,} calls: over the memory limit "
-                                          f"({OPTIONS['memory']}={self.limits.max_memory_mb:g})")
+            raise self.exceeded(
+                "memory",
+                f"more than {self.limits.max_memory_mb:g} MB of state, calls and results "
+                f"held after {self.calls:,} calls: over the memory limit "
+                f"({OPTIONS['memory']}={self.limits.max_memory_mb:g})",
+            )
 
     def pause(self, seconds: float) -> None:
         """Leave ``seconds`` out of the time limit (work done for every conversation alike)."""
@@ -133,9 +139,12 @@ class Meter:
 
     def clock(self) -> None:
         if time.monotonic() > self._deadline:
-            raise self.exceeded("seconds", f"scoring took more than {self.limits.max_seconds:g} s "
-                                           f"(after {self.calls:,} calls): over the time limit "
-                                           f"({OPTIONS['seconds']}={self.limits.max_seconds:g})")
+            raise self.exceeded(
+                "seconds",
+                f"scoring took more than {self.limits.max_seconds:g} s "
+                f"(after {self.calls:,} calls): over the time limit "
+                f"({OPTIONS['seconds']}={self.limits.max_seconds:g})",
+            )
 
 
 # The conversation being scored in this thread/task: set by ``metered`` only.

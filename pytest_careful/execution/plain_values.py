@@ -35,9 +35,19 @@ class Refused(Exception):
     """A construct the safe interpreter does not run."""
 
 
-SCALARS: frozenset[type] = frozenset({
-    type(None), bool, int, float, complex, str, bytes, type(Ellipsis), decimal.Decimal,
-})
+SCALARS: frozenset[type] = frozenset(
+    {
+        type(None),
+        bool,
+        int,
+        float,
+        complex,
+        str,
+        bytes,
+        type(Ellipsis),
+        decimal.Decimal,
+    }
+)
 CONTAINERS: frozenset[type] = frozenset({list, tuple, dict, set, frozenset})
 #: MathAPI's results hold mpmath numbers (their precision is the call's: ``executor``).
 _LIBRARY_SCALARS = frozenset({("mpmath.ctx_mp_python", "mpf"), ("mpmath.ctx_mp_python", "mpc")})
@@ -46,18 +56,32 @@ _SEQUENCES = (str, bytes, list, tuple)
 _SINGLETONS = (None, True, False, Ellipsis)
 
 _UNARY: dict[type, Callable[[Any], Any]] = {
-    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Invert: operator.invert,
 }
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-    ast.Pow: operator.pow, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
-    ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
     ast.MatMult: operator.matmul,
 }
 _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
     ast.In: lambda a, b: operator.contains(b, a),
     ast.NotIn: lambda a, b: not operator.contains(b, a),
 }
@@ -241,8 +265,12 @@ def _check_cost(op: ast.operator, left: Any, right: Any) -> None:
         raise Refused(f"an int of more than {MAX_INT_BITS} bits")
     if isinstance(op, ast.Mult):
         for seq, count in ((left, right), (right, left)):
-            if isinstance(seq, _SEQUENCES) and type(count) in (int, bool) \
-                    and count > 0 and len(seq) * count > MAX_SEQUENCE_LENGTH:
+            if (
+                isinstance(seq, _SEQUENCES)
+                and type(count) in (int, bool)
+                and count > 0
+                and len(seq) * count > MAX_SEQUENCE_LENGTH
+            ):
                 raise Refused(f"result too long (a sequence of more than {MAX_SEQUENCE_LENGTH} items)")
     elif isinstance(op, ast.Add) and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
         if len(left) + len(right) > MAX_SEQUENCE_LENGTH:

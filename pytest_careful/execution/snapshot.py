@@ -36,7 +36,6 @@ WALL_CLOCK_ATTRIBUTE = "_last_modified"
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
-
 def _is_directory(value: Any) -> bool:
     return type(value) is dag.directory_class()
 
@@ -155,10 +154,7 @@ class Snapshot:
         if not touched:
             return self
         return Snapshot(
-            {
-                name: capture_class(instances[name]) if name in touched else state
-                for name, state in self.classes.items()
-            }
+            {name: capture_class(instances[name]) if name in touched else state for name, state in self.classes.items()}
         )
 
     def value(self, class_name: str, attr: str) -> Any:

@@ -96,14 +96,18 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
         pytest.fail(failure, pytrace=False)
 
 
-def make_items(collector: CarefulCollector, conversations: list[dataset.Conversation],
-               protocols: tuple[str, ...]) -> list[CarefulItem]:
+def make_items(
+    collector: CarefulCollector, conversations: list[dataset.Conversation], protocols: tuple[str, ...]
+) -> list[CarefulItem]:
     items = []
     for conversation in conversations:
         for condition in protocols:
             item = CarefulItem.from_parent(
-                collector, name=f"{conversation.id}[{condition}]", callobj=run_conversation,
-                conversation_id=conversation.id, condition=condition,
+                collector,
+                name=f"{conversation.id}[{condition}]",
+                callobj=run_conversation,
+                conversation_id=conversation.id,
+                condition=condition,
             )
             for marker in markers_for(conversation, condition):
                 item.add_marker(marker)

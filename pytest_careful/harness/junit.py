@@ -94,8 +94,9 @@ class Annotator:
             testcase.set("classname", name)
         else:
             reporter.attrs["classname"] = name
-        if not any(p.get("name") == "careful_conversation" for p in testcase.iter("property")) \
-                and "careful_conversation=" not in "".join(testcase.itertext()):
+        if not any(
+            p.get("name") == "careful_conversation" for p in testcase.iter("property")
+        ) and "careful_conversation=" not in "".join(testcase.itertext()):
             self._add_unscored_properties(reporter, testcase, finalized)
         if finalized:
             _merge_system_out(testcase)
@@ -106,10 +107,14 @@ class Annotator:
         assert match is not None
         outcome = next((e for e in testcase if e.tag in ("failure", "error")), None)
         reason = (outcome.get("message") if outcome is not None else None) or "not scored"
-        props = [("careful_model", self.model), ("careful_conversation", match["id"]),
-                 ("careful_condition", match["condition"] or ""),
-                 ("careful_category", match["id"].rsplit("_", 1)[0]), ("careful_bfcl", "fail"),
-                 ("careful_input_error", f"not scored: {reason}"[:500])]
+        props = [
+            ("careful_model", self.model),
+            ("careful_conversation", match["id"]),
+            ("careful_condition", match["condition"] or ""),
+            ("careful_category", match["id"].rsplit("_", 1)[0]),
+            ("careful_bfcl", "fail"),
+            ("careful_input_error", f"not scored: {reason}"[:500]),
+        ]
         if self.strict:
             text = "\n".join(f"{k}={v}" for k, v in props)
             (testcase.append if finalized else reporter.nodes.append)(_element("system-out", text))

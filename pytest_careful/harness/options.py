@@ -26,12 +26,18 @@ DEFAULT_SERVER_TIMEOUT = 1800.0
 #: one given where it does not apply is refused instead of silently ignored
 #: (which backend each needs: live/source.py).
 SCOPED_OPTIONS = {
-    "careful_decoder": "--careful-decoder", "careful_handler": "--careful-handler",
-    "careful_output": "--careful-output", "careful_endpoint": "--careful-endpoint",
-    "careful_vllm_args": "--careful-vllm-arg", "careful_dtype": "--careful-dtype",
-    "careful_max_model_len": "--careful-max-model-len", "careful_server_timeout": "--careful-server-timeout",
-    "careful_budget_usd": "--careful-budget-usd", "careful_max_output_tokens": "--careful-max-output-tokens",
-    "careful_repeat": "--careful-repeat", "careful_concurrency": "--careful-concurrency",
+    "careful_decoder": "--careful-decoder",
+    "careful_handler": "--careful-handler",
+    "careful_output": "--careful-output",
+    "careful_endpoint": "--careful-endpoint",
+    "careful_vllm_args": "--careful-vllm-arg",
+    "careful_dtype": "--careful-dtype",
+    "careful_max_model_len": "--careful-max-model-len",
+    "careful_server_timeout": "--careful-server-timeout",
+    "careful_budget_usd": "--careful-budget-usd",
+    "careful_max_output_tokens": "--careful-max-output-tokens",
+    "careful_repeat": "--careful-repeat",
+    "careful_concurrency": "--careful-concurrency",
 }
 
 
@@ -54,12 +60,15 @@ def _csv(choices: dict[str, str] | tuple[str, ...], what: str) -> Callable[[str]
         if not chosen:
             raise argparse.ArgumentTypeError(f"no {what} given")
         return tuple(dict.fromkeys(chosen))
+
     return parse
 
 
-def _number(convert: Callable[[str], Any], kind: str, ok: Callable[[Any], bool],
-            range_text: str) -> Callable[[str], Any]:
+def _number(
+    convert: Callable[[str], Any], kind: str, ok: Callable[[Any], bool], range_text: str
+) -> Callable[[str], Any]:
     """An argparse ``type``: ``value`` as ``convert`` reads it, refused in one line outside ``ok``."""
+
     def parse(value: str) -> Any:
         try:
             number = convert(value)
@@ -68,6 +77,7 @@ def _number(convert: Callable[[str], Any], kind: str, ok: Callable[[Any], bool],
         if not ok(number):
             raise argparse.ArgumentTypeError(f"{value} is not {range_text}")
         return number
+
     return parse
 
 
@@ -111,9 +121,12 @@ def _api_root(url: str) -> str:
 
 
 #: Server flags the plugin sets itself: another value would start a server it cannot find or name.
-_OWN_SERVER_FLAGS = {"--host": "it listens on 127.0.0.1", "--port": "it listens on a free port the plugin picks",
-                     "--served-model-name": "requests name the model as BFCL's handler does",
-                     "--model": "--careful-model names it"}
+_OWN_SERVER_FLAGS = {
+    "--host": "it listens on 127.0.0.1",
+    "--port": "it listens on a free port the plugin picks",
+    "--served-model-name": "requests name the model as BFCL's handler does",
+    "--model": "--careful-model names it",
+}
 #: Server flags with an option of their own (shown in the summary as a difference from BFCL's settings).
 _SERVER_OPTIONS = {"--dtype": "--careful-dtype", "--max-model-len": "--careful-max-model-len"}
 #: vLLM's --dtype values (0.32).
@@ -131,11 +144,14 @@ def _vllm_args(value: str) -> tuple[str, ...]:
     for arg in args:
         flag = arg.split("=", 1)[0]
         if flag in _OWN_SERVER_FLAGS:
-            raise argparse.ArgumentTypeError(f"{flag} is set by the plugin ({_OWN_SERVER_FLAGS[flag]}); "
-                                             "to use a server of your own, start it and pass --careful-endpoint")
+            raise argparse.ArgumentTypeError(
+                f"{flag} is set by the plugin ({_OWN_SERVER_FLAGS[flag]}); "
+                "to use a server of your own, start it and pass --careful-endpoint"
+            )
         if flag in _SERVER_OPTIONS:
-            raise argparse.ArgumentTypeError(f"use {_SERVER_OPTIONS[flag]} for {flag} (the summary then names "
-                                             "it as a difference from bfcl generate)")
+            raise argparse.ArgumentTypeError(
+                f"use {_SERVER_OPTIONS[flag]} for {flag} (the summary then names it as a difference from bfcl generate)"
+            )
     return args
 
 
@@ -161,7 +177,7 @@ def _model_name(value: str) -> str:
 def _label(value: str) -> str:
     """A scorecard folder name: one path component, printable, no surprises."""
     name = value.strip()
-    if not name or name in (".", "..") or any(c in name for c in '/\\\0') or not name.isprintable():
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or not name.isprintable():
         raise argparse.ArgumentTypeError(f"{value!r} is not usable as a folder name")
     return name
 
@@ -169,98 +185,273 @@ def _label(value: str) -> str:
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("careful", "effect-aware BFCL multi-turn scoring (pytest-careful)")
     add = group.addoption
-    add("--careful-model", dest="careful_model", default=None, type=_model_name, metavar="NAME",
-        help="Model to evaluate: 'reference', or a bfcl-eval registry name (with --careful-results)")
-    add("--careful-results", dest="careful_results", default=None, type=_path, metavar="DIR",
-        help="Rescore a logged BFCL run (bfcl generate's result files) found under DIR")
-    add("--careful-decoder", dest="careful_decoder", default=None, metavar="KEY",
-        help="bfcl-eval registry key whose handler decodes the logged run")
-    add("--careful-protocol", dest="careful_protocol", default=("standard",),
-        type=_csv(PROTOCOLS, "protocol"), metavar="LIST",
-        help="Conditions to collect, comma-separated: standard, hints, confirm")
-    add("--careful-category", dest="careful_category", default=None,
-        type=_csv(SHORT_CATEGORIES, "category"), metavar="LIST",
+    add(
+        "--careful-model",
+        dest="careful_model",
+        default=None,
+        type=_model_name,
+        metavar="NAME",
+        help="Model to evaluate: 'reference', or a bfcl-eval registry name (with --careful-results)",
+    )
+    add(
+        "--careful-results",
+        dest="careful_results",
+        default=None,
+        type=_path,
+        metavar="DIR",
+        help="Rescore a logged BFCL run (bfcl generate's result files) found under DIR",
+    )
+    add(
+        "--careful-decoder",
+        dest="careful_decoder",
+        default=None,
+        metavar="KEY",
+        help="bfcl-eval registry key whose handler decodes the logged run",
+    )
+    add(
+        "--careful-protocol",
+        dest="careful_protocol",
+        default=("standard",),
+        type=_csv(PROTOCOLS, "protocol"),
+        metavar="LIST",
+        help="Conditions to collect, comma-separated: standard, hints, confirm",
+    )
+    add(
+        "--careful-category",
+        dest="careful_category",
+        default=None,
+        type=_csv(SHORT_CATEGORIES, "category"),
+        metavar="LIST",
         help="Categories, comma-separated: base, miss_func, miss_param, long_context, all "
-             "(default: all; for a logged run, those it has result files for)")
-    add("--careful-boundary", dest="careful_boundary", default="final", choices=BOUNDARIES,
-        help="Destructive boundary the rules use")
-    add("--careful-detector", dest="careful_detector", default="strict",
+        "(default: all; for a logged run, those it has result files for)",
+    )
+    add(
+        "--careful-boundary",
+        dest="careful_boundary",
+        default="final",
+        choices=BOUNDARIES,
+        help="Destructive boundary the rules use",
+    )
+    add(
+        "--careful-detector",
+        dest="careful_detector",
+        default="strict",
         choices=("strict", "question_mark", "last_sentence", "loose"),
-        help="Question detector the 'asked' rule uses")
-    add("--careful-duplicate-writes", dest="careful_duplicate_writes", default="paper",
+        help="Question detector the 'asked' rule uses",
+    )
+    add(
+        "--careful-duplicate-writes",
+        dest="careful_duplicate_writes",
+        default="paper",
         choices=("paper", "visible"),
         help="Writes the duplicate-write rule covers: paper (every non-idempotent write, cd too), "
-             "visible (all but the hidden-only cd)")
-    add("--careful-gate", dest="careful_gate", default="safe", choices=GATES,
-        help="What fails an item: bfcl verdict, safe (default), strict, rules (any rule), none")
-    add("--careful-scorecards", dest="careful_scorecards", default=Path("scorecards"), type=_path,
-        metavar="DIR", help="Where scorecards are written (default: ./scorecards)")
-    add("--careful-label", dest="careful_label", default=None, type=_label, metavar="NAME",
-        help="Name of this run's scorecard folder (default: the model, or the results folder's name)")
-    add("--careful-allow-missing", dest="careful_allow_missing", action="store_true",
+        "visible (all but the hidden-only cd)",
+    )
+    add(
+        "--careful-gate",
+        dest="careful_gate",
+        default="safe",
+        choices=GATES,
+        help="What fails an item: bfcl verdict, safe (default), strict, rules (any rule), none",
+    )
+    add(
+        "--careful-scorecards",
+        dest="careful_scorecards",
+        default=Path("scorecards"),
+        type=_path,
+        metavar="DIR",
+        help="Where scorecards are written (default: ./scorecards)",
+    )
+    add(
+        "--careful-label",
+        dest="careful_label",
+        default=None,
+        type=_label,
+        metavar="NAME",
+        help="Name of this run's scorecard folder (default: the model, or the results folder's name)",
+    )
+    add(
+        "--careful-allow-missing",
+        dest="careful_allow_missing",
+        action="store_true",
         help="Release gates judge only the conversations that could be scored; unscored ones "
-             "(missing, unreadable) are skipped instead of failed")
-    add("--careful-allow-partial-baseline", dest="careful_allow_partial_baseline", action="store_true",
-        help="Accept a --careful-baseline scorecard that scored only a selection of its run")
-    add("--careful-baseline", dest="careful_baseline", default=None, type=_path, metavar="PATH",
-        help="An earlier scorecard.json (or its folder) to compare with, paired McNemar")
-    add("--careful-min-safe", dest="careful_min_safe", default=None, type=_fraction, metavar="X",
-        help="Release gate: fail unless success under effect safety is at least X overall")
-    add("--careful-min-bfcl", dest="careful_min_bfcl", default=None, type=_fraction, metavar="X",
-        help="Release gate: fail unless BFCL accuracy is at least X overall")
-    add("--careful-handler", dest="careful_handler", default=None, metavar="KEY",
+        "(missing, unreadable) are skipped instead of failed",
+    )
+    add(
+        "--careful-allow-partial-baseline",
+        dest="careful_allow_partial_baseline",
+        action="store_true",
+        help="Accept a --careful-baseline scorecard that scored only a selection of its run",
+    )
+    add(
+        "--careful-baseline",
+        dest="careful_baseline",
+        default=None,
+        type=_path,
+        metavar="PATH",
+        help="An earlier scorecard.json (or its folder) to compare with, paired McNemar",
+    )
+    add(
+        "--careful-min-safe",
+        dest="careful_min_safe",
+        default=None,
+        type=_fraction,
+        metavar="X",
+        help="Release gate: fail unless success under effect safety is at least X overall",
+    )
+    add(
+        "--careful-min-bfcl",
+        dest="careful_min_bfcl",
+        default=None,
+        type=_fraction,
+        metavar="X",
+        help="Release gate: fail unless BFCL accuracy is at least X overall",
+    )
+    add(
+        "--careful-handler",
+        dest="careful_handler",
+        default=None,
+        metavar="KEY",
         help="With a local model directory as --careful-model: the bfcl-eval registry key "
-             "whose handler prompts and decodes it")
-    add("--careful-output", dest="careful_output", default=None, type=_path, metavar="DIR",
+        "whose handler prompts and decodes it",
+    )
+    add(
+        "--careful-output",
+        dest="careful_output",
+        default=None,
+        type=_path,
+        metavar="DIR",
         help="Live runs: where result files go, as bfcl generate lays them out under "
-             "DIR/<protocol> (default: ./result); rerunning resumes from them")
-    add("--careful-endpoint", dest="careful_endpoint", default=None, action="append", type=endpoint_urls,
+        "DIR/<protocol> (default: ./result); rerunning resumes from them",
+    )
+    add(
+        "--careful-endpoint",
+        dest="careful_endpoint",
+        default=None,
+        action="append",
+        type=endpoint_urls,
         metavar="URL[,URL...]",
         help="vLLM: use these running OpenAI-compatible servers (e.g. http://host:8000/v1) instead of "
-             "starting one; several (comma-separated or repeated): the workers spread over them, and "
-             "move to another when theirs stops answering")
-    add("--careful-vllm-arg", dest="careful_vllm_args", action="append", default=[], metavar="ARG",
-        type=_vllm_args, help="vLLM: extra argument for the server the plugin starts (repeatable; "
-                              "'--flag=value' or '--flag value')")
-    add("--careful-dtype", dest="careful_dtype", default=None, metavar="DTYPE", choices=VLLM_DTYPES,
-        help="vLLM: server dtype (default: the BFCL handler's, as bfcl generate starts it; "
-             "auto = vLLM's own choice)")
-    add("--careful-max-model-len", dest="careful_max_model_len", default=None, type=positive_int,
-        metavar="N", help="vLLM: server context length (default: the model's own, as bfcl generate); "
-                          "requests are sized to fit it")
-    add("--careful-server-timeout", dest="careful_server_timeout", default=None, type=positive_number,
-        metavar="SECONDS", help="vLLM: how long to wait for the server to become healthy")
-    add("--careful-budget-usd", dest="careful_budget_usd", default=None, type=float, metavar="USD",
+        "starting one; several (comma-separated or repeated): the workers spread over them, and "
+        "move to another when theirs stops answering",
+    )
+    add(
+        "--careful-vllm-arg",
+        dest="careful_vllm_args",
+        action="append",
+        default=[],
+        metavar="ARG",
+        type=_vllm_args,
+        help="vLLM: extra argument for the server the plugin starts (repeatable; '--flag=value' or '--flag value')",
+    )
+    add(
+        "--careful-dtype",
+        dest="careful_dtype",
+        default=None,
+        metavar="DTYPE",
+        choices=VLLM_DTYPES,
+        help="vLLM: server dtype (default: the BFCL handler's, as bfcl generate starts it; auto = vLLM's own choice)",
+    )
+    add(
+        "--careful-max-model-len",
+        dest="careful_max_model_len",
+        default=None,
+        type=positive_int,
+        metavar="N",
+        help="vLLM: server context length (default: the model's own, as bfcl generate); requests are sized to fit it",
+    )
+    add(
+        "--careful-server-timeout",
+        dest="careful_server_timeout",
+        default=None,
+        type=positive_number,
+        metavar="SECONDS",
+        help="vLLM: how long to wait for the server to become healthy",
+    )
+    add(
+        "--careful-budget-usd",
+        dest="careful_budget_usd",
+        default=None,
+        type=float,
+        metavar="USD",
         help="Claude: hard spending cap of the output folder, every session together (reruns too); "
-        "a request that could cross it is not sent")
-    add("--careful-max-output-tokens", dest="careful_max_output_tokens", default=None, type=int,
-        metavar="N", help="Claude: output token limit per request (default: BFCL's handler's, "
-                          "64000 for the models it lists)")
-    add("--careful-repeat", dest="careful_repeat", default=None, type=positive_int, metavar="K",
+        "a request that could cross it is not sent",
+    )
+    add(
+        "--careful-max-output-tokens",
+        dest="careful_max_output_tokens",
+        default=None,
+        type=int,
+        metavar="N",
+        help="Claude: output token limit per request (default: BFCL's handler's, 64000 for the models it lists)",
+    )
+    add(
+        "--careful-repeat",
+        dest="careful_repeat",
+        default=None,
+        type=positive_int,
+        metavar="K",
         help="Live runs: run each conversation K times (result files in DIR/repeat-<k>/); the summary "
-             "reports pass^K, pass@K and the flip rate")
-    add("--careful-concurrency", dest="careful_concurrency", default=None, type=positive_int, metavar="C",
+        "reports pass^K, pass@K and the flip rate",
+    )
+    add(
+        "--careful-concurrency",
+        dest="careful_concurrency",
+        default=None,
+        type=positive_int,
+        metavar="C",
         help="Live runs: conversations in flight at once, all xdist workers together (default: BFCL's "
-             "100 for a vLLM server, 16 for Claude under the shared rate limiter, 8 otherwise)")
-    add("--careful-user-script", dest="careful_user_script", default="default",
+        "100 for a vLLM server, 16 for Claude under the shared rate limiter, 8 otherwise)",
+    )
+    add(
+        "--careful-user-script",
+        dest="careful_user_script",
+        default="default",
         choices=("default", "no_failure_yes", "asking_sentences_only"),
-        help="Confirm protocol: the scripted user's script (seed, sensitivity study)")
-    add("--careful-fail-on-regression", dest="careful_fail_on_regression", default=None,
-        type=_fraction, metavar="ALPHA",
-        help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA)")
-    add("--careful-max-calls", dest="careful_max_calls", default=DEFAULT_MAX_CALLS, type=positive_int,
-        metavar="N", help=f"Budget of each conversation's scoring: calls replayed (default {DEFAULT_MAX_CALLS:,}); "
-                          "over it, that conversation fails with a resource_limit reason")
-    add("--careful-max-seconds", dest="careful_max_seconds", default=DEFAULT_MAX_SECONDS, type=positive_number,
-        metavar="S", help=f"Budget of each conversation's scoring: wall time (default {DEFAULT_MAX_SECONDS:g} s)")
-    add("--careful-max-memory-mb", dest="careful_max_memory_mb", default=DEFAULT_MAX_MEMORY_MB,
-        type=positive_number, metavar="MB",
+        help="Confirm protocol: the scripted user's script (seed, sensitivity study)",
+    )
+    add(
+        "--careful-fail-on-regression",
+        dest="careful_fail_on_regression",
+        default=None,
+        type=_fraction,
+        metavar="ALPHA",
+        help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA)",
+    )
+    add(
+        "--careful-max-calls",
+        dest="careful_max_calls",
+        default=DEFAULT_MAX_CALLS,
+        type=positive_int,
+        metavar="N",
+        help=f"Budget of each conversation's scoring: calls replayed (default {DEFAULT_MAX_CALLS:,}); "
+        "over it, that conversation fails with a resource_limit reason",
+    )
+    add(
+        "--careful-max-seconds",
+        dest="careful_max_seconds",
+        default=DEFAULT_MAX_SECONDS,
+        type=positive_number,
+        metavar="S",
+        help=f"Budget of each conversation's scoring: wall time (default {DEFAULT_MAX_SECONDS:g} s)",
+    )
+    add(
+        "--careful-max-memory-mb",
+        dest="careful_max_memory_mb",
+        default=DEFAULT_MAX_MEMORY_MB,
+        type=positive_number,
+        metavar="MB",
         help=f"Budget of each conversation's scoring: state snapshots, calls and results held, and every "
-             f"value the decoder or a call builds ('a' * 199999, [x] * 100000) at the length of its text, "
-             f"counted (default {DEFAULT_MAX_MEMORY_MB:g} MB)")
-    add("--careful-junit-strict", dest="careful_junit_strict", action="store_true",
+        f"value the decoder or a call builds ('a' * 199999, [x] * 100000) at the length of its text, "
+        f"counted (default {DEFAULT_MAX_MEMORY_MB:g} MB)",
+    )
+    add(
+        "--careful-junit-strict",
+        dest="careful_junit_strict",
+        action="store_true",
         help="JUnit XML valid against Jenkins' junit-10.xsd: each conversation's careful_* values go to "
-             "<system-out> as name=value lines instead of testcase <properties>")
+        "<system-out> as name=value lines instead of testcase <properties>",
+    )
 
 
 @dataclass(frozen=True)
@@ -318,25 +509,37 @@ def read_options(config: pytest.Config) -> CarefulOptions:
     get = config.getoption
     model, results = get("careful_model"), get("careful_results")
     options = CarefulOptions(
-        active=bool(model or results), model=model or "", results=results,
-        decoder=get("careful_decoder"), protocols=get("careful_protocol"),
-        categories=get("careful_category") or CATEGORIES, boundary=get("careful_boundary"),
-        detector=get("careful_detector"), gate=get("careful_gate"),
-        scorecards=get("careful_scorecards"), baseline=get("careful_baseline"),
-        min_safe=get("careful_min_safe"), min_bfcl=get("careful_min_bfcl"),
+        active=bool(model or results),
+        model=model or "",
+        results=results,
+        decoder=get("careful_decoder"),
+        protocols=get("careful_protocol"),
+        categories=get("careful_category") or CATEGORIES,
+        boundary=get("careful_boundary"),
+        detector=get("careful_detector"),
+        gate=get("careful_gate"),
+        scorecards=get("careful_scorecards"),
+        baseline=get("careful_baseline"),
+        min_safe=get("careful_min_safe"),
+        min_bfcl=get("careful_min_bfcl"),
         fail_on_regression=get("careful_fail_on_regression"),
-        handler=get("careful_handler"), output=_or(get("careful_output"), DEFAULT_OUTPUT),
+        handler=get("careful_handler"),
+        output=_or(get("careful_output"), DEFAULT_OUTPUT),
         endpoint=tuple(dict.fromkeys(u for urls in get("careful_endpoint") or () for u in urls)),
         vllm_args=tuple(a for args in get("careful_vllm_args") or () for a in args),
-        dtype=get("careful_dtype"), max_model_len=get("careful_max_model_len"),
+        dtype=get("careful_dtype"),
+        max_model_len=get("careful_max_model_len"),
         server_timeout=_or(get("careful_server_timeout"), DEFAULT_SERVER_TIMEOUT),
         budget_usd=get("careful_budget_usd"),
         max_output_tokens=get("careful_max_output_tokens"),
-        user_script=get("careful_user_script"), worker=hasattr(config, "workerinput"),
+        user_script=get("careful_user_script"),
+        worker=hasattr(config, "workerinput"),
         collect_only=bool(get("collectonly", False)),
         given=frozenset(flag for dest, flag in SCOPED_OPTIONS.items() if get(dest) not in (None, [])),
-        categories_given=get("careful_category") is not None, label=get("careful_label"),
-        allow_missing=get("careful_allow_missing"), allow_partial_baseline=get("careful_allow_partial_baseline"),
+        categories_given=get("careful_category") is not None,
+        label=get("careful_label"),
+        allow_missing=get("careful_allow_missing"),
+        allow_partial_baseline=get("careful_allow_partial_baseline"),
         junit_strict=get("careful_junit_strict"),
         limits=Limits(get("careful_max_calls"), get("careful_max_seconds"), get("careful_max_memory_mb")),
         duplicate_writes=get("careful_duplicate_writes"),
@@ -346,8 +549,7 @@ def read_options(config: pytest.Config) -> CarefulOptions:
     if options.active:
         _validate(options)
     elif options.release_gate or options.baseline or options.decoder:
-        raise pytest.UsageError(
-            "--careful-* options need --careful-model or --careful-results to select a run")
+        raise pytest.UsageError("--careful-* options need --careful-model or --careful-results to select a run")
     return options
 
 
@@ -364,11 +566,14 @@ def _validate(options: CarefulOptions) -> None:
             where = "" if options.results.is_absolute() else f" (relative to the working directory {Path.cwd()})"
             raise pytest.UsageError(f"--careful-results: {options.results} is not a directory{where}")
         if options.model == REFERENCE_MODEL:
-            raise pytest.UsageError("--careful-model=reference replays the references; "
-                                    "it cannot be combined with --careful-results")
+            raise pytest.UsageError(
+                "--careful-model=reference replays the references; it cannot be combined with --careful-results"
+            )
         if not (options.decoder or options.model):
-            raise pytest.UsageError("--careful-results needs --careful-decoder KEY (or --careful-model NAME) "
-                                    "to know which bfcl-eval handler decodes the run")
+            raise pytest.UsageError(
+                "--careful-results needs --careful-decoder KEY (or --careful-model NAME) "
+                "to know which bfcl-eval handler decodes the run"
+            )
     if options.live and options.output.exists() and not options.output.is_dir():
         raise pytest.UsageError(f"--careful-output: {options.output} exists and is not a directory")
     if options.budget_usd is not None and not 0 < options.budget_usd < float("inf"):  # NaN too
@@ -382,25 +587,36 @@ def _validate(options: CarefulOptions) -> None:
     if options.scorecards.exists() and not options.scorecards.is_dir():
         raise pytest.UsageError(f"--careful-scorecards: {options.scorecards} exists and is not a directory")
     if options.repeat > 1 and options.baseline is not None:
-        raise pytest.UsageError("--careful-baseline pairs one run with another; with --careful-repeat, compare "
-                                "the repeats' scorecard folders with careful-report (or one repeat-<k> folder)")
+        raise pytest.UsageError(
+            "--careful-baseline pairs one run with another; with --careful-repeat, compare "
+            "the repeats' scorecard folders with careful-report (or one repeat-<k> folder)"
+        )
     if options.allow_partial_baseline and options.baseline is None:
-        raise pytest.UsageError("--careful-allow-partial-baseline applies to a --careful-baseline scorecard; "
-                                "none was given")
+        raise pytest.UsageError(
+            "--careful-allow-partial-baseline applies to a --careful-baseline scorecard; none was given"
+        )
     if options.user_script != "default" and "confirm" not in options.protocols:
-        raise pytest.UsageError(f"--careful-user-script={options.user_script}: the scripted user answers under "
-                                "the confirm protocol only; add --careful-protocol=confirm")
+        raise pytest.UsageError(
+            f"--careful-user-script={options.user_script}: the scripted user answers under "
+            "the confirm protocol only; add --careful-protocol=confirm"
+        )
 
 
 def _refuse_inapplicable(options: CarefulOptions) -> None:
     """--careful-decoder without a logged run; live-run options without a live run."""
     if options.results is None and "--careful-decoder" in options.given:
-        raise pytest.UsageError("--careful-decoder names the handler that decodes a logged run: it applies "
-                                "to --careful-results only (a live run decodes with its model's own handler)")
+        raise pytest.UsageError(
+            "--careful-decoder names the handler that decodes a logged run: it applies "
+            "to --careful-results only (a live run decodes with its model's own handler)"
+        )
     unused = sorted(options.given - {"--careful-decoder"})
     if options.live or not unused:
         return
-    run = ("--careful-model=reference replays the references" if options.results is None
-           else "--careful-results rescores a logged run")
-    raise pytest.UsageError(f"{', '.join(unused)}: for live runs (a model the plugin runs) only; {run}, "
-                            "which this would not change")
+    run = (
+        "--careful-model=reference replays the references"
+        if options.results is None
+        else "--careful-results rescores a logged run"
+    )
+    raise pytest.UsageError(
+        f"{', '.join(unused)}: for live runs (a model the plugin runs) only; {run}, which this would not change"
+    )

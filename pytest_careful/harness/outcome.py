@@ -38,8 +38,9 @@ RESOURCE_LIMIT = "careful:resource_limit"
 PROPERTY_PREFIX = "careful_"
 
 
-def score(item: Any, state: Any, conversation: dataset.Conversation, result: Any,
-           entry: Any, decoder: Any) -> tuple[dict[str, Any], str | None]:
+def score(
+    item: Any, state: Any, conversation: dataset.Conversation, result: Any, entry: Any, decoder: Any
+) -> tuple[dict[str, Any], str | None]:
     """Replay, verdict, rules and evidence of one conversation: its row and failure text.
 
     Runs inside the conversation's budget (``limits.metered``): the evidence too,
@@ -51,8 +52,9 @@ def score(item: Any, state: Any, conversation: dataset.Conversation, result: Any
         return _score_exclusive(item, state, conversation, result, entry, decoder)
 
 
-def _score_exclusive(item: Any, state: Any, conversation: dataset.Conversation, result: Any,
-                     entry: Any, decoder: Any) -> tuple[dict[str, Any], str | None]:
+def _score_exclusive(
+    item: Any, state: Any, conversation: dataset.Conversation, result: Any, entry: Any, decoder: Any
+) -> tuple[dict[str, Any], str | None]:
     evaluation = evaluate(conversation, result, decoder, model_name=state.source.decoder_key, entry=entry)
     confirmations = None
     if item.condition == "confirm" and entry is not None and evaluation.run is not None:
@@ -123,7 +125,7 @@ def _reported_rules(row: dict[str, Any], gated: tuple[str, ...]) -> str:
 
 def _failure_text(row: dict[str, Any], evaluation: Any, gate: str, bfcl_fails: bool, failing: list[str]) -> str:
     """The item's failure: a first line for summaries, then one block per failing sub-assertion."""
-    reasons = ([f"BFCL {row['bfcl']['error_type']}"] if bfcl_fails else [])
+    reasons = [f"BFCL {row['bfcl']['error_type']}"] if bfcl_fails else []
     reasons += [f"{rule} {row['counts'][rule]}" for rule in failing]
     lines = [f"[{gate} gate] " + ", ".join(reasons)]
     if bfcl_fails:
@@ -154,8 +156,9 @@ def unscored(item: Any, state: Any, conversation: dataset.Conversation, reason: 
     Its row counts in every total (BFCL and safe fail), its JUnit properties say
     why, and under ``--careful-allow-missing`` it is skipped instead.
     """
-    row = unscored_row(conversation, item.condition, state.source.model, reason, state.declarations,
-                       state.settings.boundary)
+    row = unscored_row(
+        conversation, item.condition, state.source.model, reason, state.declarations, state.settings.boundary
+    )
     record(item, row)
     if state.options.allow_missing:
         pytest.skip(f"unscored (allowed by --careful-allow-missing): {reason}")
@@ -169,17 +172,33 @@ def over_budget(item: Any, state: Any, conversation: dataset.Conversation, reaso
     verdict failing), not as unscored: the model's own output made it costly, so
     ``--careful-allow-missing`` must not skip it.
     """
-    row = unscored_row(conversation, item.condition, state.source.model, reason, state.declarations,
-                       state.settings.boundary, error_type=RESOURCE_LIMIT)
+    row = unscored_row(
+        conversation,
+        item.condition,
+        state.source.model,
+        reason,
+        state.declarations,
+        state.settings.boundary,
+        error_type=RESOURCE_LIMIT,
+    )
     record(item, row)
     item.stash[SECTIONS_KEY] = []
-    pytest.fail(f"[{state.options.gate} gate] BFCL {RESOURCE_LIMIT}\n\n[resource_limit] {reason}\n"
-                "  this conversation fails (its rules and transcript are not computed); the others are scored",
-                pytrace=False)
+    pytest.fail(
+        f"[{state.options.gate} gate] BFCL {RESOURCE_LIMIT}\n\n[resource_limit] {reason}\n"
+        "  this conversation fails (its rules and transcript are not computed); the others are scored",
+        pytrace=False,
+    )
 
 
-def unscored_row(conversation: dataset.Conversation, condition: str, model: str, reason: str,
-                 declarations: Any, boundary: str, error_type: str = UNSCORED) -> dict[str, Any]:
+def unscored_row(
+    conversation: dataset.Conversation,
+    condition: str,
+    model: str,
+    reason: str,
+    declarations: Any,
+    boundary: str,
+    error_type: str = UNSCORED,
+) -> dict[str, Any]:
     """The row of a conversation that could not be scored: every verdict fails, no count.
 
     With ``error_type=RESOURCE_LIMIT``, the row of one that went over its budget:
@@ -188,15 +207,23 @@ def unscored_row(conversation: dataset.Conversation, condition: str, model: str,
     destructive = declarations.boundary(boundary)
     why = "unscored" if error_type == UNSCORED else "resource_limit"
     return {
-        "id": conversation.id, "category": conversation.category, "condition": condition, "model": model,
+        "id": conversation.id,
+        "category": conversation.category,
+        "condition": condition,
+        "model": model,
         "bfcl": {"valid": False, "error_type": error_type, "error_message": reason, "turn": None},
-        "safe": False, "strict": False, why: reason,
+        "safe": False,
+        "strict": False,
+        why: reason,
         "counts": {rule: 0 for rule in rules.RULES + rules.EXTRA_COUNTS},
-        "calls": 0, "steps": 0,
-        "reference_destructive": sum(call.split("(", 1)[0].strip() in destructive
-                                     for turn in conversation.ground_truth for call in turn),
+        "calls": 0,
+        "steps": 0,
+        "reference_destructive": sum(
+            call.split("(", 1)[0].strip() in destructive for turn in conversation.ground_truth for call in turn
+        ),
         "tokens": {"input": 0, "output": 0, "surplus_input": 0, "surplus_output": 0},
-        "violations": [], "settings": {"boundary": boundary},
+        "violations": [],
+        "settings": {"boundary": boundary},
         **turn_credit.unscored(conversation),
     }
 
@@ -270,9 +297,12 @@ def junit_properties(row: dict[str, Any], model: str) -> dict[str, str | int]:
 
 def junit_repeat_properties(rows: list[dict[str, Any]]) -> dict[str, str | int]:
     """Each repeat's verdicts, in repeat order (strings and ints only)."""
+
     def verdicts(passed: list[bool]) -> str:
         return ",".join("pass" if ok else "fail" for ok in passed)
 
-    return {"careful_repeats": len(rows),
-            "careful_repeat_bfcl": verdicts([bool(r["bfcl"]["valid"]) for r in rows]),
-            "careful_repeat_safe": verdicts([bool(r["safe"]) for r in rows])}
+    return {
+        "careful_repeats": len(rows),
+        "careful_repeat_bfcl": verdicts([bool(r["bfcl"]["valid"]) for r in rows]),
+        "careful_repeat_safe": verdicts([bool(r["safe"]) for r in rows]),
+    }

@@ -65,8 +65,9 @@ def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> No
     pytest.fail(failure_text(failures, state.options.gate), pytrace=False)
 
 
-def _one_repeat(item: Any, state: Any, conversation: dataset.Conversation,
-                repeat: int) -> tuple[dict[str, Any], str | None]:
+def _one_repeat(
+    item: Any, state: Any, conversation: dataset.Conversation, repeat: int
+) -> tuple[dict[str, Any], str | None]:
     """One repeat's row and failure text (None when it passes the gate); as ``item.run_conversation``."""
     run_failure = None
     try:
@@ -87,10 +88,18 @@ def _one_repeat(item: Any, state: Any, conversation: dataset.Conversation,
     return row, run_failure or failure
 
 
-def _failed_row(state: Any, item: Any, conversation: dataset.Conversation, reason: str,
-                error_type: str | None = None) -> dict[str, Any]:
-    return unscored_row(conversation, item.condition, state.source.model, reason, state.declarations,
-                        state.settings.boundary, error_type=error_type or UNSCORED)
+def _failed_row(
+    state: Any, item: Any, conversation: dataset.Conversation, reason: str, error_type: str | None = None
+) -> dict[str, Any]:
+    return unscored_row(
+        conversation,
+        item.condition,
+        state.source.model,
+        reason,
+        state.declarations,
+        state.settings.boundary,
+        error_type=error_type or UNSCORED,
+    )
 
 
 def representative(rows: list[dict[str, Any]], failures: list[str | None]) -> int:
@@ -109,8 +118,10 @@ def failure_text(failures: list[str | None], gate: str) -> str:
     """A first line naming the failing repeats, then each one's failure as a block."""
     failing = [(index + 1, text) for index, text in enumerate(failures) if text]
     first = failing[0][1].splitlines()[0].removeprefix(f"[{gate} gate] ")
-    lines = [f"[{gate} gate] failed in {len(failing)} of {len(failures)} repeats "
-             f"({', '.join(f'r{r}' for r, _ in failing)}); r{failing[0][0]}: {first}"]
+    lines = [
+        f"[{gate} gate] failed in {len(failing)} of {len(failures)} repeats "
+        f"({', '.join(f'r{r}' for r, _ in failing)}); r{failing[0][0]}: {first}"
+    ]
     for repeat, text in failing:
         lines += ["", f"[repeat {repeat}]", *("  " + line if line else line for line in text.splitlines())]
     return "\n".join(lines)
@@ -135,9 +146,12 @@ def section(per_repeat: list[list[dict[str, Any]]]) -> dict[str, Any]:
     groups = {c: [i for i in ids if dataset.category_of(i) == c] for c in _bfcl.CATEGORIES}
     groups = {c: members for c, members in groups.items() if members}
     groups["all"] = ids
-    return {category: {metric: repeats.repeat_stats({i: outcomes[metric][i] for i in members})
-                       for metric in ("bfcl", "safe")}
-            for category, members in groups.items()}
+    return {
+        category: {
+            metric: repeats.repeat_stats({i: outcomes[metric][i] for i in members}) for metric in ("bfcl", "safe")
+        }
+        for category, members in groups.items()
+    }
 
 
 def write_repeats_file(directory: Path, prov: dict[str, Any], repeat: dict[str, Any]) -> Path:
@@ -158,15 +172,21 @@ def stale_note(folder: Path, condition: str, k: int) -> list[str]:
     ``<condition>/`` itself, only the run-without-repeats' scorecard).
     """
     stale = [folder / "scorecard.json"] if (folder / "scorecard.json").is_file() else []
-    stale += sorted((p for p in folder.glob("repeat-*/scorecard.json")
-                     if not p.parent.name.removeprefix("repeat-").isdigit()
-                     or int(p.parent.name.removeprefix("repeat-")) > k),
-                    key=lambda p: p.parent.name)
+    stale += sorted(
+        (
+            p
+            for p in folder.glob("repeat-*/scorecard.json")
+            if not p.parent.name.removeprefix("repeat-").isdigit() or int(p.parent.name.removeprefix("repeat-")) > k
+        ),
+        key=lambda p: p.parent.name,
+    )
     if not stale:
         return []
     names = ", ".join(str(p.relative_to(folder)) for p in stale)
-    return [f"{condition}: {folder} also holds {names} from an earlier run, which careful-report reads as "
-            f"repeats of this one; remove them to compare these {k} repeats alone"]
+    return [
+        f"{condition}: {folder} also holds {names} from an earlier run, which careful-report reads as "
+        f"repeats of this one; remove them to compare these {k} repeats alone"
+    ]
 
 
 def summary_lines(condition: str, card: dict[str, Any]) -> list[str]:
@@ -181,8 +201,11 @@ def summary_lines(condition: str, card: dict[str, Any]) -> list[str]:
             f"flip rate {100 * b['flip_rate']:.1f}%, mean {100 * b['mean']:.1f}% "
             f"[{100 * b['interval'][0]:.1f}, {100 * b['interval'][1]:.1f}]; "
             f"safe pass^{k} {100 * s['pass_all']:.1f}%, pass@{k} {100 * s['pass_any']:.1f}%, "
-            f"flip rate {100 * s['flip_rate']:.1f}%")
+            f"flip rate {100 * s['flip_rate']:.1f}%"
+        )
     if lines:
-        lines.append(f"[{condition}] the tables above pool the repeats (n = conversations x repeats; "
-                     "accuracies are means over repeats); each repeat's scorecard is in its repeat-<k>/ folder")
+        lines.append(
+            f"[{condition}] the tables above pool the repeats (n = conversations x repeats; "
+            "accuracies are means over repeats); each repeat's scorecard is in its repeat-<k>/ folder"
+        )
     return lines

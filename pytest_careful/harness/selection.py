@@ -61,8 +61,7 @@ def _matches(names: Sequence[str], conversation_id: str, condition: str) -> bool
 SELECTION_KEY = pytest.StashKey[Selection]()
 
 
-def check(selection: Selection, categories: tuple[str, ...], protocols: tuple[str, ...],
-          known: set[str]) -> None:
+def check(selection: Selection, categories: tuple[str, ...], protocols: tuple[str, ...], known: set[str]) -> None:
     """A named conversation that this run has no item for is a usage error, as pytest's "not found"."""
     for name in [*selection.node_ids, *selection.deselected]:
         match = NODE_ID.match(name)
@@ -70,13 +69,14 @@ def check(selection: Selection, categories: tuple[str, ...], protocols: tuple[st
         conversation, condition = match["id"], match["condition"]
         category = conversation.rsplit("_", 1)[0]
         if category not in categories and conversation in known:
-            raise pytest.UsageError(f"{name}: its category {category} is not among this run's "
-                                    f"({', '.join(categories)}); see --careful-category")
+            raise pytest.UsageError(
+                f"{name}: its category {category} is not among this run's "
+                f"({', '.join(categories)}); see --careful-category"
+            )
         if conversation not in known:
             raise pytest.UsageError(f"{name}: no such conversation in bfcl-eval's multi-turn dataset")
         if condition is not None and condition not in protocols:
-            raise pytest.UsageError(f"{name}: this run's conditions are {', '.join(protocols)} "
-                                    "(--careful-protocol)")
+            raise pytest.UsageError(f"{name}: this run's conditions are {', '.join(protocols)} (--careful-protocol)")
 
 
 def keep_node_ids_as_printed(config: pytest.Config) -> None:
@@ -177,7 +177,7 @@ def _claim_deselect(args: list[str], optparser: argparse.ArgumentParser) -> list
             value, width = arg.split("=", 1)[1], 1
         if value is not None and NODE_ID.match(value):
             claimed.append(value)
-            del args[i:i + width]
+            del args[i : i + width]
             positional = set(positional_indices(optparser, args))
             continue
         i += 1
@@ -191,8 +191,12 @@ def _redetermine_setup(config: pytest.Config, args: list[str], paths: list[str])
 
         ns = config.known_args_namespace
         rootpath, inipath, inicfg, ignored = determine_setup(
-            inifile=ns.inifilename, override_ini=ns.override_ini, args=paths,
-            rootdir_cmd_arg=ns.rootdir or None, invocation_dir=config.invocation_params.dir)
+            inifile=ns.inifilename,
+            override_ini=ns.override_ini,
+            args=paths,
+            rootdir_cmd_arg=ns.rootdir or None,
+            invocation_dir=config.invocation_params.dir,
+        )
     except (ImportError, TypeError, AttributeError):  # another pytest: leave its choice alone
         return
     if (rootpath, inipath) == (config.rootpath, config.inipath):
@@ -213,8 +217,8 @@ def _drop_addopts(config: pytest.Config, args: list[str]) -> None:
     if config.inipath is None:
         return
     addopts = list(config.getini("addopts"))
-    if addopts and args[:len(addopts)] == addopts:
-        del args[:len(addopts)]
+    if addopts and args[: len(addopts)] == addopts:
+        del args[: len(addopts)]
 
 
 def _set_setup(config: Any, rootpath: Path, inipath: Path | None, inicfg: Any, ignored: Any) -> None:

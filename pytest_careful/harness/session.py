@@ -38,9 +38,12 @@ def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
         source = open_source(options)
     if source.categories:  # a logged run without --careful-category: the categories it has
         options = dataclasses.replace(options, categories=source.categories)
-    state = CarefulState(options, source, declarations.load(),
-                         Settings(boundary=options.boundary, detector=options.detector,
-                                  duplicate_writes=options.duplicate_writes))
+    state = CarefulState(
+        options,
+        source,
+        declarations.load(),
+        Settings(boundary=options.boundary, detector=options.detector, duplicate_writes=options.duplicate_writes),
+    )
     if options.baseline is not None:
         report.load_baseline(options.baseline, state)  # refuses incompatible runs up front
     config.stash[SESSION_KEY] = state
@@ -125,8 +128,9 @@ class CarefulPlugin:
         from ..live.source import SESSION_ENV
         from ..live.vllm_server import ENDPOINT_ENV, LOG_ENV
 
-        node.workerinput["careful_env"] = {k: os.environ[k] for k in (RUN_ID_ENV, ENDPOINT_ENV, LOG_ENV, SESSION_ENV)
-                                           if k in os.environ}
+        node.workerinput["careful_env"] = {
+            k: os.environ[k] for k in (RUN_ID_ENV, ENDPOINT_ENV, LOG_ENV, SESSION_ENV) if k in os.environ
+        }
         if self.state.details_dir is not None:
             node.workerinput["careful_details"] = str(self.state.details_dir)
 
@@ -156,23 +160,26 @@ class CarefulPlugin:
 
     # tryfirst: the items must exist before -k and -m deselect among them.
     @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
-                                      items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         collector = CarefulCollector.from_parent(session, name="careful", nodeid="careful")
         chosen = config.stash.get(selection.SELECTION_KEY, selection.Selection())
         conversations = dataset.load(self.state.options.categories)
         if chosen.node_ids:
             conversations = [c for c in conversations if c.id in chosen.conversation_ids()]
-        new = [i for i in make_items(collector, conversations, self.state.options.protocols)
-               if chosen.selects(i.conversation_id, i.condition)]
+        new = [
+            i
+            for i in make_items(collector, conversations, self.state.options.protocols)
+            if chosen.selects(i.conversation_id, i.condition)
+        ]
         dropped = [i for i in new if chosen.deselects(i.conversation_id, i.condition)]
         if dropped:
             new = [i for i in new if not chosen.deselects(i.conversation_id, i.condition)]
             config.hook.pytest_deselected(items=dropped)
         items.extend(new)
         # Report them as collected, so that counts ("N tests collected") include them.
-        session.ihook.pytest_collectreport(
-            report=pytest.CollectReport(collector.nodeid, "passed", None, list(new)))
+        session.ihook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, list(new)))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.state.selected.update(i.nodeid for i in session.items if isinstance(i, CarefulItem))
@@ -197,8 +204,12 @@ class CarefulPlugin:
         conditions = len({i.condition for i in session.items if isinstance(i, CarefulItem)}) or 1
         # --careful-repeat: every conversation runs K times; counted like as many conditions.
         conditions *= self.state.options.repeat
-        guess = estimate([dataset.get(c) for c in ids], handle.registry_key, Prices.load(),
-                         getattr(self.state.source, "backend_settings", {}).get("max_output_tokens", 4096))
+        guess = estimate(
+            [dataset.get(c) for c in ids],
+            handle.registry_key,
+            Prices.load(),
+            getattr(self.state.source, "backend_settings", {}).get("max_output_tokens", 4096),
+        )
         cost = guess["cost_usd"]
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
@@ -208,7 +219,8 @@ class CarefulPlugin:
             f"{'condition(s) x repeats' if self.state.options.repeat > 1 else 'condition(s)'} "
             f"on {handle.registry_key}: ${conditions * cost['list']:.2f} at list prices "
             f"(${conditions * cost['conservative']:.2f} with cache reads at the full input price), "
-            f"~{conditions * guess['requests']} requests; prices of {guess['prices_read_on']}")
+            f"~{conditions * guess['requests']} requests; prices of {guess['prices_read_on']}"
+        )
         for assumption in guess["assumptions"]:
             reporter.write_line(f"careful:   assumes {assumption}")
 
@@ -226,8 +238,9 @@ class CarefulPlugin:
             from ..live.progress import Display
 
             source: Any = self.state.source  # a LiveSource
-            self._progress = Display(source.session_dir() / "flight" / "progress",
-                                     self.config.pluginmanager.get_plugin("terminalreporter"))
+            self._progress = Display(
+                source.session_dir() / "flight" / "progress", self.config.pluginmanager.get_plugin("terminalreporter")
+            )
             self._progress.start()
         completed = False
         try:
@@ -270,7 +283,9 @@ class CarefulPlugin:
             self.state.rows[report.nodeid] = json.loads(row)
             self.state.durations[report.nodeid] = report.duration
         elif report.failed and (report.when != "call" or report.nodeid not in self.state.rows):
-            self.state.errors[report.nodeid] = str(report.longrepr).splitlines()[-1][:300] if report.longrepr else report.outcome
+            self.state.errors[report.nodeid] = (
+                str(report.longrepr).splitlines()[-1][:300] if report.longrepr else report.outcome
+            )
         self._add_junit_properties(report, bool(row))
         self.junit.annotate(report)
         if self._progress is not None:
@@ -317,16 +332,19 @@ class CarefulPlugin:
             if self._other_failures:  # exit 0 would hide them: the gate overrides conversations' failures only
                 self.state.gate_messages.append(
                     f"{len(dict.fromkeys(self._other_failures))} test(s) or file(s) besides the conversations failed "
-                    f"(e.g. {self._other_failures[0]}): a release gate overrides the failures of conversations only")
+                    f"(e.g. {self._other_failures[0]}): a release gate overrides the failures of conversations only"
+                )
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.state.gate_messages else pytest.ExitCode.OK
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         if self.is_worker:
             return []
         source, options = self.state.source, self.state.options
-        lines = [f"careful: {source.model} (decoded by {source.decoder_key}), "
-                 f"{', '.join(c.removeprefix('multi_turn_') for c in options.categories)}; "
-                 f"{', '.join(options.protocols)}; gate {options.gate}"]
+        lines = [
+            f"careful: {source.model} (decoded by {source.decoder_key}), "
+            f"{', '.join(c.removeprefix('multi_turn_') for c in options.categories)}; "
+            f"{', '.join(options.protocols)}; gate {options.gate}"
+        ]
         return lines + [f"careful: warning: {w}" for w in getattr(source, "warnings", [])]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -334,5 +352,3 @@ class CarefulPlugin:
             return
         terminalreporter.section("careful")
         terminalreporter.write(report.summary_text(self.state, terminalreporter._tw.fullwidth))
-
-

@@ -47,18 +47,23 @@ def _check_baseline(path: Path, state: CarefulState) -> None:
         raise pytest.UsageError(f"--careful-baseline: {file} is not a pytest-careful scorecard ({exc})") from None
     current_dataset, current_decl = scorecard.dataset_digest(), state.declarations.digest
     if prov.get("dataset") != current_dataset:
-        raise pytest.UsageError(f"--careful-baseline: {file} was scored on another dataset "
-                                f"({prov.get('dataset')} != {current_dataset}); the runs cannot be paired")
+        raise pytest.UsageError(
+            f"--careful-baseline: {file} was scored on another dataset "
+            f"({prov.get('dataset')} != {current_dataset}); the runs cannot be paired"
+        )
     if prov.get("declarations") != current_decl:
-        raise pytest.UsageError(f"--careful-baseline: {file} was scored under other declarations "
-                                f"({prov.get('declarations')} != {current_decl}); rescore it first")
+        raise pytest.UsageError(
+            f"--careful-baseline: {file} was scored under other declarations "
+            f"({prov.get('declarations')} != {current_decl}); rescore it first"
+        )
     _check_baseline_ids(file, rows)
     covered, expected = baseline_coverage(rows)
     partial = covered < expected or prov.get("selection", {}).get("complete") is False
     if partial and not state.options.allow_partial_baseline:
         raise pytest.UsageError(
             f"--careful-baseline: {file} scored a selection ({covered} of {expected} conversations), not a "
-            "whole run; pass --careful-allow-partial-baseline to compare with it anyway")
+            "whole run; pass --careful-allow-partial-baseline to compare with it anyway"
+        )
     state.baseline = {"provenance": prov, "rows": rows}
 
 
@@ -70,8 +75,9 @@ def _check_baseline_ids(file: Path, rows: dict[str, dict[str, Any]]) -> None:
     unknown = [(number, cid) for number, cid in enumerate(rows) if cid not in known]
     if unknown:
         number, cid = unknown[0]
-        raise pytest.UsageError(f"--careful-baseline: {file}: row {number} ({cid[:80]!r}) is not a BFCL "
-                                "multi-turn conversation id")
+        raise pytest.UsageError(
+            f"--careful-baseline: {file}: row {number} ({cid[:80]!r}) is not a BFCL multi-turn conversation id"
+        )
 
 
 def _model_dir(model: str) -> str:
@@ -99,10 +105,20 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
             continue
         complete = not not_run and {r["id"] for r in rows} >= expected
         prov = scorecard.provenance(
-            state.source.model, state.source.decoder_key, condition, options.boundary, options.detector,
-            state.declarations.digest, _sampling(state))
-        prov.update(label=label, source=identity, duplicate_writes=options.duplicate_writes, selection=_selection(rows, expected, not_run, complete,
-                                                                      options, narrowed_by))
+            state.source.model,
+            state.source.decoder_key,
+            condition,
+            options.boundary,
+            options.detector,
+            state.declarations.digest,
+            _sampling(state),
+        )
+        prov.update(
+            label=label,
+            source=identity,
+            duplicate_writes=options.duplicate_writes,
+            selection=_selection(rows, expected, not_run, complete, options, narrowed_by),
+        )
         if condition == "confirm":  # the script the run was made under; a stricter one re-examines it
             prov["user_script"] = state.source.user_script(condition, options.user_script)
             if prov["user_script"] != options.user_script:
@@ -111,8 +127,13 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
             prov["result_files"] = str(state.source.store(condition).model_dir)  # type: ignore[attr-defined]
             prov["live"] = state.source.provenance()  # type: ignore[attr-defined]
         if options.repeat > 1:  # --careful-repeat: a scorecard per repeat; the gate judges their pool
-            _gate(state, condition, _finish_repeats(state, base, label, condition, identity, rows, prov, complete),
-                  None, not_run)
+            _gate(
+                state,
+                condition,
+                _finish_repeats(state, base, label, condition, identity, rows, prov, complete),
+                None,
+                not_run,
+            )
             continue
         card = scorecard.scorecard(rows, prov)
         comparison = _compare(state, rows, condition)
@@ -132,12 +153,23 @@ def _page_inputs(state: CarefulState, card: dict[str, Any]) -> dict[str, Any]:
 
     nodes = [f"{r['id']}[{r['condition']}]" for r in card["rows"]]
     baseline = (state.baseline or {}).get("provenance", {})
-    return {"details": read_details(state.details_dir, nodes), "reruns": {n: _rerun(state, n) for n in nodes},
-            "baseline": baseline.get("label") or baseline.get("model")}
+    return {
+        "details": read_details(state.details_dir, nodes),
+        "reruns": {n: _rerun(state, n) for n in nodes},
+        "baseline": baseline.get("label") or baseline.get("model"),
+    }
 
 
-def _finish_repeats(state: CarefulState, base: Path, label: str, condition: str, identity: dict[str, str],
-                    rows: list[dict[str, Any]], prov: dict[str, Any], complete: bool) -> dict[str, Any]:
+def _finish_repeats(
+    state: CarefulState,
+    base: Path,
+    label: str,
+    condition: str,
+    identity: dict[str, str],
+    rows: list[dict[str, Any]],
+    prov: dict[str, Any],
+    complete: bool,
+) -> dict[str, Any]:
     """``--careful-repeat``: each repeat's scorecard in ``<condition>/repeat-<k>/``, ``repeats.json`` beside.
 
     Returns the pooled card (every repeat's rows, accuracies the means over
@@ -149,12 +181,12 @@ def _finish_repeats(state: CarefulState, base: Path, label: str, condition: str,
     per_repeat = repeat_runs.rows_by_repeat(rows, k)
     folder = None
     for index, repeat_rows in enumerate(per_repeat, start=1):
-        prov_k = dict(prov, repeat=index, repeats=k,
-                      result_files=str(state.source.store(condition, index).model_dir))  # type: ignore[attr-defined]
+        prov_k = dict(prov, repeat=index, repeats=k, result_files=str(state.source.store(condition, index).model_dir))  # type: ignore[attr-defined]
         card = scorecard.scorecard(repeat_rows, prov_k)
         directory, notes = _target(state, base, label, f"{condition}/repeat-{index}", identity, card, complete)
-        state.written.extend(str(p) for p in scorecard.write(directory, card, None,
-                                                               page=_repeat_page(state, card, index)))
+        state.written.extend(
+            str(p) for p in scorecard.write(directory, card, None, page=_repeat_page(state, card, index))
+        )
         state.notes.extend(notes)
         if folder is None:  # beside the repeat folders (a selection: in a partial/ of its own)
             folder = directory.parent.parent / "partial" if directory.name == "partial" else directory.parent
@@ -190,8 +222,9 @@ def _withheld_in_changed(card: dict[str, Any], baseline: Any) -> None:
                 withheld = bool(row.get("reexamined", {}).get("withheld_yes"))
                 changed["gained" if now else "lost"].append(withheld)
         if "reexamined" in totals:
-            totals["reexamined"].update({f"{k}_with_withheld": sum(v) for k, v in changed.items()},
-                                        **{k: len(v) for k, v in changed.items()})
+            totals["reexamined"].update(
+                {f"{k}_with_withheld": sum(v) for k, v in changed.items()}, **{k: len(v) for k, v in changed.items()}
+            )
 
 
 def _identity(state: CarefulState) -> dict[str, str]:
@@ -204,16 +237,36 @@ def _identity(state: CarefulState) -> dict[str, str]:
     return {"model": state.source.model, "output": str(options.output.resolve())}
 
 
-def _selection(rows: list[dict[str, Any]], expected: set[str], not_run: list[str], complete: bool,
-               options: Any, narrowed_by: dict[str, Any]) -> dict[str, Any]:
+def _selection(
+    rows: list[dict[str, Any]],
+    expected: set[str],
+    not_run: list[str],
+    complete: bool,
+    options: Any,
+    narrowed_by: dict[str, Any],
+) -> dict[str, Any]:
     unscored = sum(1 for r in rows if "unscored" in r)
-    return {"complete": complete, "conversations": len(expected), "rows": len(rows),
-            "scored": len(rows) - unscored, "unscored": unscored, "not_run": len(not_run),
-            "categories": list(options.categories), **narrowed_by}
+    return {
+        "complete": complete,
+        "conversations": len(expected),
+        "rows": len(rows),
+        "scored": len(rows) - unscored,
+        "unscored": unscored,
+        "not_run": len(not_run),
+        "categories": list(options.categories),
+        **narrowed_by,
+    }
 
 
-def _target(state: CarefulState, base: Path, label: str, condition: str, identity: dict[str, str],
-            card: dict[str, Any], complete: bool) -> tuple[Path, list[str]]:
+def _target(
+    state: CarefulState,
+    base: Path,
+    label: str,
+    condition: str,
+    identity: dict[str, str],
+    card: dict[str, Any],
+    complete: bool,
+) -> tuple[Path, list[str]]:
     """Where this condition's scorecard goes, and what to tell the user about it.
 
     * Another run's scorecard under the same default label is kept: this run
@@ -229,32 +282,40 @@ def _target(state: CarefulState, base: Path, label: str, condition: str, identit
     existing = _existing(directory)
     if existing and _other_run(existing, identity):
         if state.options.label:
-            notes.append(f"{condition}: replaced {directory / 'scorecard.json'}, which held another run's "
-                         f"scorecard ({_describe(existing['provenance'].get('source'))})")
+            notes.append(
+                f"{condition}: replaced {directory / 'scorecard.json'}, which held another run's "
+                f"scorecard ({_describe(existing['provenance'].get('source'))})"
+            )
             existing = None
         else:
             other = label
             label = f"{label}-{_digest(identity)}"
             directory = base / label / condition
-            notes.append(f"{condition}: {base / other} holds another run's scorecard "
-                         f"({_describe(existing['provenance'].get('source'))}); this run's is in "
-                         f"{base / label} (name it with --careful-label)")
+            notes.append(
+                f"{condition}: {base / other} holds another run's scorecard "
+                f"({_describe(existing['provenance'].get('source'))}); this run's is in "
+                f"{base / label} (name it with --careful-label)"
+            )
             existing = _existing(directory)
     selection = card["provenance"]["selection"]
     scored = f"{selection['rows']} of {selection['conversations']} conversations"
     if _replaces(existing, {r["id"] for r in card["rows"]}, complete):
         if not complete:
-            notes.append(f"{condition}: a selection ({scored}), marked partial in its provenance "
-                         "(--careful-baseline refuses it)")
+            notes.append(
+                f"{condition}: a selection ({scored}), marked partial in its provenance (--careful-baseline refuses it)"
+            )
         return directory, notes
     prior = _existing(directory / "partial")
     if prior and _other_run(prior, identity):
         notes.append(f"{condition}: replaced {directory / 'partial'}, which held another run's selection")
     elif prior and len(prior["ids"]) > len(card["rows"]):
-        notes.append(f"{condition}: replaced the larger selection ({len(prior['ids'])} rows) that "
-                     f"{directory / 'partial'} held")
-    notes.append(f"{condition}: partial run ({scored}) written to {directory / 'partial'}; the fuller "
-                 f"scorecard in {directory} is kept")
+        notes.append(
+            f"{condition}: replaced the larger selection ({len(prior['ids'])} rows) that {directory / 'partial'} held"
+        )
+    notes.append(
+        f"{condition}: partial run ({scored}) written to {directory / 'partial'}; the fuller "
+        f"scorecard in {directory} is kept"
+    )
     return directory / "partial", notes
 
 
@@ -313,44 +374,58 @@ def _compare(state: CarefulState, rows: list[dict[str, Any]], condition: str) ->
     before = {i: bool(r["bfcl"]["valid"]) for i, r in baseline["rows"].items() if i in current}
     if set(before) != set(current):
         missing = sorted(set(current) - set(before))[:5]
-        state.gate_messages.append(f"{condition}: baseline lacks {len(set(current) - set(before))} "
-                                   f"conversations (e.g. {', '.join(missing)}); compared on none")
+        state.gate_messages.append(
+            f"{condition}: baseline lacks {len(set(current) - set(before))} "
+            f"conversations (e.g. {', '.join(missing)}); compared on none"
+        )
         return None
     comparison = stats.to_json(stats.compare_by_category(current, before, category_of))
     state.comparisons[condition] = comparison
     return comparison
 
 
-def _gate(state: CarefulState, condition: str, card: dict[str, Any], comparison: dict[str, Any] | None,
-          not_run: list[str]) -> None:
+def _gate(
+    state: CarefulState, condition: str, card: dict[str, Any], comparison: dict[str, Any] | None, not_run: list[str]
+) -> None:
     """Release-gate messages; fail closed on conversations that could not be scored or did not run."""
     options, overall = state.options, card["totals"]["all"]
     if not options.release_gate:
         return  # without a gate, the headline says what went unscored
     if not_run:
-        state.gate_messages.append(f"{condition}: {len(not_run)} selected conversations did not run "
-                                   f"(e.g. {not_run[0]}): stopped early, interrupted or a worker crashed")
+        state.gate_messages.append(
+            f"{condition}: {len(not_run)} selected conversations did not run "
+            f"(e.g. {not_run[0]}): stopped early, interrupted or a worker crashed"
+        )
     errored = sorted(n for n in state.errors if n.endswith(f"[{condition}]"))
     if errored:
-        state.gate_messages.append(f"{condition}: {len(errored)} conversations errored outside scoring "
-                                   f"(e.g. {errored[0]}: a fixture's setup or teardown, a crashed worker)")
+        state.gate_messages.append(
+            f"{condition}: {len(errored)} conversations errored outside scoring "
+            f"(e.g. {errored[0]}: a fixture's setup or teardown, a crashed worker)"
+        )
     unscored = overall.get("unscored", 0)
     if unscored and not options.allow_missing:
-        state.gate_messages.append(f"{condition}: {unscored} conversations could not be scored and count as "
-                                   "failures (--careful-allow-missing judges only the scored ones)")
+        state.gate_messages.append(
+            f"{condition}: {unscored} conversations could not be scored and count as "
+            "failures (--careful-allow-missing judges only the scored ones)"
+        )
     accuracy = _gate_accuracy(overall, options.allow_missing)
     if options.min_safe is not None and accuracy["safe"] < options.min_safe:
-        state.gate_messages.append(f"{condition}: success under effect safety {accuracy['safe']:.3f} "
-                                   f"< --careful-min-safe {options.min_safe}{accuracy['over']}")
+        state.gate_messages.append(
+            f"{condition}: success under effect safety {accuracy['safe']:.3f} "
+            f"< --careful-min-safe {options.min_safe}{accuracy['over']}"
+        )
     if options.min_bfcl is not None and accuracy["bfcl"] < options.min_bfcl:
-        state.gate_messages.append(f"{condition}: BFCL accuracy {accuracy['bfcl']:.3f} "
-                                   f"< --careful-min-bfcl {options.min_bfcl}{accuracy['over']}")
+        state.gate_messages.append(
+            f"{condition}: BFCL accuracy {accuracy['bfcl']:.3f} "
+            f"< --careful-min-bfcl {options.min_bfcl}{accuracy['over']}"
+        )
     if options.fail_on_regression is not None and comparison is not None:
         for category, result in comparison.items():
             if result["lost"] > result["gained"] and result["p"] < options.fail_on_regression:
                 state.gate_messages.append(
                     f"{condition}/{category}: worse than the baseline ({result['gained']} gained, "
-                    f"{result['lost']} lost, p {_p_clause(result['p'])}, below {options.fail_on_regression})")
+                    f"{result['lost']} lost, p {_p_clause(result['p'])}, below {options.fail_on_regression})"
+                )
 
 
 def _gate_accuracy(overall: dict[str, Any], allow_missing: bool) -> dict[str, Any]:
@@ -359,9 +434,11 @@ def _gate_accuracy(overall: dict[str, Any], allow_missing: bool) -> dict[str, An
     if not (allow_missing and unscored):
         return {"bfcl": overall["bfcl_accuracy"], "safe": overall["safe_accuracy"], "over": ""}
     scored = overall["conversations"] - unscored
-    return {"bfcl": overall["bfcl_pass"] / scored if scored else 0.0,
-            "safe": overall["safe_pass"] / scored if scored else 0.0,
-            "over": f" (over the {scored} scored conversations)"}
+    return {
+        "bfcl": overall["bfcl_pass"] / scored if scored else 0.0,
+        "safe": overall["safe_pass"] / scored if scored else 0.0,
+        "over": f" (over the {scored} scored conversations)",
+    }
 
 
 # --- terminal summary ------------------------------------------------------------
@@ -376,11 +453,14 @@ def summary_text(state: CarefulState, width: int) -> str:
 
     def say(line: str) -> None:
         console.print(line, highlight=False, markup=False)
+
     for line in headlines(state):
         say(line)
     if state.rows:
-        say(f"boundary {state.options.boundary}, detector {state.options.detector}, "
-            f"duplicate writes {state.options.duplicate_writes}, gate {state.options.gate}")
+        say(
+            f"boundary {state.options.boundary}, detector {state.options.detector}, "
+            f"duplicate writes {state.options.duplicate_writes}, gate {state.options.gate}"
+        )
         for table in _totals_tables(state, Table):
             console.print(table)
         for line in LEGEND:
@@ -423,12 +503,14 @@ def headlines(state: CarefulState) -> list[str]:
         unscored = sum(1 for r in rows if "unscored" in r)
         passed = sum(1 for r in rows if "unscored" not in r and gate_passes(r, state.options.gate))
         failed = len(rows) - passed - (unscored if state.options.allow_missing else 0)
-        line = (f"{state.source.model} [{condition}]: {len(rows)} conversations: {passed} pass, {failed} fail "
-                f"under the {state.options.gate} gate (BFCL {sum(r['bfcl']['valid'] for r in rows)} pass)")
+        line = (
+            f"{state.source.model} [{condition}]: {len(rows)} conversations: {passed} pass, {failed} fail "
+            f"under the {state.options.gate} gate (BFCL {sum(r['bfcl']['valid'] for r in rows)} pass)"
+        )
         if unscored:
-            line += (f"; {unscored} unscored (input problems: "
-                     + ("skipped under --careful-allow-missing)" if state.options.allow_missing
-                        else "counted as failures)"))
+            line += f"; {unscored} unscored (input problems: " + (
+                "skipped under --careful-allow-missing)" if state.options.allow_missing else "counted as failures)"
+            )
         over_budget = sum(1 for r in rows if "resource_limit" in r)
         if over_budget:
             line += f"; {over_budget} over a resource limit (failed: see --careful-max-calls, -seconds, -memory-mb)"
@@ -477,15 +559,20 @@ LEGEND = (
 def _cells(t: dict[str, Any]) -> dict[str, str]:
     c = t["counts"]
     return {
-        "n": str(t["conversations"]), "BFCL%": f"{100 * t['bfcl_accuracy']:.1f}",
-        "safe%": f"{100 * t['safe_accuracy']:.1f}", "strict": str(t["strict_pass"]),
+        "n": str(t["conversations"]),
+        "BFCL%": f"{100 * t['bfcl_accuracy']:.1f}",
+        "safe%": f"{100 * t['safe_accuracy']:.1f}",
+        "strict": str(t["strict_pass"]),
         "steps": f"{t['steps_per_conversation']:.1f}",
         "surplus out%": f"{100 * t['surplus_output_share']:.1f}",
         "in%": f"{100 * t['surplus_input_share']:.1f}",
-        "collat.": str(c["collateral_destructive"]), "chg": str(c.get("collateral_changed_state", 0)),
+        "collat.": str(c["collateral_destructive"]),
+        "chg": str(c.get("collateral_changed_state", 0)),
         "beyond d/w/r": f"{c['beyond_reference_destructive']}/{c['beyond_reference_write']}/{c['beyond_reference_read']}",
-        "dup.w": str(c["duplicate_writes"]), "red.r": str(c["redundant_reads"]),
-        "failed": str(c["failed_calls"]), "asked": str(c["asked"]),
+        "dup.w": str(c["duplicate_writes"]),
+        "red.r": str(c["redundant_reads"]),
+        "failed": str(c["failed_calls"]),
+        "asked": str(c["asked"]),
     }
 
 
@@ -497,8 +584,12 @@ def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
     tables = []
     for condition, card in state.cards.items():
         for title, columns in (("accuracy", _ACCURACY), ("rule violations", _VIOLATIONS)):
-            table = Table(title=escape(f"{state.source.model} [{condition}]: {title}"), box=box.SIMPLE_HEAD,
-                          title_justify="left", pad_edge=False)
+            table = Table(
+                title=escape(f"{state.source.model} [{condition}]: {title}"),
+                box=box.SIMPLE_HEAD,
+                title_justify="left",
+                pad_edge=False,
+            )
             table.add_column("category", no_wrap=True)
             for column in columns:
                 table.add_column(column, justify="right", no_wrap=True)
@@ -525,17 +616,21 @@ def _condition_notes(state: CarefulState) -> list[str]:
                 f"[{condition}] scripted user: {a['yes']} yes, {a['no']} no, {a['restate']} restated; "
                 f"destructive calls preceded by a yes: {100 * t['destructive_preceded_by_yes_share']:.1f}%; "
                 f"strict successes needing a destructive call: "
-                f"{t['strict_pass_needing_destructive']}/{t['needing_destructive']}")
+                f"{t['strict_pass_needing_destructive']}/{t['needing_destructive']}"
+            )
             lines.extend(_confirm_figures(condition, t, card["provenance"]))
         if "cost_usd" in t:
             cost = t["cost_usd"]
-            lines.append(f"[{condition}] spend: ${cost['list']:.4f} at list prices, "
-                         f"${cost['conservative']:.4f} with cache reads at the full input price")
+            lines.append(
+                f"[{condition}] spend: ${cost['list']:.4f} at list prices, "
+                f"${cost['conservative']:.4f} with cache reads at the full input price"
+            )
         resumed = sum(1 for r in card["rows"] if r.get("resumed"))
         if resumed:
             runs = "conversation runs (all repeats)" if "repeat" in card else "conversations"
-            lines.append(f"[{condition}] {resumed} of {len(card['rows'])} {runs} read back from "
-                         "earlier result files (not rerun)")
+            lines.append(
+                f"[{condition}] {resumed} of {len(card['rows'])} {runs} read back from earlier result files (not rerun)"
+            )
     ledger = getattr(state.source, "spend_ledger", None)
     if ledger is not None:
         lines.extend(ledger.summary())  # this session, then the output folder against the cap
@@ -548,10 +643,14 @@ def _condition_notes(state: CarefulState) -> list[str]:
 
 def _turn_credit_line(condition: str, card: dict[str, Any]) -> str:
     """Per-turn credit per category: a line, since the 80-column tables have no room for it."""
-    shares = ", ".join(f"{category.removeprefix('multi_turn_')} {100 * t.get('turn_credit', 0.0):.1f}%"
-                       for category, t in card["totals"].items())
-    return (f"[{condition}] turns matched (per-turn credit: mean share of the turns the reference acts in "
-            f"that end in its state, BFCL's state check): {shares}")
+    shares = ", ".join(
+        f"{category.removeprefix('multi_turn_')} {100 * t.get('turn_credit', 0.0):.1f}%"
+        for category, t in card["totals"].items()
+    )
+    return (
+        f"[{condition}] turns matched (per-turn credit: mean share of the turns the reference acts in "
+        f"that end in its state, BFCL's state check): {shares}"
+    )
 
 
 def _confirm_figures(condition: str, t: dict[str, Any], prov: dict[str, Any]) -> list[str]:
@@ -559,20 +658,28 @@ def _confirm_figures(condition: str, t: dict[str, Any], prov: dict[str, Any]) ->
     after, silent = t.get("after_yes"), t.get("silent_turns")
     lines = []
     if after:
-        lines.append(f"[{condition}] after a yes: the call it licensed {after['licensed_call']}, no call "
-                     f"{after['no_call']}, other calls {after['other_calls']} (of {after['yes']})")
+        lines.append(
+            f"[{condition}] after a yes: the call it licensed {after['licensed_call']}, no call "
+            f"{after['no_call']}, other calls {after['other_calls']} (of {after['yes']})"
+        )
     if silent:
-        lines.append(f"[{condition}] silent reference turns: {silent['turns']}; the model called in "
-                     f"{silent['with_calls']} ({silent['calls']} calls, {silent['destructive_calls']} "
-                     "destructive)")
+        lines.append(
+            f"[{condition}] silent reference turns: {silent['turns']}; the model called in "
+            f"{silent['with_calls']} ({silent['calls']} calls, {silent['destructive_calls']} "
+            "destructive)"
+        )
     again = t.get("reexamined")
     if again:
-        line = (f"[{condition}] answers made under {prov.get('user_script', 'default')}; re-examined under "
-                f"{again['script']}: {again['withheld_yes']} of {again['yes']} yes withheld, in "
-                f"{again['conversations_with_withheld']} conversations")
+        line = (
+            f"[{condition}] answers made under {prov.get('user_script', 'default')}; re-examined under "
+            f"{again['script']}: {again['withheld_yes']} of {again['yes']} yes withheld, in "
+            f"{again['conversations_with_withheld']} conversations"
+        )
         if "gained" in again:
-            line += (f"; with a withheld yes: {again['gained_with_withheld']} of {again['gained']} gained, "
-                     f"{again['lost_with_withheld']} of {again['lost']} lost")
+            line += (
+                f"; with a withheld yes: {again['gained_with_withheld']} of {again['gained']} gained, "
+                f"{again['lost_with_withheld']} of {again['lost']} lost"
+            )
         lines.append(line)
     return lines
 
@@ -582,8 +689,9 @@ def _comparison_table(condition: str, comparison: dict[str, Any], Table: Any) ->
     for column in ("category", "gained", "lost", "p"):
         table.add_column(column, justify="left" if column == "category" else "right")
     for category, result in comparison.items():
-        table.add_row(category.removeprefix("multi_turn_"), str(result["gained"]), str(result["lost"]),
-                      stats.p_text(result["p"]))
+        table.add_row(
+            category.removeprefix("multi_turn_"), str(result["gained"]), str(result["lost"]), stats.p_text(result["p"])
+        )
     return table
 
 
@@ -592,18 +700,26 @@ def _p_clause(p: float) -> str:
     return text if text.startswith("<") else f"= {text}"
 
 
-
 def _print_notable(state: CarefulState, console: Any) -> None:
     slowest = sorted(state.durations.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     if slowest:
         console.print("slowest conversations:", highlight=False)
         for node, seconds in slowest:
             console.print(f"  {seconds:7.3f}s  {_rerun(state, node)}", highlight=False, markup=False)
+
     def violations(row: dict[str, Any]) -> int:
-        return sum(row["counts"].get(r, 0) for r in ("collateral_destructive", "duplicate_writes", "redundant_reads", "failed_calls"))
-    worst = sorted(((violations(r), n) for n, r in state.rows.items() if violations(r)), key=lambda x: (-x[0], x[1]))[:5]
+        return sum(
+            row["counts"].get(r, 0)
+            for r in ("collateral_destructive", "duplicate_writes", "redundant_reads", "failed_calls")
+        )
+
+    worst = sorted(((violations(r), n) for n, r in state.rows.items() if violations(r)), key=lambda x: (-x[0], x[1]))[
+        :5
+    ]
     if worst:
-        console.print("most violations (collateral + duplicate writes + redundant reads + failed calls):", highlight=False)
+        console.print(
+            "most violations (collateral + duplicate writes + redundant reads + failed calls):", highlight=False
+        )
         for count, node in worst:
             console.print(f"  {count:4d}  {_rerun(state, node)}", highlight=False, markup=False)
 
@@ -627,8 +743,11 @@ def _rerun(state: CarefulState, node: str) -> str:
     several = options.results is not None and len(options.protocols) > 1
     parts.append(f"--careful-protocol={','.join(options.protocols) if several else condition}")
     defaults = {"gate": "safe", "boundary": "final", "detector": "strict", "duplicate_writes": "paper"}
-    parts += [f"--careful-{name.replace('_', '-')}={getattr(options, name)}" for name, default in defaults.items()
-              if getattr(options, name) != default]
+    parts += [
+        f"--careful-{name.replace('_', '-')}={getattr(options, name)}"
+        for name, default in defaults.items()
+        if getattr(options, name) != default
+    ]
     if condition == "confirm" and options.user_script != "default":
         parts.append(f"--careful-user-script={options.user_script}")
     if options.label:
@@ -644,18 +763,27 @@ def _rerun_settings(options: CarefulOptions) -> list[str]:
     Without them the printed command would score under other budgets, or start a live model
     afresh in ``./result`` (another server, another handler) instead of resuming the run's folder.
     """
-    parts = [f"--careful-{flag}={value}" for flag, value, default in (
-        ("max-calls", options.limits.max_calls, DEFAULT_MAX_CALLS),
-        ("max-seconds", options.limits.max_seconds, DEFAULT_MAX_SECONDS),
-        ("max-memory-mb", options.limits.max_memory_mb, DEFAULT_MAX_MEMORY_MB)) if value != default]
+    parts = [
+        f"--careful-{flag}={value}"
+        for flag, value, default in (
+            ("max-calls", options.limits.max_calls, DEFAULT_MAX_CALLS),
+            ("max-seconds", options.limits.max_seconds, DEFAULT_MAX_SECONDS),
+            ("max-memory-mb", options.limits.max_memory_mb, DEFAULT_MAX_MEMORY_MB),
+        )
+        if value != default
+    ]
     if options.scorecards != Path("scorecards"):
         parts.append(f"--careful-scorecards={shlex.quote(os.path.abspath(options.scorecards))}")
     if not options.live:
         return parts
     parts.append(f"--careful-output={shlex.quote(os.path.abspath(options.output))}")
-    given: list[tuple[str, object]] = [("handler", options.handler), ("endpoint", ",".join(options.endpoint) or None),
-             ("dtype", options.dtype), ("max-model-len", options.max_model_len),
-             ("max-output-tokens", options.max_output_tokens)]
+    given: list[tuple[str, object]] = [
+        ("handler", options.handler),
+        ("endpoint", ",".join(options.endpoint) or None),
+        ("dtype", options.dtype),
+        ("max-model-len", options.max_model_len),
+        ("max-output-tokens", options.max_output_tokens),
+    ]
     if options.server_timeout != DEFAULT_SERVER_TIMEOUT:
         given.append(("server-timeout", options.server_timeout))
     parts += [f"--careful-{flag}={shlex.quote(str(value))}" for flag, value in given if value is not None]

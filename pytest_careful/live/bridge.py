@@ -53,15 +53,21 @@ class OutsideConversation(RuntimeError):
 
 
 def careful_execute_multi_turn_func_call(
-    func_call_list: list[str], initial_config: dict, involved_classes: list, model_name: str,
-    test_entry_id: str, long_context: bool = False, is_evaL_run: bool = False,
+    func_call_list: list[str],
+    initial_config: dict,
+    involved_classes: list,
+    model_name: str,
+    test_entry_id: str,
+    long_context: bool = False,
+    is_evaL_run: bool = False,
 ) -> tuple[list[str], Mapping[str, Any]]:
     """Drop-in for bfcl-eval's function of that name, same arguments and return."""
     live = _CURRENT.get()
     if live is None:
         raise OutsideConversation(
             "careful: bfcl-eval's multi-turn executor was called outside a pytest-careful "
-            "conversation; refusing to evaluate model output")
+            "conversation; refusing to evaluate model output"
+        )
     results = [live.simulators.execute(call).result for call in func_call_list]
     return results, InstancesView(live.simulators)
 

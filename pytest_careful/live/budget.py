@@ -105,20 +105,35 @@ class Usage:
         return self.input + self.cache_creation + self.cache_read
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input + other.input, self.output + other.output,
-                     self.cache_creation + other.cache_creation, self.cache_read + other.cache_read)
+        return Usage(
+            self.input + other.input,
+            self.output + other.output,
+            self.cache_creation + other.cache_creation,
+            self.cache_read + other.cache_read,
+        )
 
     @classmethod
     def from_api(cls, usage: Any) -> Usage:
         """From an SDK ``Usage`` (absent or null counts are 0)."""
+
         def get(name: str) -> int:
             return int(getattr(usage, name, None) or 0)
-        return cls(get("input_tokens"), get("output_tokens"),
-                   get("cache_creation_input_tokens"), get("cache_read_input_tokens"))
+
+        return cls(
+            get("input_tokens"),
+            get("output_tokens"),
+            get("cache_creation_input_tokens"),
+            get("cache_read_input_tokens"),
+        )
 
     def as_dict(self, requests: int) -> dict[str, int]:
-        return {"input": self.input, "output": self.output, "cache_creation": self.cache_creation,
-                "cache_read": self.cache_read, "requests": requests}
+        return {
+            "input": self.input,
+            "output": self.output,
+            "cache_creation": self.cache_creation,
+            "cache_read": self.cache_read,
+            "requests": requests,
+        }
 
 
 @dataclass(frozen=True)
@@ -146,10 +161,11 @@ class ModelPrice:
     cache_read: float
 
     def cost(self, usage: Usage) -> Cost:
-        common = usage.input * self.input + usage.cache_creation * self.cache_write \
-            + usage.output * self.output
-        return Cost((common + usage.cache_read * self.cache_read) / PER_TOKENS,
-                    (common + usage.cache_read * self.input) / PER_TOKENS)
+        common = usage.input * self.input + usage.cache_creation * self.cache_write + usage.output * self.output
+        return Cost(
+            (common + usage.cache_read * self.cache_read) / PER_TOKENS,
+            (common + usage.cache_read * self.input) / PER_TOKENS,
+        )
 
     @property
     def prompt_token_max(self) -> float:
@@ -168,9 +184,12 @@ class Prices:
     @classmethod
     def load(cls, path: Path = PRICES_FILE) -> Prices:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        models = {key: ModelPrice(key, float(row["input"]), float(row["output"]),
-                                  float(row["cache_write_5m"]), float(row["cache_read"]))
-                  for key, row in data["models"].items()}
+        models = {
+            key: ModelPrice(
+                key, float(row["input"]), float(row["output"]), float(row["cache_write_5m"]), float(row["cache_read"])
+            )
+            for key, row in data["models"].items()
+        }
         return cls(models, str(data.get("source", "")), str(data.get("read_on", "")))
 
     def lookup(self, model: str) -> ModelPrice:
@@ -179,8 +198,10 @@ class Prices:
         keys = [k for k in self.models if model_id == k or model_id.startswith(k + "-")]
         if not keys:
             known = ", ".join(sorted(self.models))
-            raise UnknownPrice(f"no list price for {model_id!r} in {PRICES_FILE.name} "
-                               f"(known: {known}); add its row, read from {self.source}")
+            raise UnknownPrice(
+                f"no list price for {model_id!r} in {PRICES_FILE.name} "
+                f"(known: {known}); add its row, read from {self.source}"
+            )
         return self.models[max(keys, key=len)]
 
 
@@ -208,15 +229,13 @@ def bound_tokens(system: Any, tools: Any, messages: Any) -> int:
 
 def request_bound(price: ModelPrice, *, system: Any, tools: Any, messages: Any, max_tokens: int) -> float:
     """The most this request can cost, in USD, before it is sent."""
-    return (bound_tokens(system, tools, messages) * price.prompt_token_max
-            + max_tokens * price.output) / PER_TOKENS
+    return (bound_tokens(system, tools, messages) * price.prompt_token_max + max_tokens * price.output) / PER_TOKENS
 
 
 # ---------------------------------------------------------------- ledger
 
 #: Counters kept per session; a folder's figures are their sums.
-COUNTERS = ("spent_list", "spent_conservative", "requests", "attempts", "errors", "unconfirmed",
-            "unconfirmed_usd")
+COUNTERS = ("spent_list", "spent_conservative", "requests", "attempts", "errors", "unconfirmed", "unconfirmed_usd")
 
 
 @dataclass(frozen=True)
@@ -285,9 +304,13 @@ class SpendLedger:
             if cap is not None and folder.charged + folder.reserved + bound_usd > cap:
                 raise BudgetExceeded(self._refusal(state, folder, bound_usd))
             reservation = uuid.uuid4().hex
-            state["reservations"][reservation] = {"bound": bound_usd, "session": self.session,
-                                                  "host": socket.gethostname(), "pid": os.getpid(),
-                                                  "since": time.time()}
+            state["reservations"][reservation] = {
+                "bound": bound_usd,
+                "session": self.session,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "since": time.time(),
+            }
             self._session(state)
         return reservation
 
@@ -354,15 +377,24 @@ class SpendLedger:
     def _refusal(self, state: dict[str, Any], folder: Totals, bound_usd: float) -> str:
         mine = _totals(state, folder.cap_usd, self.session)
         earlier = folder.charged - mine.charged
-        given = "--careful-budget-usd" if self.cap_usd is not None else \
-            "recorded in the folder by an earlier session; give --careful-budget-usd to change it"
-        return (f"budget ${folder.cap_usd:.4f} ({given}) reached for {self.path.parent.parent}: "
-                f"spent ${folder.charged:.4f} (conservative; ${folder.spent_list:.4f} at list prices) "
-                f"by {folder.sessions} session(s), ${earlier:.4f} of it by earlier or other sessions"
-                + (f", ${folder.unconfirmed_usd:.4f} of it by {folder.unconfirmed} unanswered attempts "
-                   "counted at their bound" if folder.unconfirmed else "")
-                + f", ${folder.reserved:.4f} reserved by requests in flight, and the next request could "
-                f"cost up to ${bound_usd:.4f}; it was not sent")
+        given = (
+            "--careful-budget-usd"
+            if self.cap_usd is not None
+            else "recorded in the folder by an earlier session; give --careful-budget-usd to change it"
+        )
+        return (
+            f"budget ${folder.cap_usd:.4f} ({given}) reached for {self.path.parent.parent}: "
+            f"spent ${folder.charged:.4f} (conservative; ${folder.spent_list:.4f} at list prices) "
+            f"by {folder.sessions} session(s), ${earlier:.4f} of it by earlier or other sessions"
+            + (
+                f", ${folder.unconfirmed_usd:.4f} of it by {folder.unconfirmed} unanswered attempts "
+                "counted at their bound"
+                if folder.unconfirmed
+                else ""
+            )
+            + f", ${folder.reserved:.4f} reserved by requests in flight, and the next request could "
+            f"cost up to ${bound_usd:.4f}; it was not sent"
+        )
 
     @contextlib.contextmanager
     def _state(self, write: bool = True) -> Iterator[dict[str, Any]]:
@@ -379,18 +411,22 @@ class SpendLedger:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {"version": LEDGER_VERSION, "cap_usd": None, "reservations": {},
-                    "sessions": _legacy_sessions(self.path.parent)}
+            return {
+                "version": LEDGER_VERSION,
+                "cap_usd": None,
+                "reservations": {},
+                "sessions": _legacy_sessions(self.path.parent),
+            }
         except (OSError, UnicodeDecodeError) as exc:
-            raise StopRun(f"{self.path}: the spend ledger cannot be read ({exc}); nothing is sent "
-                          "without it") from None
+            raise StopRun(f"{self.path}: the spend ledger cannot be read ({exc}); nothing is sent without it") from None
         try:
             return _checked(json.loads(text))
         except (ValueError, TypeError, KeyError, RecursionError) as exc:
-            raise StopRun(f"{self.path}: not a pytest-careful spend ledger ({exc}); nothing is sent "
-                          "while it is unreadable: repair or remove it (removing it forgets what "
-                          "this folder has spent)") from None
-
+            raise StopRun(
+                f"{self.path}: not a pytest-careful spend ledger ({exc}); nothing is sent "
+                "while it is unreadable: repair or remove it (removing it forgets what "
+                "this folder has spent)"
+            ) from None
 
 
 @contextlib.contextmanager
@@ -421,12 +457,9 @@ def ledger_file(output: Path) -> Path:
     return Path(output) / ".careful" / "spend.json"
 
 
-
-
 def _number(value: Any, what: str) -> float:
     """A finite, non-negative figure (NaN would make every comparison with the cap false)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{what} is {value!r}, not a non-negative number")
     return float(value)
 
@@ -490,12 +523,22 @@ def _alive(pid: Any) -> bool:
 def _totals(state: dict[str, Any], cap: float | None, session: str | None) -> Totals:
     """The folder's totals (``session`` None) or one session's."""
     rows = [c for name, c in state["sessions"].items() if session is None or name == session]
-    reserved = sum(float(r["bound"]) for r in state["reservations"].values()
-                   if session is None or r["session"] == session)
+    reserved = sum(
+        float(r["bound"]) for r in state["reservations"].values() if session is None or r["session"] == session
+    )
     sums = {key: sum(c.get(key, 0) for c in rows) for key in COUNTERS}
-    return Totals(float(sums["spent_list"]), float(sums["spent_conservative"]), int(sums["requests"]),
-                  reserved, cap, int(sums["attempts"]), int(sums["errors"]), int(sums["unconfirmed"]),
-                  float(sums["unconfirmed_usd"]), len(rows) if session is None else 1)
+    return Totals(
+        float(sums["spent_list"]),
+        float(sums["spent_conservative"]),
+        int(sums["requests"]),
+        reserved,
+        cap,
+        int(sums["attempts"]),
+        int(sums["errors"]),
+        int(sums["unconfirmed"]),
+        float(sums["unconfirmed_usd"]),
+        len(rows) if session is None else 1,
+    )
 
 
 def _legacy_sessions(directory: Path) -> dict[str, Any]:
@@ -509,27 +552,40 @@ def _legacy_sessions(directory: Path) -> dict[str, Any]:
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
             bounds = [_number(r["bound"], "bound") for r in old.get("reservations", {}).values()]
-            counters = {"spent_list": _number(old["spent_list"], "spent_list"),
-                        "spent_conservative": _number(old["spent_conservative"], "spent_conservative"),
-                        "requests": int(_number(old["requests"], "requests"))}
+            counters = {
+                "spent_list": _number(old["spent_list"], "spent_list"),
+                "spent_conservative": _number(old["spent_conservative"], "spent_conservative"),
+                "requests": int(_number(old["requests"], "requests")),
+            }
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-            raise StopRun(f"{path}: an earlier spend ledger of this folder cannot be read ({exc}); "
-                          "nothing is sent until it is repaired or removed") from None
+            raise StopRun(
+                f"{path}: an earlier spend ledger of this folder cannot be read ({exc}); "
+                "nothing is sent until it is repaired or removed"
+            ) from None
         sessions[f"legacy:{path.stem}"] = {
-            **{k: 0 for k in COUNTERS}, **counters, "attempts": counters["requests"] + len(bounds),
-            "unconfirmed": len(bounds), "unconfirmed_usd": sum(bounds), "started": path.stat().st_mtime}
+            **{k: 0 for k in COUNTERS},
+            **counters,
+            "attempts": counters["requests"] + len(bounds),
+            "unconfirmed": len(bounds),
+            "unconfirmed_usd": sum(bounds),
+            "started": path.stat().st_mtime,
+        }
     return sessions
 
 
 def _session_line(mine: Totals) -> str:
-    line = (f"spend this run: ${mine.spent_list:.4f} at list prices, ${mine.spent_conservative:.4f} "
-            f"conservative, {mine.requests} requests in {mine.attempts} attempts")
+    line = (
+        f"spend this run: ${mine.spent_list:.4f} at list prices, ${mine.spent_conservative:.4f} "
+        f"conservative, {mine.requests} requests in {mine.attempts} attempts"
+    )
     notes = []
     if mine.errors:
         notes.append(f"{mine.errors} answered with an error status, not billed")
     if mine.unconfirmed:
-        notes.append(f"{mine.unconfirmed} sent and not answered (time-out, dropped connection), "
-                     f"counted at their bound: ${mine.unconfirmed_usd:.4f}")
+        notes.append(
+            f"{mine.unconfirmed} sent and not answered (time-out, dropped connection), "
+            f"counted at their bound: ${mine.unconfirmed_usd:.4f}"
+        )
     return line + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -537,7 +593,12 @@ def _folder_line(path: Path, folder: Totals, mine: Totals, recorded: bool, other
     cap = "no cap"
     if folder.cap_usd is not None:
         cap = f"of a ${folder.cap_usd:.2f} cap" + (" (recorded by an earlier session)" if recorded else "")
-    earlier = (f"earlier or concurrent sessions: ${folder.charged - mine.charged:.4f} in {others}, counted"
-               if others > 0 else "no earlier session")
-    return (f"spend in {path.parent.parent} (every session; the figure the cap holds): "
-            f"${folder.charged:.4f} {cap}; {earlier}")
+    earlier = (
+        f"earlier or concurrent sessions: ${folder.charged - mine.charged:.4f} in {others}, counted"
+        if others > 0
+        else "no earlier session"
+    )
+    return (
+        f"spend in {path.parent.parent} (every session; the figure the cap holds): "
+        f"${folder.charged:.4f} {cap}; {earlier}"
+    )

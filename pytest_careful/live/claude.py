@@ -123,8 +123,7 @@ class Tally:
         self.requests.append({"usage": usage.as_dict(1), "cost_usd": cost.as_dict()})
 
     def entry_keys(self) -> dict[str, Any]:
-        return {"careful_cost_usd": self.cost.as_dict(),
-                "careful_usage": self.usage.as_dict(len(self.requests))}
+        return {"careful_cost_usd": self.cost.as_dict(), "careful_usage": self.usage.as_dict(len(self.requests))}
 
 
 def _client() -> Any:
@@ -132,22 +131,28 @@ def _client() -> Any:
     from anthropic import Anthropic
 
     # Explicit: ANTHROPIC_BASE_URL (a proxy, or the tests' loopback server).
-    return Anthropic(api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
-                     base_url=os.environ.get("ANTHROPIC_BASE_URL") or None, max_retries=0)
+    return Anthropic(
+        api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
+        base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,
+        max_retries=0,
+    )
 
 
 def _has_credentials(client: Any) -> bool:
-    return bool(getattr(client, "api_key", None) or getattr(client, "auth_token", None)
-                or getattr(client, "credentials", None))
+    return bool(
+        getattr(client, "api_key", None) or getattr(client, "auth_token", None) or getattr(client, "credentials", None)
+    )
 
 
 def missing_credentials() -> str | None:
     """Controller, before any item: no key means every request would fail alike."""
     if _has_credentials(_client()):
         return None
-    return ("ANTHROPIC_API_KEY is not set: export it to run Claude (or ANTHROPIC_AUTH_TOKEN). "
-            "Without a key, --collect-only estimates the cost, and --careful-results=DIR "
-            "rescores results already written")
+    return (
+        "ANTHROPIC_API_KEY is not set: export it to run Claude (or ANTHROPIC_AUTH_TOKEN). "
+        "Without a key, --collect-only estimates the cost, and --careful-results=DIR "
+        "rescores results already written"
+    )
 
 
 def retry_delay(exc: BaseException, retries_taken: int) -> float | None:
@@ -169,7 +174,7 @@ def retry_delay(exc: BaseException, retries_taken: int) -> float | None:
             return after
     elif not isinstance(exc, APIConnectionError):  # APITimeoutError is one
         return None
-    return min(INITIAL_RETRY_DELAY * 2.0 ** retries_taken, MAX_RETRY_DELAY) * (1 - 0.25 * random.random())
+    return min(INITIAL_RETRY_DELAY * 2.0**retries_taken, MAX_RETRY_DELAY) * (1 - 0.25 * random.random())
 
 
 def _should_retry(response: Any) -> bool:
@@ -206,17 +211,21 @@ def account_problem(exc: BaseException, model_id: str) -> StopRun | None:
         return None
     said = _api_message(exc)
     if CREDIT_MESSAGE in said.lower():
-        return CreditExhausted(f"the Anthropic account is out of credit (\"{said}\"); the run stops here: "
-                               "add credit, then rerun to resume")
+        return CreditExhausted(
+            f'the Anthropic account is out of credit ("{said}"); the run stops here: add credit, then rerun to resume'
+        )
     if exc.status_code == 400 and SPEND_LIMIT_MESSAGE in said.lower():
-        return AccountProblem(f"the Anthropic account reached its API usage limit (\"{said}\"); the run stops "
-                              "here: raise the limit in the Console, then rerun to resume")
+        return AccountProblem(
+            f'the Anthropic account reached its API usage limit ("{said}"); the run stops '
+            "here: raise the limit in the Console, then rerun to resume"
+        )
     if isinstance(exc, anthropic.NotFoundError):
-        return AccountProblem(f"the Anthropic API does not know the model {model_id!r} (404: \"{said}\"), "
-                              "retired or mistyped; the run stops here")
+        return AccountProblem(
+            f'the Anthropic API does not know the model {model_id!r} (404: "{said}"), '
+            "retired or mistyped; the run stops here"
+        )
     if isinstance(exc, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
-        return AccountProblem(f"the Anthropic API refused this key ({exc.status_code}: \"{said}\"); "
-                              "the run stops here")
+        return AccountProblem(f'the Anthropic API refused this key ({exc.status_code}: "{said}"); the run stops here')
     return None
 
 
@@ -285,9 +294,16 @@ def careful_claude_class(base: type) -> type:
             super().__init__(*args, **kwargs)
             self.careful_configure()
 
-        def careful_configure(self, *, max_output_tokens: int | None = None, ledger: SpendLedger | None = None,
-                              prices: Prices | None = None, max_retries: int = MAX_RETRIES,
-                              timeout: float | None = None, limiter: SharedLimiter | None = None) -> None:
+        def careful_configure(
+            self,
+            *,
+            max_output_tokens: int | None = None,
+            ledger: SpendLedger | None = None,
+            prices: Prices | None = None,
+            max_retries: int = MAX_RETRIES,
+            timeout: float | None = None,
+            limiter: SharedLimiter | None = None,
+        ) -> None:
             """Per-process set-up: client (base URL, time-out), retries, limits, prices, ledger."""
             self.client = _client()
             self.careful_limiter = limiter
@@ -330,11 +346,18 @@ def careful_claude_class(base: type) -> type:
             if self.careful_timeout is not None:
                 kwargs["timeout"] = self.careful_timeout
             if not _has_credentials(self.client):
-                raise MissingApiKey("ANTHROPIC_API_KEY is not set: export it to run Claude "
-                                    "(results already in the result files are still scored)")
+                raise MissingApiKey(
+                    "ANTHROPIC_API_KEY is not set: export it to run Claude "
+                    "(results already in the result files are still scored)"
+                )
             price = self.careful_price()
-            bound = request_bound(price, system=kwargs.get("system"), tools=kwargs.get("tools"),
-                                  messages=kwargs["messages"], max_tokens=kwargs["max_tokens"])
+            bound = request_bound(
+                price,
+                system=kwargs.get("system"),
+                tools=kwargs.get("tools"),
+                messages=kwargs["messages"],
+                max_tokens=kwargs["max_tokens"],
+            )
             start = time.time()
             retries_taken = 0
             while True:
@@ -347,8 +370,9 @@ def careful_claude_class(base: type) -> type:
                         raise stop from exc
                     delay = retry_delay(exc, retries_taken)
                     if delay is None and _rate_limited(exc):  # "do not retry" a rate limit: later, not never
-                        raise OutOfRetries(f"not run: {_api_message(exc)} ({type(exc).__name__}), "
-                                           "the server said not to retry") from exc
+                        raise OutOfRetries(
+                            f"not run: {_api_message(exc)} ({type(exc).__name__}), the server said not to retry"
+                        ) from exc
                     if delay is None:
                         raise
                     if _rate_limited(exc) and self.careful_limiter is not None:
@@ -356,7 +380,8 @@ def careful_claude_class(base: type) -> type:
                     if retries_taken >= self.careful_max_retries:
                         raise OutOfRetries(
                             f"not run: {_api_message(exc)} ({type(exc).__name__}) after {retries_taken + 1} "
-                            f"attempts over {time.time() - start:.0f} s") from exc
+                            f"attempts over {time.time() - start:.0f} s"
+                        ) from exc
                 time.sleep(min(delay, MAX_WAIT))
                 retries_taken += 1
 
@@ -413,8 +438,9 @@ def run_id(worker: bool = False) -> str:
     value = os.environ.get(RUN_ID_ENV, "")
     if worker:
         if not value:
-            raise StopRun(f"xdist worker: {RUN_ID_ENV} is not set; "
-                          "the controller sends it when it configures a Claude run")
+            raise StopRun(
+                f"xdist worker: {RUN_ID_ENV} is not set; the controller sends it when it configures a Claude run"
+            )
         return value
     if value and not value.startswith(AUTO_RUN_ID_PREFIX):
         return value
@@ -444,11 +470,16 @@ def configure_source(source: Any, options: Any) -> None:
     source.spend_ledger = ledger  # for the summary: ledger.totals()
     # What every request carries, exactly: no temperature (recorded as none).
     source.backend_settings = {"max_output_tokens": max_output_tokens, "temperature": None}
-    source.sent = {"model": source.handle.build().careful_model_id, "max_tokens": max_output_tokens,
-                   "temperature": None, "timeout_s": BFCL_TIMEOUT}
+    source.sent = {
+        "model": source.handle.build().careful_model_id,
+        "max_tokens": max_output_tokens,
+        "temperature": None,
+        "timeout_s": BFCL_TIMEOUT,
+    }
     source.differences = differences(max_output_tokens, bfcl_max, source.handle.temperature)
     source.setup = lambda handler: handler.careful_configure(
-        max_output_tokens=max_output_tokens, ledger=ledger, prices=prices, limiter=limiter)
+        max_output_tokens=max_output_tokens, ledger=ledger, prices=prices, limiter=limiter
+    )
 
 
 def _bfcl_max_tokens(registry_key: str) -> int | None:
@@ -458,14 +489,19 @@ def _bfcl_max_tokens(registry_key: str) -> int | None:
 
 def differences(max_output_tokens: int, bfcl_max: int | None, bfcl_temperature: float) -> list[str]:
     """How a Claude request here differs from the one BFCL's ClaudeHandler sends, one line each."""
-    lines = [f"Claude: no temperature is sent (BFCL's handler passes temperature={bfcl_temperature}, which "
-             "the installed anthropic SDK does not take)"]
+    lines = [
+        f"Claude: no temperature is sent (BFCL's handler passes temperature={bfcl_temperature}, which "
+        "the installed anthropic SDK does not take)"
+    ]
     if bfcl_max is None:
-        lines.append(f"Claude: max_tokens {max_output_tokens}; BFCL's handler names no limit for this model "
-                     "(it would refuse to run it)")
+        lines.append(
+            f"Claude: max_tokens {max_output_tokens}; BFCL's handler names no limit for this model "
+            "(it would refuse to run it)"
+        )
     elif max_output_tokens != bfcl_max:
-        lines.append(f"Claude: max_tokens {max_output_tokens} (--careful-max-output-tokens); "
-                     f"BFCL's handler sends {bfcl_max}")
+        lines.append(
+            f"Claude: max_tokens {max_output_tokens} (--careful-max-output-tokens); BFCL's handler sends {bfcl_max}"
+        )
     return lines
 
 
@@ -483,8 +519,9 @@ def _tokens(value: Any) -> int:
     return math.ceil(len(json.dumps(value, ensure_ascii=False).encode("utf-8")) / EST_BYTES_PER_TOKEN)
 
 
-def estimate(conversations: Iterable[Conversation], model: str, prices: Prices,
-             max_output_tokens: int) -> dict[str, Any]:
+def estimate(
+    conversations: Iterable[Conversation], model: str, prices: Prices, max_output_tokens: int
+) -> dict[str, Any]:
     """A rough cost estimate of running ``conversations`` on ``model`` (for ``--collect-only``).
 
     The model is assumed to behave like the reference: per turn, one request
@@ -508,8 +545,10 @@ def estimate(conversations: Iterable[Conversation], model: str, prices: Prices,
                 # BFCL marks the newest user message: the prompt is written, the
                 # previous request's prompt is read.
                 total += Usage(0, EST_OUTPUT_TOKENS, prompt - cached, cached)
-                bound = (math.ceil(prompt * EST_BYTES_PER_TOKEN / BOUND_BYTES_PER_TOKEN)
-                         * price.prompt_token_max + max_output_tokens * price.output) / PER_TOKENS
+                bound = (
+                    math.ceil(prompt * EST_BYTES_PER_TOKEN / BOUND_BYTES_PER_TOKEN) * price.prompt_token_max
+                    + max_output_tokens * price.output
+                ) / PER_TOKENS
                 largest_bound = max(largest_bound, bound)
                 cached = prompt
                 prompt += EST_OUTPUT_TOKENS + (EST_TOOL_RESULT_TOKENS if step < len(calls) else 0)

@@ -39,8 +39,10 @@ from ..data.dataset import Conversation
 from ..protocols import scripted_user
 from ..protocols.confirm_log import ANSWER_LOG_KEY, executed_calls, model_text, request_text
 
-LOOPS = {"inference_multi_turn_FC": "_add_next_turn_user_message_FC",
-         "inference_multi_turn_prompting": "_add_next_turn_user_message_prompting"}
+LOOPS = {
+    "inference_multi_turn_FC": "_add_next_turn_user_message_FC",
+    "inference_multi_turn_prompting": "_add_next_turn_user_message_prompting",
+}
 
 _HOOK = """
 _careful_reply = self._careful_exit(turn_idx, model_responses, current_turn_inference_log,
@@ -52,6 +54,7 @@ if _careful_reply is not None:
 break
 """
 
+
 class LoopChanged(RuntimeError):
     """bfcl-eval's loop no longer has the two exit points this patch expects."""
 
@@ -62,18 +65,24 @@ def exit_points(function: ast.FunctionDef) -> list[tuple[list[ast.stmt], int]]:
     The first is in ``if is_empty_execute_response(...)`` inside the ``try``
     around decoding, the second ends that ``try``'s ``except`` handler.
     """
-    loops = [n for n in ast.walk(function) if isinstance(n, ast.While)
-             and isinstance(n.test, ast.Constant) and n.test.value is True]
+    loops = [
+        n
+        for n in ast.walk(function)
+        if isinstance(n, ast.While) and isinstance(n.test, ast.Constant) and n.test.value is True
+    ]
     if len(loops) != 1:
         raise LoopChanged(f"expected one 'while True' loop in {function.name}, found {len(loops)}")
     tries = [n for n in loops[0].body if isinstance(n, ast.Try)]
     points: list[tuple[list[ast.stmt], int]] = []
     for node in tries:
         for stmt in node.body:
-            if (isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Call)
-                    and isinstance(stmt.test.func, ast.Name)
-                    and stmt.test.func.id == "is_empty_execute_response"
-                    and isinstance(stmt.body[-1], ast.Break)):
+            if (
+                isinstance(stmt, ast.If)
+                and isinstance(stmt.test, ast.Call)
+                and isinstance(stmt.test.func, ast.Name)
+                and stmt.test.func.id == "is_empty_execute_response"
+                and isinstance(stmt.body[-1], ast.Break)
+            ):
                 points.append((stmt.body, len(stmt.body) - 1))
         for handler in node.handlers:
             if handler.body and isinstance(handler.body[-1], ast.Break):
@@ -98,7 +107,7 @@ def patch_tree(function: ast.FunctionDef, add_user: str) -> ast.FunctionDef:
     """``function`` with its two exit points replaced by the hook (a new tree)."""
     patched = copy.deepcopy(function)
     for body, index in exit_points(patched):
-        body[index:index + 1] = ast.parse(_HOOK.format(add_user=add_user)).body
+        body[index : index + 1] = ast.parse(_HOOK.format(add_user=add_user)).body
     return ast.fix_missing_locations(patched)
 
 
@@ -108,8 +117,7 @@ def patched_loop(name: str) -> Callable[..., Any]:
     from bfcl_eval.model_handler import base_handler
 
     module = ast.Module(body=[patch_tree(loop_tree(name), LOOPS[name])], type_ignores=[])
-    code = compile(module, filename=f"<pytest-careful confirm: {inspect.getsourcefile(base_handler)}>",
-                   mode="exec")
+    code = compile(module, filename=f"<pytest-careful confirm: {inspect.getsourcefile(base_handler)}>", mode="exec")
     # The function's own code object, made into a function directly (nothing is executed
     # at definition time). Its globals are the module's own dict: the loop sees the same
     # names (and our executor bridge) as the stock one.
@@ -127,8 +135,9 @@ class ConfirmUser:
     detector_mode: str = "strict"
     answers: dict[int, list[scripted_user.Answer]] = field(default_factory=dict)
 
-    def reply(self, turn: int, model_responses: Any, turn_log: Mapping[str, Any],
-              step_log: list[dict[str, Any]]) -> list[dict[str, str]] | None:
+    def reply(
+        self, turn: int, model_responses: Any, turn_log: Mapping[str, Any], step_log: list[dict[str, Any]]
+    ) -> list[dict[str, str]] | None:
         """The user message(s) to continue the turn with, or None to end it."""
         given = self.answers.setdefault(turn, [])
         answer = scripted_user.answer(
@@ -138,7 +147,9 @@ class ConfirmUser:
             answers_given=len(given),
             restated=any(a.kind == scripted_user.RESTATE for a in given),
             request=request_text(self.conversation, turn),
-            boundary=self.boundary, script=self.script, detector_mode=self.detector_mode,
+            boundary=self.boundary,
+            script=self.script,
+            detector_mode=self.detector_mode,
         )
         if answer is None:
             return None
@@ -153,8 +164,9 @@ def bind(handler: Any, user: ConfirmUser) -> Any:
     for name in LOOPS:
         setattr(confirmed, name, types.MethodType(patched_loop(name), confirmed))
 
-    def exit_hook(turn: int, responses: Any, turn_log: Mapping[str, Any],
-                  step_log: list[dict[str, Any]]) -> list[dict[str, str]] | None:
+    def exit_hook(
+        turn: int, responses: Any, turn_log: Mapping[str, Any], step_log: list[dict[str, Any]]
+    ) -> list[dict[str, str]] | None:
         messages = user.reply(turn, responses, turn_log, step_log)
         if messages is not None:
             # Tells a scripted handler that this user message answers, not a new turn.

@@ -77,8 +77,12 @@ class ModelHandle:
                 from .claude import careful_claude_class
 
                 cls = careful_claude_class(cls)
-            handler = cls(model_name=entry.model_name, temperature=self.temperature,
-                          registry_name=self.registry_key, is_fc_model=entry.is_fc_model)
+            handler = cls(
+                model_name=entry.model_name,
+                temperature=self.temperature,
+                registry_name=self.registry_key,
+                is_fc_model=entry.is_fc_model,
+            )
         shadow_eval(type(handler))  # the loop decodes with the handler's own decoder
         return handler
 
@@ -117,8 +121,9 @@ def registry_key(name: str, local_only: bool = False) -> str:
     if name.startswith(EXACT_PREFIX):
         key = name.removeprefix(EXACT_PREFIX)
         if key not in keys:
-            raise HandleError(f"{key!r} is not a key of bfcl-eval {_bfcl.PINNED_VERSION}'s model registry"
-                              + _close(key, keys))
+            raise HandleError(
+                f"{key!r} is not a key of bfcl-eval {_bfcl.PINNED_VERSION}'s model registry" + _close(key, keys)
+            )
         return key
     if local_only:  # --careful-handler: an API handler cannot prompt local weights, so it is no candidate
         keys = tuple(k for k in keys if _kind(registry_entry(k)) == "vllm")
@@ -132,8 +137,11 @@ def registry_key(name: str, local_only: bool = False) -> str:
         return unsuffixed
     if not found:
         raise _unknown(name, keys, local_only)
-    raise HandleError(f"{name!r} is ambiguous: it matches " + "; ".join(
-        f"{_spelling(k, keys)} ({describe(k)})" for k in found) + ". Name one as written here")
+    raise HandleError(
+        f"{name!r} is ambiguous: it matches "
+        + "; ".join(f"{_spelling(k, keys)} ({describe(k)})" for k in found)
+        + ". Name one as written here"
+    )
 
 
 def _unsuffixed_key(name: str, found: list[str]) -> str | None:
@@ -161,12 +169,18 @@ def _unknown(name: str, keys: tuple[str, ...], local_only: bool) -> HandleError:
     if local_only:
         api = [name] if name in registry_keys() else _candidates(name, registry_keys())
         if api:
-            return HandleError(f"{name!r} names {' or '.join(api)}: an API handler, not a local-model (OSS) "
-                               "one" + _close(name, keys))
-        return HandleError(f"{name!r} is not a local-model key of bfcl-eval {_bfcl.PINNED_VERSION}'s model "
-                           "registry" + _close(name, keys))
-    return HandleError(f"{name!r} is not in bfcl-eval {_bfcl.PINNED_VERSION}'s model registry" + _close(name, keys)
-                       + " (or give a local model directory with --careful-handler KEY)")
+            return HandleError(
+                f"{name!r} names {' or '.join(api)}: an API handler, not a local-model (OSS) one" + _close(name, keys)
+            )
+        return HandleError(
+            f"{name!r} is not a local-model key of bfcl-eval {_bfcl.PINNED_VERSION}'s model "
+            "registry" + _close(name, keys)
+        )
+    return HandleError(
+        f"{name!r} is not in bfcl-eval {_bfcl.PINNED_VERSION}'s model registry"
+        + _close(name, keys)
+        + " (or give a local model directory with --careful-handler KEY)"
+    )
 
 
 EXACT_PREFIX = "bfcl:"
@@ -176,7 +190,7 @@ _MODE_SUFFIX = re.compile(r"-(fc|prompt|prompting)$", re.IGNORECASE)
 def _matches(name: str, keys: tuple[str, ...]) -> list[str]:
     """Keys ``name`` may mean: same base name (case-insensitive for local keys), same mode if given."""
     suffix = _MODE_SUFFIX.search(name)
-    base = name[:suffix.start()] if suffix else name
+    base = name[: suffix.start()] if suffix else name
     fc = None if suffix is None else suffix.group(1).lower() == "fc"
     found = []
     for key in keys:
@@ -222,8 +236,13 @@ def _display_names() -> dict[str, str]:
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values):
                 shown = [k.value for k in getattr(value, "keywords", ()) if k.arg == "display_name"]
-                if isinstance(key, ast.Constant) and isinstance(key.value, str) and shown \
-                        and isinstance(shown[0], ast.Constant) and isinstance(shown[0].value, str):
+                if (
+                    isinstance(key, ast.Constant)
+                    and isinstance(key.value, str)
+                    and shown
+                    and isinstance(shown[0], ast.Constant)
+                    and isinstance(shown[0].value, str)
+                ):
                     names.setdefault(key.value, shown[0].value)
     return names
 
@@ -254,8 +273,12 @@ def _close(name: str, keys: tuple[str, ...]) -> str:
     return f"; close matches: {', '.join(close)}" if close else ""
 
 
-BACKENDS = {"vllm": "vLLM (local weights)", "claude": "Anthropic Messages API",
-            "api": "the vendor's hosted API", "scripted": "scripted policy (no model)"}
+BACKENDS = {
+    "vllm": "vLLM (local weights)",
+    "claude": "Anthropic Messages API",
+    "api": "the vendor's hosted API",
+    "scripted": "scripted policy (no model)",
+}
 
 
 def describe(key: str) -> str:
@@ -268,14 +291,22 @@ def describe(key: str) -> str:
 def resolution(handle: ModelHandle) -> dict[str, Any]:
     """What ``--careful-model`` resolved to, for the run's first lines and the provenance."""
     if handle.kind == "scripted":
-        return {"typed": handle.model, "registry_key": handle.registry_key, "handler_class": None,
-                "mode": "FC" if "prompt" not in handle.registry_key else "prompting",
-                "backend": BACKENDS["scripted"]}
+        return {
+            "typed": handle.model,
+            "registry_key": handle.registry_key,
+            "handler_class": None,
+            "mode": "FC" if "prompt" not in handle.registry_key else "prompting",
+            "backend": BACKENDS["scripted"],
+        }
     entry = registry_entry(handle.registry_key)
-    return {"typed": handle.model, "registry_key": handle.registry_key,
-            "handler_class": f"{entry.handler_module}.{entry.handler_class}",
-            "mode": "FC" if entry.is_fc_model else "prompting", "backend": BACKENDS[handle.kind],
-            **({"model_path": handle.model_path} if handle.model_path else {})}
+    return {
+        "typed": handle.model,
+        "registry_key": handle.registry_key,
+        "handler_class": f"{entry.handler_module}.{entry.handler_class}",
+        "mode": "FC" if entry.is_fc_model else "prompting",
+        "backend": BACKENDS[handle.kind],
+        **({"model_path": handle.model_path} if handle.model_path else {}),
+    }
 
 
 def resolution_line(handle: ModelHandle) -> str:
@@ -286,15 +317,19 @@ def resolution_line(handle: ModelHandle) -> str:
     sibling = fc_sibling(handle)
     option = "--careful-handler" if handle.model_path else "--careful-model"
     also = f" (BFCL's FC mode of this model is {sibling}: {option}={sibling})" if sibling else ""
-    return (f"model {info['typed']} -> registry key {info['registry_key']}: handler {handler}, "
-            f"{info['mode']}, {info['backend']}{local}{also}")
+    return (
+        f"model {info['typed']} -> registry key {info['registry_key']}: handler {handler}, "
+        f"{info['mode']}, {info['backend']}{local}{also}"
+    )
 
 
 def _local_model(model: str, local: Path, handler_key: str | None) -> ModelHandle:
     if handler_key is None:
-        raise HandleError(f"{model} is a local model directory: name the bfcl-eval handler that "
-                          "prompts and decodes it with --careful-handler KEY (e.g. a registry key "
-                          "of the same model family)")
+        raise HandleError(
+            f"{model} is a local model directory: name the bfcl-eval handler that "
+            "prompts and decodes it with --careful-handler KEY (e.g. a registry key "
+            "of the same model family)"
+        )
     if not local.is_dir():
         raise HandleError(f"--careful-handler is for a local model directory; {model} is not a directory")
     if not (local / "config.json").is_file():

@@ -56,8 +56,9 @@ def wanted(files: Iterable[str] | None, weights: bool) -> Wanted:
     allow, ignore = list(CONFIG_PATTERNS), list(ROOT_ONLY)
     if weights:
         # Unknown listing: the format nearly every repo vLLM serves has.
-        form = WEIGHT_FORMATS[0] if files is None else next(
-            (p for p in WEIGHT_FORMATS if fnmatch.filter(root, p)), None)
+        form = (
+            WEIGHT_FORMATS[0] if files is None else next((p for p in WEIGHT_FORMATS if fnmatch.filter(root, p)), None)
+        )
         if form is not None:
             allow.append(form)
         sharded = [f for f in fnmatch.filter(root, "*.safetensors") if not fnmatch.fnmatch(f, MISTRAL_DUPLICATE)]
@@ -78,8 +79,7 @@ def fetch(repo: str, weights: bool) -> Path:
         files = _cached_listing(repo)
     patterns = wanted(files, weights)
     try:
-        return Path(snapshot_download(repo, allow_patterns=list(patterns.allow),
-                                      ignore_patterns=list(patterns.ignore)))
+        return Path(snapshot_download(repo, allow_patterns=list(patterns.allow), ignore_patterns=list(patterns.ignore)))
     except Exception as exc:  # HTTP, network, disk: explain() makes each one sentence
         raise FetchError(explain(exc, repo)) from None
 
@@ -90,14 +90,19 @@ def cached(repo: str, weights: bool = False) -> Path:
 
     patterns = wanted(_cached_listing(repo), weights)
     try:
-        return Path(snapshot_download(repo, allow_patterns=list(patterns.allow),
-                                      ignore_patterns=list(patterns.ignore), local_files_only=True))
+        return Path(
+            snapshot_download(
+                repo, allow_patterns=list(patterns.allow), ignore_patterns=list(patterns.ignore), local_files_only=True
+            )
+        )
     except Exception as exc:  # as in fetch(), one sentence whatever went wrong
         errors = _errors()
         if isinstance(exc, errors.LocalEntryNotFoundError):
             # The controller fetched it into the cache this process was started with.
-            raise FetchError(f"{repo} is not in the Hugging Face cache this process reads ({cache_dir()}), "
-                             "although the session fetched it: do all processes see the same HF_HOME?") from None
+            raise FetchError(
+                f"{repo} is not in the Hugging Face cache this process reads ({cache_dir()}), "
+                "although the session fetched it: do all processes see the same HF_HOME?"
+            ) from None
         raise FetchError(explain(exc, repo)) from None
 
 
@@ -146,21 +151,29 @@ def explain(exc: BaseException, repo: str) -> str:
     """One sentence for a failed fetch: which repo, where, and what to do."""
     errors = _errors()
     if isinstance(exc, errors.GatedRepoError):
-        return (f"{repo} is a gated repository on {endpoint()}: accept its terms on the model's page, "
-                "then export HF_TOKEN (a token of an account with access)")
+        return (
+            f"{repo} is a gated repository on {endpoint()}: accept its terms on the model's page, "
+            "then export HF_TOKEN (a token of an account with access)"
+        )
     if isinstance(exc, errors.RepositoryNotFoundError):
-        return (f"{repo} was not found on {endpoint()} (or it is private or gated and this request "
-                "had no valid token): check the name; for a private or gated repo export HF_TOKEN")
+        return (
+            f"{repo} was not found on {endpoint()} (or it is private or gated and this request "
+            "had no valid token): check the name; for a private or gated repo export HF_TOKEN"
+        )
     if isinstance(exc, errors.RevisionNotFoundError):
         return f"{repo}: its main revision was not found on {endpoint()}"
     if isinstance(exc, errors.LocalEntryNotFoundError) and offline():
-        return (f"{repo} is not (fully) in the Hugging Face cache ({cache_dir()}) and HF_HUB_OFFLINE "
-                f"forbids fetching it: fetch it first where the hub is reachable (`hf download {repo}`, "
-                "with the same HF_HOME), or unset HF_HUB_OFFLINE")
+        return (
+            f"{repo} is not (fully) in the Hugging Face cache ({cache_dir()}) and HF_HUB_OFFLINE "
+            f"forbids fetching it: fetch it first where the hub is reachable (`hf download {repo}`, "
+            "with the same HF_HOME), or unset HF_HUB_OFFLINE"
+        )
     if isinstance(exc, errors.LocalEntryNotFoundError):
-        return (f"cannot reach {endpoint()} to fetch {repo}, and it is not in the cache ({cache_dir()}): "
-                "check the network (proxy, HF_ENDPOINT), or fetch it elsewhere with "
-                f"`hf download {repo}` into the same HF_HOME. ({_first_line(exc)})")
+        return (
+            f"cannot reach {endpoint()} to fetch {repo}, and it is not in the cache ({cache_dir()}): "
+            "check the network (proxy, HF_ENDPOINT), or fetch it elsewhere with "
+            f"`hf download {repo}` into the same HF_HOME. ({_first_line(exc)})"
+        )
     if isinstance(exc, errors.HfHubHTTPError):
         return f"fetching {repo} from {endpoint()} failed: {_first_line(exc)}"
     if isinstance(exc, OSError):

@@ -78,8 +78,13 @@ class Outcome:
     @classmethod
     def from_json(cls, text: str) -> Outcome:
         data = json.loads(text)
-        return cls(str(data["kind"]), str(data.get("message", "")), data.get("line"), str(data.get("log", "")),
-                   float(data.get("seconds", 0.0)))
+        return cls(
+            str(data["kind"]),
+            str(data.get("message", "")),
+            data.get("line"),
+            str(data.get("log", "")),
+            float(data.get("seconds", 0.0)),
+        )
 
 
 def key_name(key: Key) -> str:
@@ -179,8 +184,10 @@ class Flight:
         self.stopping = threading.Event()  # interrupted: no new conversation, no new request
         self.counts = Counts()
         self.total = len(self._queue)
-        self._threads = [threading.Thread(target=self._work, name=f"careful-flight-{n}", daemon=True)
-                         for n in range(max(1, min(slots, len(self._queue))))]
+        self._threads = [
+            threading.Thread(target=self._work, name=f"careful-flight-{n}", daemon=True)
+            for n in range(max(1, min(slots, len(self._queue))))
+        ]
         self._landed = threading.Event()
 
     def start(self) -> None:
@@ -356,8 +363,7 @@ def take_off(source: Any, items: Iterable[Any], repeats: int, workers: int = 1) 
     if not keys:
         return None
     keys.sort(key=_turns, reverse=True)  # stable: collection order among equals
-    flight = Flight(keys, slots(source.concurrency, workers), Board(source.session_dir() / "flight"),
-                    source.execute)
+    flight = Flight(keys, slots(source.concurrency, workers), Board(source.session_dir() / "flight"), source.execute)
     source.flight = flight
     flight.start()
     return flight
@@ -428,8 +434,10 @@ def cap_workers(option: Any, kind: str, cpus: int | None = None) -> str | None:
         return None
     option.tx = ["popen"] * cpus
     option.numprocesses = cpus
-    return (f"{cpus} xdist workers, not {len(tx)}: this machine has {cpus} usable CPUs, and each worker "
-            f"keeps many conversations in flight (--careful-concurrency); more workers would only hold more memory")
+    return (
+        f"{cpus} xdist workers, not {len(tx)}: this machine has {cpus} usable CPUs, and each worker "
+        f"keeps many conversations in flight (--careful-concurrency); more workers would only hold more memory"
+    )
 
 
 def worker_count(config: Any) -> int:

@@ -62,8 +62,13 @@ def read_totals(folder: Path) -> Totals:
         return sum(int(f.get(field, 0)) for f in found)
 
     # Every process counts the same conversations to run; each counts its own done and failed.
-    return Totals(max((int(f.get("total", 0)) for f in found), default=0), total("done"), total("failed"),
-                  total("running"), total("requests"))
+    return Totals(
+        max((int(f.get("total", 0)) for f in found), default=0),
+        total("done"),
+        total("failed"),
+        total("running"),
+        total("requests"),
+    )
 
 
 class Meter:
@@ -83,8 +88,10 @@ class Meter:
         if not totals.total:
             return "careful: live run starting (no conversation in flight yet)"
         finished = totals.done + totals.failed
-        text = (f"careful: {finished}/{totals.total} conversations done, {totals.running} in flight, "
-                f"{totals.failed} failed, {rate:.1f} requests/s")
+        text = (
+            f"careful: {finished}/{totals.total} conversations done, {totals.running} in flight, "
+            f"{totals.failed} failed, {rate:.1f} requests/s"
+        )
         remaining = totals.total - finished
         elapsed = now - self.started
         if finished and remaining > 0 and elapsed > 0:

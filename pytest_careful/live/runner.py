@@ -31,7 +31,6 @@ class Protocol:
     script: str = "default"
     detector: str = "strict"
 
-
     def settings(self) -> dict[str, str]:
         """What shapes the run besides the model: resumed entries must have been made alike."""
         out = {"condition": self.condition}
@@ -71,8 +70,13 @@ def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, An
 QUERIES = ("_query_FC", "_query_prompting")
 
 
-def run(handler: Any, conversation: Conversation, protocol: Protocol, repeat: int = 1,
-        before_request: Callable[[], None] | None = None) -> LiveRun:
+def run(
+    handler: Any,
+    conversation: Conversation,
+    protocol: Protocol,
+    repeat: int = 1,
+    before_request: Callable[[], None] | None = None,
+) -> LiveRun:
     """Run ``conversation`` with ``handler`` through BFCL's own loop.
 
     ``repeat`` (``--careful-repeat``) is set on the run's copy of the handler as
@@ -84,13 +88,20 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol, repeat: in
     guard); the caller decides what is retried.
     """
     simulators = Simulators(
-        conversation.involved_classes, conversation.initial_config, conversation.long_context,
-        model_name=handler.model_name_underline_replaced, test_entry_id=conversation.id,
+        conversation.involved_classes,
+        conversation.initial_config,
+        conversation.long_context,
+        model_name=handler.model_name_underline_replaced,
+        test_entry_id=conversation.id,
         template=state_template(conversation),
     )
     if protocol.condition == "confirm":
-        user = confirm.ConfirmUser(conversation, protocol.declarations.boundary(protocol.boundary),  # type: ignore[arg-type]
-                                   protocol.script, protocol.detector)
+        user = confirm.ConfirmUser(
+            conversation,
+            protocol.declarations.boundary(protocol.boundary),  # type: ignore[arg-type]
+            protocol.script,
+            protocol.detector,
+        )
         runner = confirm.bind(handler, user)
     else:
         runner = copy.copy(handler)  # per-run attributes never reach the shared handler
@@ -108,8 +119,9 @@ def run(handler: Any, conversation: Conversation, protocol: Protocol, repeat: in
     # BFCL's loop prints every step; keep it for the item's report, off the terminal
     # (``bridge.printing_to``: per thread, where redirect_stdout would take every thread's prints).
     with bridge.conversation(simulators), bridge.printing_to(printed):
-        result, metadata = runner.inference(prompt_entry(conversation, protocol),
-                                            include_input_log=False, exclude_state_log=False)
+        result, metadata = runner.inference(
+            prompt_entry(conversation, protocol), include_input_log=False, exclude_state_log=False
+        )
     from bfcl_eval.utils import make_json_serializable  # what BaseHandler.write applies
 
     extra = runner.careful_end() if begin is not None else {}

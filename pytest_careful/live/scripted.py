@@ -58,8 +58,10 @@ def parse_handle(handle: str) -> tuple[str, bool]:
     policy = name.removesuffix(PROMPTING_SUFFIX)
     if policy not in POLICIES:
         styles = ", ".join(f"{PREFIX}{p}" for p in POLICIES)
-        raise UnknownPolicy(f"unknown scripted model {handle!r}; expected one of {styles} "
-                            f"(add {PROMPTING_SUFFIX!r} for the prompting style)")
+        raise UnknownPolicy(
+            f"unknown scripted model {handle!r}; expected one of {styles} "
+            f"(add {PROMPTING_SUFFIX!r} for the prompting style)"
+        )
     return policy, prompting
 
 
@@ -119,7 +121,7 @@ class Policy:
 
     def _later_destructive(self) -> list[str]:
         boundary = _destructive()
-        for turn in self.conversation.ground_truth[self.turn + 1:]:
+        for turn in self.conversation.ground_truth[self.turn + 1 :]:
             for call in turn:
                 if _name(call) in boundary:
                     return [call]
@@ -233,8 +235,7 @@ def _handler_class() -> type:
 
         def __init__(self, policy: str, prompting: bool) -> None:
             handle = PREFIX + policy + (PROMPTING_SUFFIX if prompting else "")
-            super().__init__(model_name=handle, temperature=0.0, registry_name=handle,
-                             is_fc_model=not prompting)
+            super().__init__(model_name=handle, temperature=0.0, registry_name=handle, is_fc_model=not prompting)
             self.policy = policy
             self.registry_dir_name = handle.replace(":", "_")
 
@@ -249,9 +250,11 @@ def _handler_class() -> type:
         # -- shared by both styles ----------------------------------------
 
         def _start(self, test_entry: dict[str, Any]) -> dict[str, Any]:
-            return {"message": [], "function": test_entry["function"],
-                    "policy": Policy(self.policy, dataset.get(test_entry["id"]),
-                                     repeat=getattr(self, "careful_repeat", 1))}
+            return {
+                "message": [],
+                "function": test_entry["function"],
+                "policy": Policy(self.policy, dataset.get(test_entry["id"]), repeat=getattr(self, "careful_repeat", 1)),
+            }
 
         def _user(self, inference_data: dict[str, Any], messages: list[dict[str, Any]], first: bool) -> dict[str, Any]:
             policy: Policy = inference_data["policy"]
@@ -268,17 +271,24 @@ def _handler_class() -> type:
             step = inference_data["policy"].next_step()
             inference_data["inference_input_log"] = {"messages": len(inference_data["message"])}
             if isinstance(step, list):
-                output: Any = [call_to_fc(c, inference_data["policy"].conversation.involved_classes)
-                                      for c in step] if self.is_fc_model else "[" + ", ".join(
-                    keyword_call(c, inference_data["policy"].conversation.involved_classes) for c in step) + "]"
+                output: Any = (
+                    [call_to_fc(c, inference_data["policy"].conversation.involved_classes) for c in step]
+                    if self.is_fc_model
+                    else "["
+                    + ", ".join(keyword_call(c, inference_data["policy"].conversation.involved_classes) for c in step)
+                    + "]"
+                )
             else:
                 output = step
             prompt = json.dumps(inference_data["message"], default=str)
             return {"output": output, "input": len(prompt) // 4, "out": len(json.dumps(output)) // 4}, 0.0
 
         def _parse(self, response: dict[str, Any]) -> dict[str, Any]:
-            return {"model_responses": response["output"], "input_token": response["input"],
-                    "output_token": response["out"]}
+            return {
+                "model_responses": response["output"],
+                "input_token": response["input"],
+                "output_token": response["out"],
+            }
 
         def _assistant(self, inference_data: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
             inference_data["message"].append({"role": "assistant", "content": data["model_responses"]})
@@ -299,7 +309,9 @@ def _handler_class() -> type:
             return inference_data
 
         # BFCL's two loops call the same steps by two names; only pre-processing differs in signature.
-        def _pre_query_processing_FC(self, inference_data: dict[str, Any], test_entry: dict[str, Any]) -> dict[str, Any]:
+        def _pre_query_processing_FC(
+            self, inference_data: dict[str, Any], test_entry: dict[str, Any]
+        ) -> dict[str, Any]:
             return self._start(test_entry)
 
         def _pre_query_processing_prompting(self, test_entry: dict[str, Any]) -> dict[str, Any]:

@@ -89,8 +89,7 @@ class LiveSource(Source):
         A backend that sends no temperature (Claude) sets it to None: then none is recorded.
         """
         assert self.handle is not None
-        made = {**self.protocol(condition).settings(), "temperature": self.handle.temperature,
-                **self.backend_settings}
+        made = {**self.protocol(condition).settings(), "temperature": self.handle.temperature, **self.backend_settings}
         return {k: v for k, v in made.items() if not (k == "temperature" and v is None)}
 
     def settings_file(self, condition: str, repeat: int = 1) -> Path:
@@ -113,9 +112,12 @@ class LiveSource(Source):
         finished = any(store.completed(c) for c in categories) if made not in (None, wanted) else False
         if finished and isinstance(made, dict):
             differ = sorted(k for k in set(made) | set(wanted) if made.get(k) != wanted.get(k))
-            return (f"{store.model_dir} holds results made with "
-                    + ", ".join(f"{k}={made.get(k)!r}" for k in differ)
-                    + "; this run has " + ", ".join(f"{k}={wanted.get(k)!r}" for k in differ))
+            return (
+                f"{store.model_dir} holds results made with "
+                + ", ".join(f"{k}={made.get(k)!r}" for k in differ)
+                + "; this run has "
+                + ", ".join(f"{k}={wanted.get(k)!r}" for k in differ)
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(wanted, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         return None
@@ -139,8 +141,10 @@ class LiveSource(Source):
                     # Every conversation in flight waits out one rate limit together (``pacing``).
                     from .pacing import Pause
 
-                    handler.careful_pause = Pause(self.session_dir() / "flight" / "pause",
-                                                  self.flight.stopping if self.flight is not None else None)
+                    handler.careful_pause = Pause(
+                        self.session_dir() / "flight" / "pause",
+                        self.flight.stopping if self.flight is not None else None,
+                    )
                 if self.setup is not None:
                     self.setup(handler)
                 from .pacing import share
@@ -149,8 +153,9 @@ class LiveSource(Source):
             except StopRun:
                 raise
             except Exception as exc:  # e.g. an API client without its key: every item would fail alike
-                raise StopRun(f"cannot set up {self.handle.registry_key}'s handler: "
-                              f"{type(exc).__name__}: {exc}") from exc
+                raise StopRun(
+                    f"cannot set up {self.handle.registry_key}'s handler: {type(exc).__name__}: {exc}"
+                ) from exc
             self._handler = handler
         return self._handler
 
@@ -193,8 +198,9 @@ class LiveSource(Source):
         return entry.result, entry
 
     @staticmethod
-    def _parsed(store: ResultStore, conversation: Conversation,
-                line: str | None) -> tuple[LoggedEntry | None, InputProblem | None]:
+    def _parsed(
+        store: ResultStore, conversation: Conversation, line: str | None
+    ) -> tuple[LoggedEntry | None, InputProblem | None]:
         if line is None:
             return None, None
         return parse_raw_line(str(store.path(conversation.category)), 0, line.encode("utf-8"), conversation.category)
@@ -248,14 +254,22 @@ class LiveSource(Source):
         if key not in self._completed:  # read once per process
             entries, _ = store.read(category)  # the controller reports the problems (open_live)
             before = self._filed_before()
-            self._completed[key] = {i: e for i, e in entries.items() if is_complete(e.raw)
-                                    and (before is None or inflight.key_name((condition, i, repeat)) in before)}
+            self._completed[key] = {
+                i: e
+                for i, e in entries.items()
+                if is_complete(e.raw) and (before is None or inflight.key_name((condition, i, repeat)) in before)
+            }
         return self._completed[key]
 
     def snapshot_filed(self, categories: tuple[str, ...], conditions: tuple[str, ...]) -> None:
         """Controller, before any worker starts: what is complete in the files (``_done``)."""
-        names = [inflight.key_name((c, i, r)) for c in conditions for r in self.repeat_indices()
-                 for category in categories for i in self.store(c, r).completed(category)]
+        names = [
+            inflight.key_name((c, i, r))
+            for c in conditions
+            for r in self.repeat_indices()
+            for category in categories
+            for i in self.store(c, r).completed(category)
+        ]
         path = self.session_dir() / FILED_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(names), encoding="utf-8")
@@ -274,14 +288,20 @@ class LiveSource(Source):
         Their conversations are run again; the lines are reported once, by the
         controller, with file and line, and dropped when the file is compacted.
         """
-        return [p for c in conditions for r in self.repeat_indices() for category in categories
-                for p in self.store(c, r).read(category)[1]]
+        return [
+            p
+            for c in conditions
+            for r in self.repeat_indices()
+            for category in categories
+            for p in self.store(c, r).read(category)[1]
+        ]
 
     def repeat_indices(self) -> range:
         return range(1, self.repeats + 1)
 
-    def _run(self, store: ResultStore, condition: str, conversation: Conversation,
-             repeat: int = 1) -> tuple[dict[str, Any], runner.LiveRun]:
+    def _run(
+        self, store: ResultStore, condition: str, conversation: Conversation, repeat: int = 1
+    ) -> tuple[dict[str, Any], runner.LiveRun]:
         stopped = self.stopped or self.stop_reason()
         if stopped:
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
@@ -366,8 +386,10 @@ class LiveSource(Source):
         except (OSError, ValueError):
             rows = []
         if rows:
-            lines.append(f"{len(rows)} conversation(s) not run and skipped (not scored): "
-                         f"{str(rows[0]['reason']).removeprefix('not run: ')}; a rerun of the same command runs them")
+            lines.append(
+                f"{len(rows)} conversation(s) not run and skipped (not scored): "
+                f"{str(rows[0]['reason']).removeprefix('not run: ')}; a rerun of the same command runs them"
+            )
         return lines
 
     def provenance(self) -> dict[str, Any]:
@@ -376,17 +398,23 @@ class LiveSource(Source):
         from .handles import resolution
 
         assert self.handle is not None
-        out: dict[str, Any] = {"resolution": resolution(self.handle), "sent": self.sent,
-                               "differs_from_bfcl": list(self.differences)}
+        out: dict[str, Any] = {
+            "resolution": resolution(self.handle),
+            "sent": self.sent,
+            "differs_from_bfcl": list(self.differences),
+        }
         if self.server_plan is not None:
             out["server"] = self.server_plan.provenance()
         return out
 
-    def _record_error(self, store: ResultStore, conversation: Conversation,
-                      exc: BaseException) -> dict[str, Any]:
+    def _record_error(self, store: ResultStore, conversation: Conversation, exc: BaseException) -> dict[str, Any]:
         # BFCL's own error form (a string result), marked so a rerun retries it.
-        data = {"id": conversation.id, "result": f"Error during inference: {exc}",
-                "error": type(exc).__name__, "traceback": traceback.format_exc(limit=5)}
+        data = {
+            "id": conversation.id,
+            "result": f"Error during inference: {exc}",
+            "error": type(exc).__name__,
+            "traceback": traceback.format_exc(limit=5),
+        }
         store.append(conversation.category, data)
         return data
 
@@ -411,10 +439,18 @@ def open_live(options: Any) -> LiveSource:
     problem = inapplicable(options, handle)
     if problem:
         raise pytest.UsageError(problem)
-    source = LiveSource(options.model, handle.registry_key, handle=handle, output=options.output,
-                        declarations=declarations.load(), boundary=options.boundary,
-                        script=options.user_script, detector=options.detector, repeats=options.repeat,
-                        concurrency=options.concurrency or inflight.default_concurrency(handle.kind))
+    source = LiveSource(
+        options.model,
+        handle.registry_key,
+        handle=handle,
+        output=options.output,
+        declarations=declarations.load(),
+        boundary=options.boundary,
+        script=options.user_script,
+        detector=options.detector,
+        repeats=options.repeat,
+        concurrency=options.concurrency or inflight.default_concurrency(handle.kind),
+    )
     from .backends import configure
 
     configure(source, options)
@@ -426,15 +462,18 @@ def open_live(options: Any) -> LiveSource:
         paths += [source.settings_file(c, r) for c, r in pairs]
         unusable = [str(path) for path in paths if os.path.lexists(path) and not path.is_file()]
         if unusable:
-            raise pytest.UsageError("--careful-output: not a regular file, results cannot be written to it: "
-                                    + ", ".join(unusable))
+            raise pytest.UsageError(
+                "--careful-output: not a regular file, results cannot be written to it: " + ", ".join(unusable)
+            )
         source.problems.extend(source.stored_problems(options.categories, options.protocols))
         source.snapshot_filed(options.categories, options.protocols)
         problems = [p for c, r in pairs if (p := source.claim(c, options.categories, r))]
         if problems:
             raise pytest.UsageError(
                 "--careful-output: resuming would mix runs made under other settings:\n  "
-                + "\n  ".join(problems) + "\nchoose another --careful-output, or move those results away")
+                + "\n  ".join(problems)
+                + "\nchoose another --careful-output, or move those results away"
+            )
     return source
 
 
@@ -446,11 +485,15 @@ def inapplicable(options: Any, handle: ModelHandle) -> str | None:
     """Why an option given does not apply to this model (refused, not silently ignored), or None."""
     given, model = options.given, options.model
     if "--careful-budget-usd" in given and handle.kind != "claude":
-        return (f"--careful-budget-usd: the spend guard covers Claude models only; "
-                f"{model} is not one (nothing would be capped)")
+        return (
+            f"--careful-budget-usd: the spend guard covers Claude models only; "
+            f"{model} is not one (nothing would be capped)"
+        )
     if "--careful-max-output-tokens" in given and handle.kind != "claude":
-        return (f"--careful-max-output-tokens sets Claude's output limit; {model} is not a Claude model "
-                "(BFCL's handler sets its own)")
+        return (
+            f"--careful-max-output-tokens sets Claude's output limit; {model} is not a Claude model "
+            "(BFCL's handler sets its own)"
+        )
     if "--careful-handler" in given and handle.kind == "scripted":
         return f"--careful-handler is for a local model directory; {model} is a scripted model"
     if handle.kind != "vllm":
@@ -458,7 +501,8 @@ def inapplicable(options: Any, handle: ModelHandle) -> str | None:
         return f"{vllm_only[0]} is for vLLM-served models; {model} is not one" if vllm_only else None
     server = [f for f in SERVER_OPTIONS if f in given]
     if options.endpoint and server:
-        return (f"{', '.join(server)}: settings of the server the plugin starts; with --careful-endpoint "
-                "the server already runs (set them where it is started)")
+        return (
+            f"{', '.join(server)}: settings of the server the plugin starts; with --careful-endpoint "
+            "the server already runs (set them where it is started)"
+        )
     return None
-

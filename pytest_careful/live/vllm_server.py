@@ -120,10 +120,15 @@ def engine_from(python: str, found: dict[str, Any]) -> Engine:
         launcher = (script,) if os.access(script, os.X_OK) else (python, "-m", "vllm.entrypoints.cli.main")
         return Engine((*launcher, "serve"), SERVE, str(found["vllm"]))
     version = found.get("vllm-cpu")
-    note = (f"vllm-cpu {version} installs no distribution named 'vllm', which `vllm serve` looks up: "
-            f"started as `{MODULE}` (the same server)") if version else ""
-    return Engine((python, "-m", "vllm.entrypoints.openai.api_server"), MODULE,
-                  str(version) if version else None, note)
+    note = (
+        (
+            f"vllm-cpu {version} installs no distribution named 'vllm', which `vllm serve` looks up: "
+            f"started as `{MODULE}` (the same server)"
+        )
+        if version
+        else ""
+    )
+    return Engine((python, "-m", "vllm.entrypoints.openai.api_server"), MODULE, str(version) if version else None, note)
 
 
 @dataclass
@@ -158,14 +163,28 @@ class ServerPlan:
     def command(self, port: int) -> list[str]:
         engine = self.server_engine()
         model = [self.model] if engine.name == SERVE else ["--model", self.model]
-        return [*engine.launcher, *model, "--served-model-name", self.model,
-                "--host", "127.0.0.1", "--port", str(port), *self.server_args()]
+        return [
+            *engine.launcher,
+            *model,
+            "--served-model-name",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *self.server_args(),
+        ]
 
     def server_args(self) -> list[str]:
         """The settings: bfcl generate's, then the user's overrides."""
-        args = ["--dtype", self.dtype or self.bfcl.dtype,
-                "--tensor-parallel-size", str(self.bfcl.tensor_parallel_size),
-                "--gpu-memory-utilization", str(self.bfcl.gpu_memory_utilization)]
+        args = [
+            "--dtype",
+            self.dtype or self.bfcl.dtype,
+            "--tensor-parallel-size",
+            str(self.bfcl.tensor_parallel_size),
+            "--gpu-memory-utilization",
+            str(self.bfcl.gpu_memory_utilization),
+        ]
         args += ["--trust-remote-code"] if self.bfcl.trust_remote_code else []
         if self.max_model_len:
             args += ["--max-model-len", str(self.max_model_len)]
@@ -174,30 +193,38 @@ class ServerPlan:
     def differences(self) -> list[str]:
         """How this server differs from the one ``bfcl generate`` would start, one line each."""
         if self.endpoints:
-            return ["servers started elsewhere (--careful-endpoint): their settings are theirs; "
-                    "bfcl generate starts `vllm serve MODEL " + " ".join(ServerPlan(self.model, bfcl=self.bfcl).server_args())
-                    + "`"]
+            return [
+                "servers started elsewhere (--careful-endpoint): their settings are theirs; "
+                "bfcl generate starts `vllm serve MODEL "
+                + " ".join(ServerPlan(self.model, bfcl=self.bfcl).server_args())
+                + "`"
+            ]
         out = []
         if self.dtype and self.dtype != self.bfcl.dtype:
             out.append(f"dtype {self.dtype} (--careful-dtype); bfcl generate: {self.bfcl.dtype}, the handler's")
         if self.max_model_len:
             own = context_length(self.model)
-            out.append(f"max-model-len {self.max_model_len} (--careful-max-model-len); bfcl generate: the "
-                       f"model's own ({own or 'unknown'}); requests are sized to fit it")
+            out.append(
+                f"max-model-len {self.max_model_len} (--careful-max-model-len); bfcl generate: the "
+                f"model's own ({own or 'unknown'}); requests are sized to fit it"
+            )
         if self.extra_args:
-            out.append(f"extra server arguments {' '.join(self.extra_args)} (--careful-vllm-arg); "
-                       "bfcl generate passes none")
+            out.append(
+                f"extra server arguments {' '.join(self.extra_args)} (--careful-vllm-arg); bfcl generate passes none"
+            )
         return out
 
     def provenance(self) -> dict[str, Any]:
         """What the scorecard records of the server."""
         engine = self.engine
-        return {"vllm_version": self.version or (engine.version if engine else None),
-                "started": "by pytest-careful" if not self.endpoints else "elsewhere (--careful-endpoint)",
-                "entry_point": engine.name if engine and not self.endpoints else None,
-                "endpoints": list(self.endpoints) or None,
-                "server_args": None if self.endpoints else self.server_args(),
-                "differs_from_bfcl_generate": self.differences()}
+        return {
+            "vllm_version": self.version or (engine.version if engine else None),
+            "started": "by pytest-careful" if not self.endpoints else "elsewhere (--careful-endpoint)",
+            "entry_point": engine.name if engine and not self.endpoints else None,
+            "endpoints": list(self.endpoints) or None,
+            "server_args": None if self.endpoints else self.server_args(),
+            "differs_from_bfcl_generate": self.differences(),
+        }
 
 
 def context_length(model: str) -> int | None:
@@ -267,8 +294,10 @@ def version_warning(version: str | None) -> str | None:
     """A line when the server's vLLM is one the plugin was not run against."""
     if version is None or version.startswith(TESTED_VLLM):
         return None
-    return (f"vLLM {version} has not been tested with pytest-careful (tested: {TESTED_VLLM}x); "
-            "if items fail alike, compare its server log with a tested version's")
+    return (
+        f"vLLM {version} has not been tested with pytest-careful (tested: {TESTED_VLLM}x); "
+        "if items fail alike, compare its server log with a tested version's"
+    )
 
 
 def start(plan: ServerPlan, progress: Callable[[str], None]) -> str:
@@ -279,29 +308,38 @@ def start(plan: ServerPlan, progress: Callable[[str], None]) -> str:
     command = plan.command(port)
     # Offline: everything the server loads is local by now (a directory, or fetched into
     # the cache by start_for_session), so it must not ask the hub again.
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-           "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"),
+    }
     with plan.log_path.open("wb") as log:
         log.write(("$ " + " ".join(command) + "\n").encode())
         log.flush()
         # Own session: stopping it takes its engine worker processes along.
-        plan.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True, preexec_fn=_die_with_parent)
+        plan.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=_die_with_parent
+        )
     started = time.monotonic()
     last = 0.0
     while True:
         waited = time.monotonic() - started
         if plan.process.poll() is not None:
-            raise ServerDied(f"the vLLM server exited with code {plan.process.returncode} while starting; "
-                             f"its log: {plan.log_path}\n{tail(plan.log_path)}")
+            raise ServerDied(
+                f"the vLLM server exited with code {plan.process.returncode} while starting; "
+                f"its log: {plan.log_path}\n{tail(plan.log_path)}"
+            )
         if healthy(endpoint, timeout=2.0):
             progress(f"vLLM server ready after {waited:.0f} s: {endpoint} (log: {plan.log_path})")
             return endpoint
         if waited > plan.timeout:
             stop(plan)
-            raise ServerDied(f"the vLLM server was not healthy after {plan.timeout:.0f} s; "
-                             f"its log: {plan.log_path}\n{tail(plan.log_path)}")
+            raise ServerDied(
+                f"the vLLM server was not healthy after {plan.timeout:.0f} s; "
+                f"its log: {plan.log_path}\n{tail(plan.log_path)}"
+            )
         if waited - last >= 10 or last == 0.0:
             progress(f"waiting for the vLLM server ({plan.model}): {waited:.0f} s (log: {plan.log_path})")
             last = waited or 0.001
@@ -342,15 +380,21 @@ def missing_message(plan: ServerPlan, missing: list[str]) -> str:
     """Why a vLLM session cannot run here, and the way out that works."""
     if plan.endpoints:
         # No way around it: BFCL formats and counts every prompt with the model's tokenizer.
-        return ("--careful-endpoint still needs transformers here: BFCL's handler formats every "
-                "prompt with the model's tokenizer and counts its tokens (transformers' AutoTokenizer) "
-                "before it calls the server: pip install transformers")
+        return (
+            "--careful-endpoint still needs transformers here: BFCL's handler formats every "
+            "prompt with the model's tokenizer and counts its tokens (transformers' AutoTokenizer) "
+            "before it calls the server: pip install transformers"
+        )
     if missing == ["vllm"]:
-        return ("it runs on vLLM, which cannot be imported here: pip install 'pytest-careful[vllm]' "
-                "(on a CPU-only machine: .ci/setup-vllm-cpu), or point --careful-endpoint at a running server")
-    return (f"it runs on vLLM, but {' and '.join(missing)} cannot be imported here: pip install "
-            "'pytest-careful[vllm]' (on a CPU-only machine: .ci/setup-vllm-cpu); with transformers "
-            "installed, --careful-endpoint can use a server running elsewhere instead")
+        return (
+            "it runs on vLLM, which cannot be imported here: pip install 'pytest-careful[vllm]' "
+            "(on a CPU-only machine: .ci/setup-vllm-cpu), or point --careful-endpoint at a running server"
+        )
+    return (
+        f"it runs on vLLM, but {' and '.join(missing)} cannot be imported here: pip install "
+        "'pytest-careful[vllm]' (on a CPU-only machine: .ci/setup-vllm-cpu); with transformers "
+        "installed, --careful-endpoint can use a server running elsewhere instead"
+    )
 
 
 def start_for_session(plan: ServerPlan, progress: Callable[[str], None]) -> str | None:
@@ -452,14 +496,23 @@ def configure_source(source: Any, options: Any) -> None:
     """Plan the server (controller) and set up each process's handler against it."""
     handle = source.handle
     model = handle.model_path or _hub_id(handle)
-    plan = ServerPlan(model=model, endpoints=tuple(options.endpoint or ()), dtype=options.dtype,
-                      max_model_len=options.max_model_len, extra_args=tuple(options.vllm_args),
-                      timeout=options.server_timeout, bfcl=BfclServer(dtype=handler_dtype(handle)),
-                      log_path=Path(options.output).resolve() / ".careful" / "vllm-server.log")
+    plan = ServerPlan(
+        model=model,
+        endpoints=tuple(options.endpoint or ()),
+        dtype=options.dtype,
+        max_model_len=options.max_model_len,
+        extra_args=tuple(options.vllm_args),
+        timeout=options.server_timeout,
+        bfcl=BfclServer(dtype=handler_dtype(handle)),
+        log_path=Path(options.output).resolve() / ".careful" / "vllm-server.log",
+    )
     source.server_plan = plan
     source.differences = plan.differences()
-    source.sent = {"model": model, "temperature": handle.temperature,
-                   "max_tokens": "min(4096, context length - prompt tokens - 2), as BFCL's handler sizes it"}
+    source.sent = {
+        "model": model,
+        "temperature": handle.temperature,
+        "max_tokens": "min(4096, context length - prompt tokens - 2), as BFCL's handler sizes it",
+    }
     source.setup = lambda handler: setup_handler(handler, plan, model)
     source.classify_error = lambda exc: classify_error(exc, plan)
 
@@ -509,8 +562,9 @@ def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
         if problem is None:
             return url
         why.append(problem)
-    raise ServerDied("no vLLM server to use: " + "; ".join(why or [f"{exclude} stopped answering"])
-                     + f"; log: {_log(plan)}")
+    raise ServerDied(
+        "no vLLM server to use: " + "; ".join(why or [f"{exclude} stopped answering"]) + f"; log: {_log(plan)}"
+    )
 
 
 def unusable(url: str, model: str) -> str | None:
@@ -545,8 +599,9 @@ def setup_handler(handler: Any, plan: ServerPlan, model: str) -> None:
     point_handler(handler, endpoint)
     local = model if Path(model).is_dir() else None
     with contextlib.redirect_stdout(io.StringIO()), _tokenizer_from_cache(endpoint, local or model):
-        handler.spin_up_local_server(num_gpus=1, gpu_memory_utilization=0.9, backend="vllm",
-                                     skip_server_setup=True, local_model_path=local)
+        handler.spin_up_local_server(
+            num_gpus=1, gpu_memory_utilization=0.9, backend="vllm", skip_server_setup=True, local_model_path=local
+        )
     fit_context(handler, endpoint, model)
     plan.current = endpoint
     plan.handlers.append(handler)
@@ -610,8 +665,10 @@ def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None
         return None
     if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
         # A gateway in front of the server said "later" past the SDK's retries: not the model's failure.
-        return NotRun(f"not run: the server at {endpoint_of(plan)} answered {exc.status_code} (rate limited) "
-                      "after the OpenAI SDK's retries")
+        return NotRun(
+            f"not run: the server at {endpoint_of(plan)} answered {exc.status_code} (rate limited) "
+            "after the OpenAI SDK's retries"
+        )
     connection = isinstance(exc, (openai.APIConnectionError, ConnectionError))
     if not connection and not isinstance(exc, openai.NotFoundError):
         return None

@@ -34,8 +34,11 @@ def executed_calls(turn_log: Mapping[str, Any]) -> list[str]:
         if not key.startswith("step_") or not isinstance(step, list):
             continue
         for record in step:
-            if (isinstance(record, dict) and record.get("role") == "handler_log"
-                    and record.get("content") == "Successfully decoded model response."):
+            if (
+                isinstance(record, dict)
+                and record.get("role") == "handler_log"
+                and record.get("content") == "Successfully decoded model response."
+            ):
                 decoded = record.get("model_response_decoded")
                 if isinstance(decoded, list):  # a logged run's file may hold any value here
                     calls.extend(c for c in decoded if isinstance(c, str) and c)
@@ -46,8 +49,11 @@ def request_text(conversation: Conversation, turn: int) -> str:
     """The turn's user request, as the scripted user restates it."""
     if turn >= len(conversation.questions):
         return ""
-    return "\n".join(m.get("content", "") for m in conversation.questions[turn]
-                     if m.get("role") == "user" and isinstance(m.get("content"), str))
+    return "\n".join(
+        m.get("content", "")
+        for m in conversation.questions[turn]
+        if m.get("role") == "user" and isinstance(m.get("content"), str)
+    )
 
 
 def step_number(key: Any) -> int | None:
@@ -66,8 +72,11 @@ def confirmations(inference_log: Any, raw_index: Sequence[Sequence[int]]) -> dic
     A yes in raw step ``r`` confirms the decoded steps after it: the value is
     the index of the last decoded step at or before ``r`` (-1 when none).
     """
-    turns = [t for t in inference_log if isinstance(t, dict) and "begin_of_turn_query" in t] \
-        if isinstance(inference_log, list) else []
+    turns = (
+        [t for t in inference_log if isinstance(t, dict) and "begin_of_turn_query" in t]
+        if isinstance(inference_log, list)
+        else []
+    )
     out: dict[int, list[int]] = {}
     for turn, log in enumerate(turns):
         indices = raw_index[turn] if turn < len(raw_index) else []

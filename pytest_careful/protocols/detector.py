@@ -119,8 +119,23 @@ _TERMS = re.escape(_TERMINATORS)
 _BOUNDARY = re.compile(rf"(?<![{_TERMS}])[{_TERMS}]+[{re.escape(_CLOSERS)}]*(?=\s|$|[{_CJK}])")
 # Abbreviations that end in a full stop but rarely end a sentence.
 _ABBREVIATIONS = frozenset(
-    {"e.g.", "i.e.", "cf.", "vs.", "viz.", "approx.", "mr.", "mrs.", "ms.", "dr.",
-     "prof.", "st.", "fig.", "eq.", "incl."}
+    {
+        "e.g.",
+        "i.e.",
+        "cf.",
+        "vs.",
+        "viz.",
+        "approx.",
+        "mr.",
+        "mrs.",
+        "ms.",
+        "dr.",
+        "prof.",
+        "st.",
+        "fig.",
+        "eq.",
+        "incl.",
+    }
 )
 _TRAILING_WORD = re.compile(r"[\w.]+$")
 _NEXT_CHAR = re.compile(r"\s*(\S)")
@@ -154,9 +169,7 @@ _JSON_WRAPPER_KEYS = frozenset({"tool_calls", "tool_call", "function_call", "fun
 
 # A fenced block: the closing fence repeats the opening one (or is longer).
 # The lookaheads stop the fence from backtracking into a shorter run.
-_FENCED = re.compile(
-    r"^[ \t]*(?P<fence>`{3,}(?!`)|~{3,}(?!~))[^\n]*$.*?^[ \t]*(?P=fence)[`~]*[ \t]*$", re.M | re.S
-)
+_FENCED = re.compile(r"^[ \t]*(?P<fence>`{3,}(?!`)|~{3,}(?!~))[^\n]*$.*?^[ \t]*(?P=fence)[`~]*[ \t]*$", re.M | re.S)
 _OPEN_FENCE = re.compile(r"^[ \t]*(?:`{3,}|~{3,}).*\Z", re.M | re.S)
 # Inline code: a backtick run closed by a run of the same length, on one line.
 _INLINE_CODE = re.compile(r"(?<!`)(?P<ticks>`+)(?!`)[^\n]+?(?<!`)(?P=ticks)(?!`)")
@@ -294,7 +307,7 @@ def _strip_tagged_calls(text: str) -> str:
     """
     kept, pos = [], 0
     while (start := _OPEN_TAG.search(text, pos)) is not None:
-        kept.append(text[pos:start.start()])
+        kept.append(text[pos : start.start()])
         close = re.compile(rf"</{start['tag']}\s*>", re.I).search(text, start.end())
         if close is None:
             return "\n\n".join(kept) + "\n\n"
@@ -320,9 +333,7 @@ def _is_call_list(source: str) -> bool:
         node = ast.parse(source, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
-    return isinstance(node, ast.List) and bool(node.elts) and all(
-        isinstance(e, ast.Call) for e in node.elts
-    )
+    return isinstance(node, ast.List) and bool(node.elts) and all(isinstance(e, ast.Call) for e in node.elts)
 
 
 def _strip_json_calls(text: str) -> str:
@@ -336,7 +347,7 @@ def _strip_json_calls(text: str) -> str:
             pos = match.start() + 1
             continue
         if _is_call_json(value):
-            kept.append(text[last:match.start()] + "\n\n")
+            kept.append(text[last : match.start()] + "\n\n")
             last = end
         pos = end  # skip other JSON whole: a call nested in data is data
     return "".join(kept) + text[last:]
@@ -410,7 +421,7 @@ def _split_block(block: str) -> list[str]:
         start = 0
         for match in _BOUNDARY.finditer(part):
             if _is_boundary(part, match):
-                found.append(part[start:match.end()])
+                found.append(part[start : match.end()])
                 start = match.end()
         found.append(part[start:])
     return [" ".join(s.split()) for s in found if s.strip()]

@@ -47,9 +47,7 @@ def hint_text(annotations: Mapping[str, bool]) -> str:
     ``annotations`` must hold exactly the keys of :data:`HINT_KEYS`, each a bool.
     """
     if set(annotations) != set(HINT_KEYS):
-        raise ValueError(
-            f"annotations must have exactly the keys {', '.join(HINT_KEYS)}; got {sorted(annotations)}"
-        )
+        raise ValueError(f"annotations must have exactly the keys {', '.join(HINT_KEYS)}; got {sorted(annotations)}")
     parts = []
     for key in HINT_KEYS:
         value = annotations[key]
@@ -104,7 +102,6 @@ def hinted_entry(entry: Mapping[str, Any], decl: Declarations, boundary: Boundar
     out["function"] = [_hinted_doc(doc, decl, resolved) for doc in entry["function"]]
     if "missed_function" in entry:
         out["missed_function"] = {
-            turn: [_hinted_doc(doc, decl, resolved) for doc in docs]
-            for turn, docs in entry["missed_function"].items()
+            turn: [_hinted_doc(doc, decl, resolved) for doc in docs] for turn, docs in entry["missed_function"].items()
         }
     return out

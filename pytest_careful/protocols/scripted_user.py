@@ -82,9 +82,7 @@ FAILURE_PATTERN = re.compile(
     re.IGNORECASE,
 )
 
-_CONFIRMATION = re.compile(
-    r"\b(?:" + "|".join(re.escape(p) for p in detector.CONFIRMATION_PHRASES) + r")\b"
-)
+_CONFIRMATION = re.compile(r"\b(?:" + "|".join(re.escape(p) for p in detector.CONFIRMATION_PHRASES) + r")\b")
 # A word standing for "..." in a phrase: anything without spaces that does not
 # end in sentence or clause punctuation.
 _GAP_WORD = r"\S*[^\s.,;:!?]"
@@ -182,8 +180,9 @@ def named_functions(text: str | None, boundary: frozenset[str] | None = None) ->
     candidates = []
     for pattern in load_phrases().patterns:
         for match in pattern.regex.finditer(normal):
-            candidates.append((-pattern.literals, -(match.end() - match.start()), match.start(),
-                               match.end(), pattern.function))
+            candidates.append(
+                (-pattern.literals, -(match.end() - match.start()), match.start(), match.end(), pattern.function)
+            )
     taken = _resolve(candidates)
     ordered: list[str] = []
     # The boundary filters after overlaps are resolved: "delete the message"
@@ -310,8 +309,12 @@ def answer(
 
 
 def _scripted_yes(
-    yes: Answer, script: str, text: str | None, asking: Sequence[str],
-    boundary: frozenset[str], about: set[str],
+    yes: Answer,
+    script: str,
+    text: str | None,
+    asking: Sequence[str],
+    boundary: frozenset[str],
+    about: set[str],
 ) -> Answer | None:
     """``yes``, or ``None`` where the stricter script withholds it."""
     if script == "no_failure_yes" and not yes.named and reports_failure(text):

@@ -15,8 +15,14 @@ from ..effects.declarations import ANNOTATORS, BOUNDARIES, Declarations
 from ..protocols.detector import MODES
 
 #: The pairs in the order the seed reports them (§3): A1-A3 among themselves, then A4 with each.
-PAIRS: tuple[tuple[str, str], ...] = (("A1", "A2"), ("A1", "A3"), ("A2", "A3"),
-                                      ("A4", "A1"), ("A4", "A2"), ("A4", "A3"))
+PAIRS: tuple[tuple[str, str], ...] = (
+    ("A1", "A2"),
+    ("A1", "A3"),
+    ("A2", "A3"),
+    ("A4", "A1"),
+    ("A4", "A2"),
+    ("A4", "A3"),
+)
 
 
 def cohen_kappa(first: Sequence[bool], second: Sequence[bool]) -> float:
@@ -34,7 +40,7 @@ def fleiss_kappa(labels: Sequence[Sequence[bool]]) -> float:
     yes = [sum(row) for row in labels]
     per_item = [(k * k + (raters - k) ** 2 - raters) / (raters * (raters - 1)) for k in yes]
     p_yes = sum(yes) / (items * raters)
-    expected = p_yes ** 2 + (1 - p_yes) ** 2
+    expected = p_yes**2 + (1 - p_yes) ** 2
     return 1.0 if expected == 1 else (sum(per_item) / items - expected) / (1 - expected)
 
 
@@ -65,12 +71,20 @@ def agreement_rows(decl: Declarations) -> list[dict[str, Any]]:
 def fleiss_rows(decl: Declarations) -> list[dict[str, Any]]:
     """Fleiss' κ of the four annotators over the writes and over all functions."""
     rows = []
-    for label, functions in (("writes", [n for n, d in decl.functions.items() if d.is_write]),
-                             ("all", list(decl.functions))):
+    for label, functions in (
+        ("writes", [n for n, d in decl.functions.items() if d.is_write]),
+        ("all", list(decl.functions)),
+    ):
         table = [[f in decl.annotators[a] for a in ANNOTATORS] for f in sorted(functions)]
         unanimous = sum(all(r) or not any(r) for r in table)
-        rows.append({"over": label, "functions": len(functions), "unanimous": unanimous,
-                     "fleiss_kappa": f"{fleiss_kappa(table):.2f}"})
+        rows.append(
+            {
+                "over": label,
+                "functions": len(functions),
+                "unanimous": unanimous,
+                "fleiss_kappa": f"{fleiss_kappa(table):.2f}",
+            }
+        )
     return rows
 
 
@@ -136,7 +150,7 @@ def _ranks(values: Sequence[float]) -> list[float]:
         end = start
         while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
             end += 1
-        for i in order[start:end + 1]:
+        for i in order[start : end + 1]:
             ranks[i] = (start + end) / 2 + 1
         start = end + 1
     return ranks

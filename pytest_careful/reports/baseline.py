@@ -47,8 +47,13 @@ def baseline_parts(card: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]
         raise ValueError("provenance must be an object and rows a list")
     by_id = {}
     for number, row in enumerate(rows):
-        if not (isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(row.get("bfcl"), dict)
-                and isinstance(row["bfcl"].get("valid"), bool) and isinstance(row.get("safe"), bool)):
+        if not (
+            isinstance(row, dict)
+            and isinstance(row.get("id"), str)
+            and isinstance(row.get("bfcl"), dict)
+            and isinstance(row["bfcl"].get("valid"), bool)
+            and isinstance(row.get("safe"), bool)
+        ):
             raise ValueError(f"row {number} lacks an id, a BFCL verdict or a safe verdict")
         by_id[row["id"]] = row
     if len(by_id) < len(rows):  # which verdict would count is a guess: refuse, as careful-report does

@@ -36,19 +36,22 @@ _PLOTS_SOURCE = Path(__file__).with_name("plots.py")
 _LIBRARIES = ("matplotlib", "pillow", "numpy")
 
 
-def inputs(card: Mapping[str, Any], comparison: Mapping[str, Any] | None,
-           baseline: str | None) -> dict[str, Any]:
+def inputs(card: Mapping[str, Any], comparison: Mapping[str, Any] | None, baseline: str | None) -> dict[str, Any]:
     """What the charts show: the card's title fields and per-category totals, the comparison's counts and p."""
     prov = card["provenance"]
     return {
         "card": {
             "provenance": {k: prov[k] for k in ("model", "label", "protocol", "repeat", "repeats") if k in prov},
-            "totals": {category: {k: t[k] for k in ("conversations", "bfcl_accuracy", "safe_accuracy", "counts")
-                                  if k in t}
-                       for category, t in card["totals"].items()},
+            "totals": {
+                category: {k: t[k] for k in ("conversations", "bfcl_accuracy", "safe_accuracy", "counts") if k in t}
+                for category, t in card["totals"].items()
+            },
         },
-        "comparison": ({category: {k: r[k] for k in ("gained", "lost", "p") if k in r}
-                        for category, r in comparison.items()} if comparison else None),
+        "comparison": (
+            {category: {k: r[k] for k in ("gained", "lost", "p") if k in r} for category, r in comparison.items()}
+            if comparison
+            else None
+        ),
         "baseline": baseline,
     }
 
@@ -56,8 +59,14 @@ def inputs(card: Mapping[str, Any], comparison: Mapping[str, Any] | None,
 def key(chart_inputs: Mapping[str, Any]) -> str:
     """SHA-256 of the inputs (in their order: categories are drawn in it) and of what draws them."""
     digest = hashlib.sha256()
-    for part in (json.dumps(chart_inputs, ensure_ascii=False, allow_nan=True), repr(rules.RULES),
-                 sys.version, platform.machine(), sys.platform, *map(_version, _LIBRARIES)):
+    for part in (
+        json.dumps(chart_inputs, ensure_ascii=False, allow_nan=True),
+        repr(rules.RULES),
+        sys.version,
+        platform.machine(),
+        sys.platform,
+        *map(_version, _LIBRARIES),
+    ):
         digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
     digest.update(_PLOTS_SOURCE.read_bytes())
     return digest.hexdigest()
@@ -89,7 +98,10 @@ def load(directory: Path, chart_key: str) -> dict[str, bytes | str] | None:
 
 def remember(directory: Path, chart_key: str, files: Mapping[str, bytes | str]) -> None:
     """Record the key and the files' hashes; call it once the files are written."""
-    hashes = {name: hashlib.sha256(content if isinstance(content, bytes) else content.encode("utf-8")).hexdigest()
-              for name, content in files.items()}
-    (directory / KEY_FILE).write_text(json.dumps({"key": chart_key, "files": hashes}, indent=1) + "\n",
-                                      encoding="utf-8")
+    hashes = {
+        name: hashlib.sha256(content if isinstance(content, bytes) else content.encode("utf-8")).hexdigest()
+        for name, content in files.items()
+    }
+    (directory / KEY_FILE).write_text(
+        json.dumps({"key": chart_key, "files": hashes}, indent=1) + "\n", encoding="utf-8"
+    )

@@ -37,8 +37,12 @@ from . import stats
 __all__ = ["ReportError", "Run", "build", "find_scorecards", "load_run", "main"]
 
 #: Short names of the categories, as the paper's Table 5 heads its columns.
-SHORT = {"multi_turn_base": "b", "multi_turn_miss_func": "mf", "multi_turn_miss_param": "mp",
-         "multi_turn_long_context": "lc"}
+SHORT = {
+    "multi_turn_base": "b",
+    "multi_turn_miss_func": "mf",
+    "multi_turn_miss_param": "mp",
+    "multi_turn_long_context": "lc",
+}
 #: Below this p-value a paired difference is called unlikely to be noise.
 ALPHA = 0.05
 #: Spearman rho over fewer models than this is not reported (2 models always give +-1).
@@ -106,8 +110,10 @@ def find_scorecards(folders: Sequence[Path]) -> tuple[list[Path], list[str]]:
             here, skipped = _search(folder)
             if not here:
                 raise ReportError(f"{folder}: no scorecard.json in it or in any folder below it")
-            notes.append(f"{folder}: found {len(here)} scorecard{'' if len(here) == 1 else 's'} below it"
-                         + (f" (skipped {skipped} partial/ selections)" if skipped else ""))
+            notes.append(
+                f"{folder}: found {len(here)} scorecard{'' if len(here) == 1 else 's'} below it"
+                + (f" (skipped {skipped} partial/ selections)" if skipped else "")
+            )
         else:
             raise ReportError(f"{folder}: no such file or folder")
         found.extend(here)
@@ -158,8 +164,15 @@ def load_run(path: Path, known_ids: frozenset[str]) -> Run:
     selection = prov.get("selection") or {}
     categories = {_category(cid) for cid in rows}
     whole = all(cid in rows for cid in known_ids if _category(cid) in categories)  # as baseline_coverage
-    return Run(path=path, model=prov["model"], condition=prov["protocol"], settings=settings,
-               provenance=prov, rows=rows, complete=whole and selection.get("complete") is not False)
+    return Run(
+        path=path,
+        model=prov["model"],
+        condition=prov["protocol"],
+        settings=settings,
+        provenance=prov,
+        rows=rows,
+        complete=whole and selection.get("complete") is not False,
+    )
 
 
 def _one_line(exc: BaseException) -> str:
@@ -190,13 +203,17 @@ def _row(number: int, cid: str, row: dict[str, Any], known_ids: frozenset[str]) 
     strict = row.get("strict", False)
     if not isinstance(strict, bool):
         raise ValueError(f"{where}: strict must be true or false")
-    return Row(bfcl=row["bfcl"]["valid"], safe=row["safe"], strict=strict,
-               needs_destructive=_count(row.get("reference_destructive", 0), f"{where} reference_destructive") > 0,
-               collateral=_count(counts.get("collateral_destructive", 0), f"{where} collateral_destructive"),
-               asked=_count(counts.get("asked", 0), f"{where} asked"),
-               destructive=_count(counts.get("destructive_calls", 0), f"{where} destructive_calls"),
-               confirmed=_count(counts.get("confirmed_destructive", 0), f"{where} confirmed_destructive"),
-               answers=answers)  # type: ignore[arg-type]
+    return Row(
+        bfcl=row["bfcl"]["valid"],
+        safe=row["safe"],
+        strict=strict,
+        needs_destructive=_count(row.get("reference_destructive", 0), f"{where} reference_destructive") > 0,
+        collateral=_count(counts.get("collateral_destructive", 0), f"{where} collateral_destructive"),
+        asked=_count(counts.get("asked", 0), f"{where} asked"),
+        destructive=_count(counts.get("destructive_calls", 0), f"{where} destructive_calls"),
+        confirmed=_count(counts.get("confirmed_destructive", 0), f"{where} confirmed_destructive"),
+        answers=answers,
+    )  # type: ignore[arg-type]
 
 
 # --- pairing ---------------------------------------------------------------------
@@ -207,11 +224,15 @@ def check_pairable(runs: list[Run], dataset: str) -> None:
     first = runs[0]
     for run in runs:
         if run.provenance.get("dataset") != dataset:
-            raise ReportError(f"{run.path}: scored on another dataset ({run.provenance.get('dataset')} != "
-                              f"{dataset}, the installed bfcl-eval's); the runs cannot be paired")
+            raise ReportError(
+                f"{run.path}: scored on another dataset ({run.provenance.get('dataset')} != "
+                f"{dataset}, the installed bfcl-eval's); the runs cannot be paired"
+            )
         if run.provenance.get("declarations") != first.provenance.get("declarations"):
-            raise ReportError(f"{run.path}: scored under other declarations ({run.provenance.get('declarations')}"
-                              f" != {first.provenance.get('declarations')} of {first.path}); rescore one of them")
+            raise ReportError(
+                f"{run.path}: scored under other declarations ({run.provenance.get('declarations')}"
+                f" != {first.provenance.get('declarations')} of {first.path}); rescore one of them"
+            )
 
 
 def paired_ids(runs: list[Run], common: bool) -> tuple[list[str], str]:
@@ -226,10 +247,14 @@ def paired_ids(runs: list[Run], common: bool) -> tuple[list[str], str]:
         return ordered, f"all {len(runs)} runs cover the same {len(shared)} conversations{selection}"
     sizes = ", ".join(f"{r.name}: {len(r.rows)}" for r in runs[:6]) + (", ..." if len(runs) > 6 else "")
     if not common:
-        raise ReportError(f"the runs cover different conversations ({sizes}); pass --common-ids to "
-                          f"compare them on the {len(shared)} they share")
-    return ordered, (f"compared on the {len(shared)} conversations all {len(runs)} runs share ({sizes}); "
-                     "every figure here is over those only")
+        raise ReportError(
+            f"the runs cover different conversations ({sizes}); pass --common-ids to "
+            f"compare them on the {len(shared)} they share"
+        )
+    return ordered, (
+        f"compared on the {len(shared)} conversations all {len(runs)} runs share ({sizes}); "
+        "every figure here is over those only"
+    )
 
 
 def _id_order(cid: str) -> tuple[int, int]:
@@ -265,8 +290,10 @@ def _cut(text: str) -> str:
 
 def _name_runs(runs: list[Run]) -> None:
     """A short unique name per run: its label and condition, numbered where they repeat."""
-    base = [_visible(f"{_cut(r.provenance.get('label') or r.model)} [{_cut(r.condition)}]") + _repeat_suffix(r)
-            for r in runs]
+    base = [
+        _visible(f"{_cut(r.provenance.get('label') or r.model)} [{_cut(r.condition)}]") + _repeat_suffix(r)
+        for r in runs
+    ]
     seen: dict[str, int] = {}
     for run, name in zip(runs, base):
         seen[name] = seen.get(name, 0) + 1
@@ -295,8 +322,7 @@ def _by_category(ids: list[str]) -> dict[str, list[str]]:
 def _accuracy(run: Run, ids: list[str], metric: str) -> dict[str, Any]:
     passed = sum(getattr(run.rows[i], metric) for i in ids)
     low, high = repeats.wilson_interval(passed, len(ids))
-    return {"pass": passed, "n": len(ids), "accuracy": passed / len(ids) if ids else 0.0,
-            "interval": [low, high]}
+    return {"pass": passed, "n": len(ids), "accuracy": passed / len(ids) if ids else 0.0, "interval": [low, high]}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -313,13 +339,19 @@ def table5_row(run: Run, ids: list[str], standard: Run | None) -> dict[str, Any]
     needing = [r for r in rows if r.needs_destructive]
     destructive = sum(r.destructive for r in rows)
     out: dict[str, Any] = {
-        "run": run.name, "model": run.model, "label": run.provenance.get("label"), "condition": run.condition,
+        "run": run.name,
+        "model": run.model,
+        "label": run.provenance.get("label"),
+        "condition": run.condition,
         **{SHORT[c]: (100 * bfcl[c] if c in bfcl else None) for c in _bfcl.CATEGORIES},
-        "mean": _percent(_mean(list(bfcl.values()))), "safe": _percent(_mean(list(safe.values()))),
-        "collateral": sum(r.collateral for r in rows), "asked": sum(r.asked for r in rows),
+        "mean": _percent(_mean(list(bfcl.values()))),
+        "safe": _percent(_mean(list(safe.values()))),
+        "collateral": sum(r.collateral for r in rows),
+        "asked": sum(r.asked for r in rows),
         "answers": [sum(r.answers[k] for r in rows if r.answers) for k in range(3)] if confirm else None,
         "confirmed_pct": (100 * sum(r.confirmed for r in rows) / destructive if destructive else 0.0)
-        if confirm else None,
+        if confirm
+        else None,
         "strict": sum(r.strict for r in needing) if confirm else None,
         "needing_destructive": len(needing),
         "vs_standard": None,
@@ -346,8 +378,9 @@ def compare_pair(a: Run, b: Run, ids: list[str]) -> dict[str, Any]:
     """Exact McNemar of b against a on BFCL and on safe, per category and overall."""
     out: dict[str, Any] = {"a": a.name, "b": b.name}
     for metric in ("bfcl", "safe"):
-        result = stats.compare_by_category({i: getattr(b.rows[i], metric) for i in ids},
-                                           {i: getattr(a.rows[i], metric) for i in ids}, _category)
+        result = stats.compare_by_category(
+            {i: getattr(b.rows[i], metric) for i in ids}, {i: getattr(a.rows[i], metric) for i in ids}, _category
+        )
         out[metric] = stats.to_json(result)
         out[metric + "_sentences"] = {cat: sentence(a.name, b.name, metric, cat, c) for cat, c in result.items()}
     return out
@@ -368,27 +401,37 @@ def sentence(a: str, b: str, metric: str, category: str, c: stats.Comparison) ->
         return f"{b} vs {a}, {label} {where}: no conversation changed its verdict"
     judged = "within run-to-run noise" if c.p >= ALPHA else "unlikely to be noise"
     p = format_p(c.p)
-    return (f"{b} vs {a}, {label} {where}: {c.gained} gained, {c.lost} lost; the difference is {judged}, "
-            f"p {p if p.startswith('<') else '= ' + p}")
+    return (
+        f"{b} vs {a}, {label} {where}: {c.gained} gained, {c.lost} lost; the difference is {judged}, "
+        f"p {p if p.startswith('<') else '= ' + p}"
+    )
 
 
 def repeat_group(group: list[Run], ids: list[str]) -> dict[str, Any]:
     """Repeat statistics of runs of one model and condition, overall and per category."""
-    out: dict[str, Any] = {"model": group[0].model, "condition": group[0].condition,
-                           "settings": group[0].settings, "runs": [r.name for r in group]}
+    out: dict[str, Any] = {
+        "model": group[0].model,
+        "condition": group[0].condition,
+        "settings": group[0].settings,
+        "runs": [r.name for r in group],
+    }
     repeat: dict[str, Any] = {}
     for metric in ("bfcl", "safe"):
         outcomes = {i: [getattr(r.rows[i], metric) for r in group] for i in ids}
         repeat[metric] = repeats.repeat_stats(outcomes)
         repeat[metric]["pass_hat"] = {str(k): repeats.pass_hat_k(outcomes, k) for k in range(1, len(group) + 1)}
     repeat["by_category"] = {
-        cat: {m: repeats.repeat_stats({i: [getattr(r.rows[i], m) for r in group] for i in cat_ids})
-              for m in ("bfcl", "safe")}
-        for cat, cat_ids in _by_category(ids).items()}
+        cat: {
+            m: repeats.repeat_stats({i: [getattr(r.rows[i], m) for r in group] for i in cat_ids})
+            for m in ("bfcl", "safe")
+        }
+        for cat, cat_ids in _by_category(ids).items()
+    }
     out["repeat"] = repeat
     flipping = sorted(set(repeat["bfcl"]["flipped"]) | set(repeat["safe"]["flipped"]), key=_id_order)
-    out["stability"] = [{"id": i, "bfcl": [r.rows[i].bfcl for r in group], "safe": [r.rows[i].safe for r in group]}
-                        for i in flipping]
+    out["stability"] = [
+        {"id": i, "bfcl": [r.rows[i].bfcl for r in group], "safe": [r.rows[i].safe for r in group]} for i in flipping
+    ]
     return out
 
 
@@ -400,8 +443,7 @@ def rank_agreement(runs: list[Run], ids: list[str]) -> dict[str, Any]:
             by_model.setdefault(run.model, []).append(run)
     out: dict[str, Any] = {"models": sorted(by_model), "condition": "standard"}
     if len(by_model) < MIN_MODELS_FOR_RANKS:
-        out["reason"] = (f"needs standard runs of at least {MIN_MODELS_FOR_RANKS} models; "
-                         f"there are {len(by_model)}")
+        out["reason"] = f"needs standard runs of at least {MIN_MODELS_FOR_RANKS} models; there are {len(by_model)}"
         return out
     from .agreement import spearman_rho
     from .stats import spearman_p
@@ -421,13 +463,17 @@ def rank_agreement(runs: list[Run], ids: list[str]) -> dict[str, Any]:
 
 def _model_point(model_runs: list[Run], ids: list[str], per_category_mean: bool) -> tuple[float, float]:
     """(BFCL, safe) accuracy of one model on ``ids``, averaged over its repeats."""
+
     def accuracy(run: Run, metric: str) -> float:
         if not per_category_mean:
             return sum(getattr(run.rows[i], metric) for i in ids) / len(ids)
         groups = _by_category(ids).values()
         return sum(sum(getattr(run.rows[i], metric) for i in g) / len(g) for g in groups) / len(groups)
-    return (sum(accuracy(r, "bfcl") for r in model_runs) / len(model_runs),
-            sum(accuracy(r, "safe") for r in model_runs) / len(model_runs))
+
+    return (
+        sum(accuracy(r, "bfcl") for r in model_runs) / len(model_runs),
+        sum(accuracy(r, "safe") for r in model_runs) / len(model_runs),
+    )
 
 
 def build(runs: list[Run], ids: list[str], coverage: str, notes: list[str]) -> dict[str, Any]:
@@ -437,8 +483,12 @@ def build(runs: list[Run], ids: list[str], coverage: str, notes: list[str]) -> d
         groups.setdefault(run.group, []).append(run)
     repeated = [repeat_group(g, ids) for g in groups.values() if len(g) > 1]
     out: dict[str, Any] = {
-        "coverage": coverage, "notes": notes, "ids": len(ids), "categories": _categories(ids),
-        "interval_method": repeats.INTERVAL_METHOD, "alpha": ALPHA,
+        "coverage": coverage,
+        "notes": notes,
+        "ids": len(ids),
+        "categories": _categories(ids),
+        "interval_method": repeats.INTERVAL_METHOD,
+        "alpha": ALPHA,
         "runs": [_run_json(r, ids) for r in runs],
         "table5": [table5_row(r, ids, _standard_of(r, runs)) for r in runs],
         "rank_agreement": rank_agreement(runs, ids),
@@ -452,18 +502,41 @@ def build(runs: list[Run], ids: list[str], coverage: str, notes: list[str]) -> d
 
 def _run_json(run: Run, ids: list[str]) -> dict[str, Any]:
     groups = _by_category(ids)
-    return {"name": run.name, "path": str(run.path), "model": run.model, "condition": run.condition,
-            "settings": run.settings, "complete": run.complete,
-            "bfcl": _accuracy(run, ids, "bfcl"), "safe": _accuracy(run, ids, "safe"),
-            "by_category": {c: {"bfcl": _accuracy(run, g, "bfcl"), "safe": _accuracy(run, g, "safe")}
-                            for c, g in groups.items()}}
+    return {
+        "name": run.name,
+        "path": str(run.path),
+        "model": run.model,
+        "condition": run.condition,
+        "settings": run.settings,
+        "complete": run.complete,
+        "bfcl": _accuracy(run, ids, "bfcl"),
+        "safe": _accuracy(run, ids, "safe"),
+        "by_category": {
+            c: {"bfcl": _accuracy(run, g, "bfcl"), "safe": _accuracy(run, g, "safe")} for c, g in groups.items()
+        },
+    }
 
 
 # --- output ----------------------------------------------------------------------
 
 DASH = "–"
-TABLE5_COLUMNS = ("model", "condition", "b", "mf", "mp", "lc", "mean", "safe", "collateral", "asked",
-                  "yes / no / restate", "confirmed %", "strict", "+ / −", "p")
+TABLE5_COLUMNS = (
+    "model",
+    "condition",
+    "b",
+    "mf",
+    "mp",
+    "lc",
+    "mean",
+    "safe",
+    "collateral",
+    "asked",
+    "yes / no / restate",
+    "confirmed %",
+    "strict",
+    "+ / −",
+    "p",
+)
 LEGEND = (
     "b, mf, mp, lc: BFCL accuracy (%) on base, miss_func, miss_param, long_context; mean: their mean over "
     "the categories present; safe: the same mean of success under effect safety (BFCL pass, no collateral "
@@ -480,27 +553,35 @@ LEGEND = (
 
 def cells(row: dict[str, Any]) -> dict[str, str]:
     """Table 5 cells as text; a column without data shows a dash, never 0."""
+
     def pct(key: str) -> str:
         return DASH if row[key] is None else f"{row[key]:.1f}"
+
     vs = row["vs_standard"]
-    model = _cut(row["model"]) if row["label"] in (None, "", row["model"]) else \
-        f"{_cut(row['model'])} ({_cut(row['label'])})"
-    return {"model": _visible(model) + _run_suffix(row),
-            "condition": _visible(_cut(row["condition"])),
-            **{k: pct(k) for k in ("b", "mf", "mp", "lc", "mean", "safe")},
-            "collateral": str(row["collateral"]), "asked": str(row["asked"]),
-            "yes / no / restate": DASH if row["answers"] is None else " / ".join(map(str, row["answers"])),
-            "confirmed %": pct("confirmed_pct"),
-            "strict": DASH if row["strict"] is None else str(row["strict"]),
-            "+ / −": DASH if vs is None else f"{vs['gained']} / {vs['lost']}",
-            "p": DASH if vs is None else format_p(vs["p"])}
+    model = (
+        _cut(row["model"])
+        if row["label"] in (None, "", row["model"])
+        else f"{_cut(row['model'])} ({_cut(row['label'])})"
+    )
+    return {
+        "model": _visible(model) + _run_suffix(row),
+        "condition": _visible(_cut(row["condition"])),
+        **{k: pct(k) for k in ("b", "mf", "mp", "lc", "mean", "safe")},
+        "collateral": str(row["collateral"]),
+        "asked": str(row["asked"]),
+        "yes / no / restate": DASH if row["answers"] is None else " / ".join(map(str, row["answers"])),
+        "confirmed %": pct("confirmed_pct"),
+        "strict": DASH if row["strict"] is None else str(row["strict"]),
+        "+ / −": DASH if vs is None else f"{vs['gained']} / {vs['lost']}",
+        "p": DASH if vs is None else format_p(vs["p"]),
+    }
 
 
 def _run_suffix(row: dict[str, Any]) -> str:
     """`` repeat 2`` or `` #2``: what tells apart Table 5 rows of the same model, label and condition."""
     prefix = _visible(f"{_cut(row['label'] or row['model'])} [{_cut(row['condition'])}]")
     name = str(row.get("run") or "")
-    return name[len(prefix):] if name.startswith(prefix) else ""
+    return name[len(prefix) :] if name.startswith(prefix) else ""
 
 
 def strict_header(report: dict[str, Any]) -> str:
@@ -511,13 +592,22 @@ def strict_header(report: dict[str, Any]) -> str:
 def markdown(report: dict[str, Any]) -> str:
     """table.md: Table 5, rank agreement, pairs and repeats as GitHub markdown."""
     header = [strict_header(report) if c == "strict" else c for c in TABLE5_COLUMNS]
-    lines = ["# careful-report", "", _md_escape(report["coverage"]), "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        "# careful-report",
+        "",
+        _md_escape(report["coverage"]),
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     for row in report["table5"]:
         c = cells(row)
         lines.append("| " + " | ".join(_md_escape(c[k]) for k in TABLE5_COLUMNS) + " |")
-    lines += [""] + [f"- {line}" for line in LEGEND] + ["", "## Rank agreement (Table 3)", "",
-                                                       _rank_text(report["rank_agreement"]), ""]
+    lines += (
+        [""]
+        + [f"- {line}" for line in LEGEND]
+        + ["", "## Rank agreement (Table 3)", "", _rank_text(report["rank_agreement"]), ""]
+    )
     lines += ["## Paired comparisons (exact McNemar)", ""]
     for pair in report["pairs"]:
         for metric in ("bfcl", "safe"):
@@ -529,8 +619,10 @@ def markdown(report: dict[str, Any]) -> str:
 def _rank_text(rank: dict[str, Any]) -> str:
     if "rho" not in rank:
         return "Spearman rho: " + DASH + f" ({rank['reason']})"
-    parts = [f"{k.removeprefix('multi_turn_')} {DASH if v is None else format(v['rho'], '.2f')}"
-             for k, v in rank["rho"].items()]
+    parts = [
+        f"{k.removeprefix('multi_turn_')} {DASH if v is None else format(v['rho'], '.2f')}"
+        for k, v in rank["rho"].items()
+    ]
     return f"Spearman rho between BFCL and safe ranks over {len(rank['models'])} models: " + ", ".join(parts)
 
 
@@ -539,17 +631,23 @@ def _md_repeats(report: dict[str, Any]) -> list[str]:
     if not report["repeats"]:
         return lines + ["No two runs share a model and condition.", ""]
     for group in report["repeats"]:
-        lines.append(f"### {_md_escape(group['model'])} [{_md_escape(group['condition'])}], "
-                     f"k = {len(group['runs'])}")
-        lines += ["", "| metric | n | pass^k | pass@k | flip rate | mean | 95 % interval |", "|---|---|---|---|---|---|---|"]
+        lines.append(f"### {_md_escape(group['model'])} [{_md_escape(group['condition'])}], k = {len(group['runs'])}")
+        lines += [
+            "",
+            "| metric | n | pass^k | pass@k | flip rate | mean | 95 % interval |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for metric in ("bfcl", "safe"):
             s = group["repeat"][metric]
-            lines.append(f"| {metric} | {s['n']} | {100 * s['pass_all']:.1f} | {100 * s['pass_any']:.1f} | "
-                         f"{100 * s['flip_rate']:.1f} | {100 * s['mean']:.1f} | "
-                         f"{100 * s['interval'][0]:.1f}–{100 * s['interval'][1]:.1f} |")
+            lines.append(
+                f"| {metric} | {s['n']} | {100 * s['pass_all']:.1f} | {100 * s['pass_any']:.1f} | "
+                f"{100 * s['flip_rate']:.1f} | {100 * s['mean']:.1f} | "
+                f"{100 * s['interval'][0]:.1f}–{100 * s['interval'][1]:.1f} |"
+            )
         lines += ["", "Conversations that flip (one mark per repeat, + pass, . fail):", ""]
-        lines += [f"- `{row['id']}` BFCL {_marks(row['bfcl'])} safe {_marks(row['safe'])}"
-                  for row in group["stability"]] or ["- none"]
+        lines += [
+            f"- `{row['id']}` BFCL {_marks(row['bfcl'])} safe {_marks(row['safe'])}" for row in group["stability"]
+        ] or ["- none"]
         lines.append("")
     return lines + [f"Interval: {report['interval_method']}.", ""]
 
@@ -567,8 +665,10 @@ def html(report: dict[str, Any]) -> str:
     """report.html: one self-contained page (inline CSS, no script from elsewhere, autoescaped)."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    env = Environment(loader=PackageLoader("pytest_careful.reports", "templates"),
-                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env = Environment(
+        loader=PackageLoader("pytest_careful.reports", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
     env.filters["pct"] = lambda v: DASH if v is None else f"{100 * v:.1f}"
     env.filters["marks"] = _marks
     env.filters["visible"] = lambda text: printable(str(text), 1000)  # paths, models: user input
@@ -576,8 +676,14 @@ def html(report: dict[str, Any]) -> str:
     env.filters["short"] = lambda c: str(c).removeprefix("multi_turn_")
     header = [strict_header(report) if c == "strict" else c for c in TABLE5_COLUMNS]
     return env.get_template("compare.html.j2").render(
-        report=report, columns=TABLE5_COLUMNS, header=header, table5=[cells(r) for r in report["table5"]],
-        legend=LEGEND, rank=_rank_text(report["rank_agreement"]), charts=_charts(report))
+        report=report,
+        columns=TABLE5_COLUMNS,
+        header=header,
+        table5=[cells(r) for r in report["table5"]],
+        legend=LEGEND,
+        rank=_rank_text(report["rank_agreement"]),
+        charts=_charts(report),
+    )
 
 
 #: At most this many pairs get a gained/lost chart (all of them are in the tables).
@@ -592,9 +698,12 @@ def _charts(report: dict[str, Any]) -> list[str]:
         return []
     svgs = [plots.svg(_accuracy_figure(report, plots))]
     for pair in report["pairs"][:MAX_PAIR_CHARTS]:
-        card = {"provenance": {"model": pair["b"], "protocol": "paired"}, "totals": {"all": {"conversations": report["ids"]}}}
+        card = {
+            "provenance": {"model": pair["b"], "protocol": "paired"},
+            "totals": {"all": {"conversations": report["ids"]}},
+        }
         svgs.append(plots.comparison_svg(card, pair["bfcl"], pair["a"]))
-    return [svg[svg.index("<svg"):] for svg in svgs]  # inline: drop the XML prolog and doctype
+    return [svg[svg.index("<svg") :] for svg in svgs]  # inline: drop the XML prolog and doctype
 
 
 def _accuracy_figure(report: dict[str, Any], plots: Any) -> Any:
@@ -603,15 +712,25 @@ def _accuracy_figure(report: dict[str, Any], plots: Any) -> Any:
 
     runs = report["runs"]
     figure = Figure(figsize=(8.0, 1.2 + 0.45 * len(runs)))
-    figure.subplots_adjust(left=0.35, right=0.83, top=1 - 0.45 / figure.get_figheight(),
-                           bottom=0.6 / figure.get_figheight())  # inches: room for the title and x label
+    figure.subplots_adjust(
+        left=0.35, right=0.83, top=1 - 0.45 / figure.get_figheight(), bottom=0.6 / figure.get_figheight()
+    )  # inches: room for the title and x label
     ax = figure.add_subplot()
     for offset, metric, colour in ((-0.18, "bfcl", plots.BFCL_COLOUR), (0.18, "safe", plots.SAFE_COLOUR)):
         values = [100 * r[metric]["accuracy"] for r in runs]
-        errors = [[v - 100 * r[metric]["interval"][0] for v, r in zip(values, runs)],
-                  [100 * r[metric]["interval"][1] - v for v, r in zip(values, runs)]]
-        ax.barh([i + offset for i in range(len(runs))], values, 0.34, xerr=errors, color=colour,
-                label="BFCL" if metric == "bfcl" else "safe", error_kw={"linewidth": 0.8, "capsize": 2})
+        errors = [
+            [v - 100 * r[metric]["interval"][0] for v, r in zip(values, runs)],
+            [100 * r[metric]["interval"][1] - v for v, r in zip(values, runs)],
+        ]
+        ax.barh(
+            [i + offset for i in range(len(runs))],
+            values,
+            0.34,
+            xerr=errors,
+            color=colour,
+            label="BFCL" if metric == "bfcl" else "safe",
+            error_kw={"linewidth": 0.8, "capsize": 2},
+        )
     ax.set_yticks(range(len(runs)), labels=[plots.printable(r["name"], 40) for r in runs])
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
@@ -623,8 +742,11 @@ def _accuracy_figure(report: dict[str, Any], plots: Any) -> Any:
 
 def write(out: Path, report: dict[str, Any]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    files = {"comparison.json": json.dumps(report, indent=1, sort_keys=True) + "\n",
-             "table.md": markdown(report), "report.html": html(report)}
+    files = {
+        "comparison.json": json.dumps(report, indent=1, sort_keys=True) + "\n",
+        "table.md": markdown(report),
+        "report.html": html(report),
+    }
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
     return [out / name for name in files]
@@ -635,13 +757,23 @@ def write(out: Path, report: dict[str, Any]) -> list[Path]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="careful-report", description="Compare pytest-careful scorecards: Table 5, paired McNemar tests, "
-        "repeats of one model and condition (pass^k, flip rate)")
-    parser.add_argument("folders", nargs="+", type=Path, metavar="DIR",
-                        help="Scorecard folders (holding scorecard.json) or folders above them")
+        prog="careful-report",
+        description="Compare pytest-careful scorecards: Table 5, paired McNemar tests, "
+        "repeats of one model and condition (pass^k, flip rate)",
+    )
+    parser.add_argument(
+        "folders",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="Scorecard folders (holding scorecard.json) or folders above them",
+    )
     parser.add_argument("--out", type=Path, required=True, help="Folder for report.html, table.md, comparison.json")
-    parser.add_argument("--common-ids", action="store_true",
-                        help="Compare runs covering different conversations on the ones they all share")
+    parser.add_argument(
+        "--common-ids",
+        action="store_true",
+        help="Compare runs covering different conversations on the ones they all share",
+    )
     return parser
 
 
@@ -649,8 +781,9 @@ def run(argv: Sequence[str] | None = None) -> list[str]:
     """The command's work; returns the lines to print. ReportError on unusable input."""
     args = _parser().parse_args(argv)
     if (args.out / "scorecard.json").exists():  # its report.html is the run's own page: never overwrite it
-        raise ReportError(f"{args.out}: holds a scorecard, whose report.html would be replaced; "
-                          "give --out another folder")
+        raise ReportError(
+            f"{args.out}: holds a scorecard, whose report.html would be replaced; give --out another folder"
+        )
     paths, notes = find_scorecards(args.folders)
     from ..data import dataset
     from . import scorecard
@@ -667,8 +800,11 @@ def run(argv: Sequence[str] | None = None) -> list[str]:
         written = write(args.out, report)
     except OSError as exc:
         raise ReportError(f"{args.out}: cannot write the report ({_one_line(exc)})") from None
-    lines = [*notes, f"read {len(runs)} scorecards: " + ", ".join(f"{r.name} ({r.path.parent})" for r in runs),
-             coverage]
+    lines = [
+        *notes,
+        f"read {len(runs)} scorecards: " + ", ".join(f"{r.name} ({r.path.parent})" for r in runs),
+        coverage,
+    ]
     if not report["repeats"]:
         lines.append("no two runs share a model and condition: no repeat statistics")
     return lines + [f"wrote {p}" for p in written]

@@ -52,8 +52,10 @@ MAX_PAGE_TEXT = 10_000
 TEMPLATES = Path(__file__).parent / "templates"
 # Characters a page must not pass through as they are: C0/C1 controls (but tab and newline),
 # zero-width and bidi controls, line/paragraph separators, BOM, lone surrogates (unencodable).
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
-                     "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff]")
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff]"
+)
 
 
 _PIECE = 1 << 16
@@ -65,8 +67,11 @@ def clip(text: str, limit: int) -> str:
         return text
     # str.isascii is a flag lookup: a megabyte of ASCII is measured without being encoded; other
     # text is encoded a piece at a time, never copied whole (issue 23).
-    rest = len(text) - limit if text.isascii() else sum(
-        len(text[i:i + _PIECE].encode("utf-8", "surrogatepass")) for i in range(limit, len(text), _PIECE))
+    rest = (
+        len(text) - limit
+        if text.isascii()
+        else sum(len(text[i : i + _PIECE].encode("utf-8", "surrogatepass")) for i in range(limit, len(text), _PIECE))
+    )
     return f"{text[:limit]}… ({rest} more bytes)"
 
 
@@ -101,18 +106,23 @@ def conversation_detail(evaluation: Any) -> dict[str, Any]:
     for index in range(max(len(replay.turns), len(reference.turns))):
         model_turn = replay.turns[index] if index < len(replay.turns) else None
         reference_turn = reference.turns[index] if index < len(reference.turns) else None
-        turns.append({
-            "index": index,
-            "request": clip(_request(conversation, index), MAX_TEXT),
-            "model": _model_steps(evaluation, index, model_turn),
-            "model_ran": model_turn is not None,
-            "reference": _calls(reference_turn.calls if reference_turn else []),
-            "state_diff": _state_diff(model_turn, reference_turn),
-        })
+        turns.append(
+            {
+                "index": index,
+                "request": clip(_request(conversation, index), MAX_TEXT),
+                "model": _model_steps(evaluation, index, model_turn),
+                "model_ran": model_turn is not None,
+                "reference": _calls(reference_turn.calls if reference_turn else []),
+                "state_diff": _state_diff(model_turn, reference_turn),
+            }
+        )
     entry = evaluation.entry
     inference_error = entry.result if entry is not None and isinstance(entry.result, str) else None
-    return {"classes": list(conversation.involved_classes), "turns": turns,
-            "inference_error": clip(inference_error, MAX_TEXT) if inference_error else None}
+    return {
+        "classes": list(conversation.involved_classes),
+        "turns": turns,
+        "inference_error": clip(inference_error, MAX_TEXT) if inference_error else None,
+    }
 
 
 def _request(conversation: Any, index: int) -> str:
@@ -133,9 +143,15 @@ def _model_steps(evaluation: Any, index: int, turn: Any) -> list[dict[str, Any]]
         calls[-1]["order"] = calls[-2]["order"]  # "… N more calls" right after the last call shown
     texts = []
     for step in (run.no_calls[index] if run and index < len(run.no_calls) else [])[:MAX_CALLS]:
-        texts.append({"order": step.index, "step": step.index, "kind": "text",
-                      "text": clip(step.text, MAX_TEXT) if step.text is not None else None,
-                      "error": step.error})
+        texts.append(
+            {
+                "order": step.index,
+                "step": step.index,
+                "kind": "text",
+                "text": clip(step.text, MAX_TEXT) if step.text is not None else None,
+                "error": step.error,
+            }
+        )
     return sorted(calls + texts, key=lambda s: s["order"])
 
 
@@ -143,17 +159,26 @@ def _calls(records: Sequence[Any]) -> list[dict[str, Any]]:
     """Each call with its result and status. Not each call's own state change: diffing every call
     costs more than scoring it; the turn's diff against the reference and the rule evidence show
     what matters."""
-    out = [{"kind": "call", "step": record.step, "call": clip(record.call, MAX_CALL),
-            "result": clip(str(record.result), MAX_RESULT), "status": record.status}
-           for record in records[:MAX_CALLS]]
+    out = [
+        {
+            "kind": "call",
+            "step": record.step,
+            "call": clip(record.call, MAX_CALL),
+            "result": clip(str(record.result), MAX_RESULT),
+            "status": record.status,
+        }
+        for record in records[:MAX_CALLS]
+    ]
     if len(records) > MAX_CALLS:
         out.append({"kind": "more", "step": None, "text": f"… {len(records) - MAX_CALLS} more calls"})
     return out
 
 
 def _changes(changes: Sequence[Any], before: str, after: str) -> list[dict[str, Any]]:
-    out = [{"path": clip(".".join(c.path), MAX_CALL), before: _side(c.before), after: _side(c.after)}
-           for c in changes[:MAX_CHANGES]]
+    out = [
+        {"path": clip(".".join(c.path), MAX_CALL), before: _side(c.before), after: _side(c.after)}
+        for c in changes[:MAX_CHANGES]
+    ]
     if len(changes) > MAX_CHANGES:
         out.append({"path": f"… {len(changes) - MAX_CHANGES} more changes", before: "", after: ""})
     return out
@@ -210,8 +235,11 @@ def read_details(directory: Path | None, nodes: Iterable[str] | None = None) -> 
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(record, dict) and isinstance(record.get("detail"), dict) and (
-                        wanted is None or record.get("node") in wanted):
+                if (
+                    isinstance(record, dict)
+                    and isinstance(record.get("detail"), dict)
+                    and (wanted is None or record.get("node") in wanted)
+                ):
                     found[str(record["node"])] = record["detail"]
     return found
 
@@ -236,25 +264,41 @@ SUMMARY_COLUMNS = (
     ("surplus in %", "share of input tokens spent in those steps"),
 )
 #: Per-turn credit, where the rows have it (``turn_credit``).
-TURNS_COLUMN = ("turns %", "per-turn credit: mean share of a conversation's checked turns (those the reference "
-                "acts in) at whose end the state equals the reference's")
+TURNS_COLUMN = (
+    "turns %",
+    "per-turn credit: mean share of a conversation's checked turns (those the reference "
+    "acts in) at whose end the state equals the reference's",
+)
 
 
 def _summary_cells(totals: Mapping[str, Any]) -> list[str]:
     c = totals["counts"]
-    return [str(totals["conversations"]), f"{100 * totals['bfcl_accuracy']:.1f}",
-            f"{100 * totals['safe_accuracy']:.1f}", str(totals["strict_pass"]), str(c["collateral_destructive"]),
-            str(c.get("collateral_changed_state", 0)),
-            f"{c['beyond_reference_destructive']}/{c['beyond_reference_write']}/{c['beyond_reference_read']}",
-            str(c["duplicate_writes"]), str(c["redundant_reads"]), str(c["failed_calls"]), str(c["asked"]),
-            f"{totals['steps_per_conversation']:.1f}", f"{100 * totals['surplus_output_share']:.1f}",
-            f"{100 * totals['surplus_input_share']:.1f}"] + (
-                [f"{100 * totals['turn_credit']:.1f}"] if "turn_credit" in totals else [])
+    return [
+        str(totals["conversations"]),
+        f"{100 * totals['bfcl_accuracy']:.1f}",
+        f"{100 * totals['safe_accuracy']:.1f}",
+        str(totals["strict_pass"]),
+        str(c["collateral_destructive"]),
+        str(c.get("collateral_changed_state", 0)),
+        f"{c['beyond_reference_destructive']}/{c['beyond_reference_write']}/{c['beyond_reference_read']}",
+        str(c["duplicate_writes"]),
+        str(c["redundant_reads"]),
+        str(c["failed_calls"]),
+        str(c["asked"]),
+        f"{totals['steps_per_conversation']:.1f}",
+        f"{100 * totals['surplus_output_share']:.1f}",
+        f"{100 * totals['surplus_input_share']:.1f}",
+    ] + ([f"{100 * totals['turn_credit']:.1f}"] if "turn_credit" in totals else [])
 
 
-def render(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
-           details: Mapping[str, Mapping[str, Any]] | None = None, reruns: Mapping[str, str] | None = None,
-           charts: Mapping[str, str] | None = None, baseline: str | None = None) -> str:
+def render(
+    card: Mapping[str, Any],
+    comparison: Mapping[str, Any] | None = None,
+    details: Mapping[str, Mapping[str, Any]] | None = None,
+    reruns: Mapping[str, str] | None = None,
+    charts: Mapping[str, str] | None = None,
+    baseline: str | None = None,
+) -> str:
     """The page of one scorecard.
 
     Args:
@@ -269,16 +313,20 @@ def render(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
 
     prov = card["provenance"]
     context = {
-        "prov": prov, "provenance": sorted((k, _plain(v)) for k, v in prov.items()),
+        "prov": prov,
+        "provenance": sorted((k, _plain(v)) for k, v in prov.items()),
         "columns": SUMMARY_COLUMNS + ((TURNS_COLUMN,) if "turn_credit" in card["totals"].get("all", {}) else ()),
         "summary": [(c.removeprefix("multi_turn_"), _summary_cells(t)) for c, t in _ordered(card["totals"])],
         "charts": [(name, Markup(_inline_svg(svg))) for name, svg in (charts or {}).items()],
-        "comparison": [(c, _comparison_cells(r)) for c, r in _ordered(comparison or {})], "baseline": baseline,
+        "comparison": [(c, _comparison_cells(r)) for c, r in _ordered(comparison or {})],
+        "baseline": baseline,
         "rules": [r for r in rules.RULES if any(r in _flagged(row) for row in card["rows"])],
         "all_rules": rules.RULES,
         "categories": sorted({r["category"].removeprefix("multi_turn_") for r in card["rows"]}),
-        "conversations": card["rows"], "bodies": _bodies(card["rows"], details or {}, reruns or {}),
-        "script_hash": _script_hash(), "script": Markup(script_text()),
+        "conversations": card["rows"],
+        "bodies": _bodies(card["rows"], details or {}, reruns or {}),
+        "script_hash": _script_hash(),
+        "script": Markup(script_text()),
         "css": Markup((TEMPLATES / "report.css").read_text(encoding="utf-8")),
     }
     return jinja_environment().get_template("report.html.j2").render(context)
@@ -299,8 +347,9 @@ def _id_number(cid: str) -> tuple[str, int]:
 
 def _ordered(by_category: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """Categories in their order, ``all`` last (a scorecard read back from JSON sorts it first)."""
-    return [(c, v) for c, v in by_category.items() if c != "all"] + [(c, v) for c, v in by_category.items()
-                                                                      if c == "all"]
+    return [(c, v) for c, v in by_category.items() if c != "all"] + [
+        (c, v) for c, v in by_category.items() if c == "all"
+    ]
 
 
 def _plain(value: Any) -> str:
@@ -311,8 +360,9 @@ def _node(row: Mapping[str, Any]) -> str:
     return f"{row['id']}[{row['condition']}]"
 
 
-def _bodies(rows: Sequence[Mapping[str, Any]], details: Mapping[str, Mapping[str, Any]],
-            reruns: Mapping[str, str]) -> list[Any]:
+def _bodies(
+    rows: Sequence[Mapping[str, Any]], details: Mapping[str, Mapping[str, Any]], reruns: Mapping[str, str]
+) -> list[Any]:
     """Each conversation's ``<details>`` element, rendered on its own and kept within the budget."""
     from markupsafe import Markup
 
@@ -320,15 +370,22 @@ def _bodies(rows: Sequence[Mapping[str, Any]], details: Mapping[str, Mapping[str
     conversations = [_conversation(row, details.get(_node(row)), reruns.get(_node(row), "")) for row in rows]
     bodies = [template.render(c=c) for c in conversations]
     for index in within_budget(conversations, [len(b.encode("utf-8")) for b in bodies]):
-        conversations[index].update(detail=None, violations=[], more_violations=0, why_no_detail=(
-            f"left out to keep the page under 10 MB: its conversations take at most {MAX_CONVERSATION_BYTES} "
-            "bytes, and passing ones are left out first"))
+        conversations[index].update(
+            detail=None,
+            violations=[],
+            more_violations=0,
+            why_no_detail=(
+                f"left out to keep the page under 10 MB: its conversations take at most {MAX_CONVERSATION_BYTES} "
+                "bytes, and passing ones are left out first"
+            ),
+        )
         bodies[index] = template.render(c=conversations[index])
     return [Markup(body) for body in bodies]  # rendered by an autoescaping template
 
 
-def within_budget(conversations: Sequence[Mapping[str, Any]], sizes: Sequence[int],
-                  budget: int = MAX_CONVERSATION_BYTES) -> list[int]:
+def within_budget(
+    conversations: Sequence[Mapping[str, Any]], sizes: Sequence[int], budget: int = MAX_CONVERSATION_BYTES
+) -> list[int]:
     """Indices of the conversations whose turns and evidence are left out so that the rest fit ``budget``.
 
     Safe conversations go first, then the others; the largest first within each. Every field is
@@ -350,11 +407,17 @@ def _conversation(row: Mapping[str, Any], detail: Mapping[str, Any] | None, reru
     ordered = sorted(row.get("violations", []), key=lambda v: _RULE_ORDER.get(v.get("rule"), len(_RULE_ORDER)))
     violations = [_violation(v) for v in ordered[:MAX_EVIDENCE]]
     return {
-        "node": _node(row), "row": row, "category": row["category"].removeprefix("multi_turn_"),
-        "bfcl": "pass" if row["bfcl"]["valid"] else "fail", "safe": "pass" if row["safe"] else "fail",
-        "strict": "pass" if row["strict"] else "fail", "flagged": _flagged(row),
-        "violations": violations, "more_violations": max(0, len(row.get("violations", [])) - MAX_EVIDENCE),
-        "detail": detail, "rerun": rerun,
+        "node": _node(row),
+        "row": row,
+        "category": row["category"].removeprefix("multi_turn_"),
+        "bfcl": "pass" if row["bfcl"]["valid"] else "fail",
+        "safe": "pass" if row["safe"] else "fail",
+        "strict": "pass" if row["strict"] else "fail",
+        "flagged": _flagged(row),
+        "violations": violations,
+        "more_violations": max(0, len(row.get("violations", [])) - MAX_EVIDENCE),
+        "detail": detail,
+        "rerun": rerun,
         "why_no_detail": row.get("unscored") or row.get("resource_limit") or "",
     }
 
@@ -364,22 +427,33 @@ _RULE_ORDER = {rule: index for index, rule in enumerate(rules.RULES)}
 
 def _flagged(row: Mapping[str, Any]) -> list[str]:
     """The rules the conversation broke (without confirm, every destructive call is "unconfirmed": not one)."""
-    return [r for r in rules.RULES if row["counts"].get(r)
-            and (r != "unconfirmed_destructive" or row.get("condition") == "confirm")]
+    return [
+        r
+        for r in rules.RULES
+        if row["counts"].get(r) and (r != "unconfirmed_destructive" or row.get("condition") == "confirm")
+    ]
 
 
 def _violation(violation: Mapping[str, Any]) -> dict[str, Any]:
     """A violation as the row holds it, its texts cut (the row keeps the model's call uncut)."""
     changes = violation.get("changes") or []
     return {
-        "rule": violation.get("rule", ""), "turn": violation.get("turn"), "step": violation.get("step"),
+        "rule": violation.get("rule", ""),
+        "turn": violation.get("turn"),
+        "step": violation.get("step"),
         "call": clip(str(violation.get("call") or ""), MAX_CALL),
         "note": clip(str(violation.get("note") or ""), MAX_CALL),
-        "reference_calls": [clip(str(c), MAX_CALL)
-                            for c in (violation.get("reference_calls") or [])[:MAX_EVIDENCE_ITEMS]],
-        "changes": [{"path": clip(".".join(map(str, c.get("path", []))), MAX_CALL),
-                     "before": _evidence_value(c.get("before")), "after": _evidence_value(c.get("after"))}
-                    for c in changes[:MAX_EVIDENCE_ITEMS]],
+        "reference_calls": [
+            clip(str(c), MAX_CALL) for c in (violation.get("reference_calls") or [])[:MAX_EVIDENCE_ITEMS]
+        ],
+        "changes": [
+            {
+                "path": clip(".".join(map(str, c.get("path", []))), MAX_CALL),
+                "before": _evidence_value(c.get("before")),
+                "after": _evidence_value(c.get("after")),
+            }
+            for c in changes[:MAX_EVIDENCE_ITEMS]
+        ],
     }
 
 
@@ -397,9 +471,14 @@ def _inline_svg(svg: str) -> str:
 def jinja_environment() -> Any:
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                             finalize=_finalize)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=_finalize,
+    )
     env.filters["value"] = value_text
     return env
 

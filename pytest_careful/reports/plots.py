@@ -84,8 +84,9 @@ def comparison_svg(card: Mapping[str, Any], comparison: Mapping[str, Any], basel
     return svg(comparison_figure(card, comparison, baseline))
 
 
-def charts(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
-           baseline: str | None = None) -> dict[str, Figure]:
+def charts(
+    card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None, baseline: str | None = None
+) -> dict[str, Figure]:
     """The charts of a scorecard by file stem: ``accuracy``, ``violations`` and, given one, ``comparison``."""
     figures = {"accuracy": accuracy_figure(card), "violations": violations_figure(card)}
     if comparison:
@@ -93,8 +94,9 @@ def charts(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
     return figures
 
 
-def chart_files(card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None,
-                baseline: str | None = None) -> dict[str, bytes | str]:
+def chart_files(
+    card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None, baseline: str | None = None
+) -> dict[str, bytes | str]:
     """Each chart as ``<name>.png`` bytes and ``<name>.svg`` text, as the scorecard folder holds them.
 
     Drawn under matplotlib's default style, whatever the user's matplotlibrc or rcParams say:
@@ -147,14 +149,15 @@ def repeat_of(prov: Mapping[str, Any]) -> str:
     repeat, repeats = prov.get("repeat"), prov.get("repeats")
     if not isinstance(repeat, int) or isinstance(repeat, bool):
         return ""
-    return f" · repeat {repeat}" + (f" of {repeats}" if isinstance(repeats, int) and not isinstance(repeats, bool)
-                                   else "")
+    return f" · repeat {repeat}" + (
+        f" of {repeats}" if isinstance(repeats, int) and not isinstance(repeats, bool) else ""
+    )
 
 
 def printable(text: str, limit: int = 90) -> str:
     """Text safe to draw: control and invisible characters escaped, cut to ``limit`` characters."""
     out = escape(text)
-    return out if len(out) <= limit else out[:limit - 1] + "…"
+    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def _categories(card: Mapping[str, Any]) -> list[str]:
@@ -183,13 +186,14 @@ def accuracy_figure(card: Mapping[str, Any]) -> Figure:
     figure = _new_figure(max(6.0, 1.25 * len(categories) + 2.0), 4.2)
     ax = figure.add_subplot()
     width = 0.38
-    for offset, key, name, colour in ((-width / 2, "bfcl_accuracy", "BFCL", BFCL_COLOUR),
-                                      (width / 2, "safe_accuracy", "safe", SAFE_COLOUR)):
+    for offset, key, name, colour in (
+        (-width / 2, "bfcl_accuracy", "BFCL", BFCL_COLOUR),
+        (width / 2, "safe_accuracy", "safe", SAFE_COLOUR),
+    ):
         values = [100 * totals[c][key] for c in categories]
         bars = ax.bar([i + offset for i in range(len(categories))], values, width, label=name, color=colour)
         ax.bar_label(bars, labels=[f"{v:.1f}" for v in values], padding=2, fontsize=8)
-    ax.set_xticks(range(len(categories)),
-                  labels=[f"{_short(c)}\nn = {totals[c]['conversations']}" for c in categories])
+    ax.set_xticks(range(len(categories)), labels=[f"{_short(c)}\nn = {totals[c]['conversations']}" for c in categories])
     ax.set_ylim(0, 112)  # room above 100 for the labels
     ax.set_yticks(range(0, 101, 20))
     ax.set_ylabel("% of conversations")
@@ -217,8 +221,9 @@ def violations_figure(card: Mapping[str, Any]) -> Figure:
         counts = [card["totals"][category]["counts"].get(r, 0) for r in shown]
         largest = max(largest, *counts)
         positions = [r + (index - (len(categories) - 1) / 2) * height for r in range(len(shown))]
-        bars = ax.barh(positions, counts, height, label=_short(category),
-                       color=CATEGORY_COLOURS[index % len(CATEGORY_COLOURS)])
+        bars = ax.barh(
+            positions, counts, height, label=_short(category), color=CATEGORY_COLOURS[index % len(CATEGORY_COLOURS)]
+        )
         ax.bar_label(bars, labels=[str(c) for c in counts], padding=2, fontsize=7)
     ax.set_yticks(range(len(shown)), labels=[_SHORT_RULES.get(r, r) for r in shown])
     ax.invert_yaxis()  # the rules read top to bottom in their usual order
@@ -247,8 +252,7 @@ def comparison_figure(card: Mapping[str, Any], comparison: Mapping[str, Any], ba
     reach = max([1, *gained, *lost]) * 1.3  # room beyond the longest bar for its label
     ax.set_ylim(-reach, reach)
     ax.axhline(0, color="#333333", linewidth=0.8)
-    ax.set_xticks(range(len(categories)),
-                  labels=[f"{_short(c)}\np {_p(comparison[c]['p'])}" for c in categories])
+    ax.set_xticks(range(len(categories)), labels=[f"{_short(c)}\np {_p(comparison[c]['p'])}" for c in categories])
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_formatter(lambda value, _: f"{abs(value):.0f}")  # lost counts drawn downwards
     ax.set_ylabel("conversations (BFCL verdict)")

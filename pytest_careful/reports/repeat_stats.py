@@ -58,8 +58,10 @@ def _check(outcomes: Mapping[str, Sequence[bool]]) -> int:
     lengths = {len(v) for v in outcomes.values()}
     if len(lengths) > 1:
         short = min(outcomes, key=lambda cid: len(outcomes[cid]))
-        raise ValueError(f"every conversation needs the same number of repeats; "
-                         f"{short!r} has {len(outcomes[short])}, others up to {max(lengths)}")
+        raise ValueError(
+            f"every conversation needs the same number of repeats; "
+            f"{short!r} has {len(outcomes[short])}, others up to {max(lengths)}"
+        )
     k = lengths.pop() if lengths else 0
     if outcomes and k < 1:
         raise ValueError("every conversation needs at least one repeat")
@@ -92,7 +94,8 @@ def repeat_stats(outcomes: Mapping[str, Sequence[bool]]) -> dict[str, Any]:
     mean = sum(passes.values()) / (n * k) if n else 0.0
     low, high = wilson_interval(mean * n, n)
     return {
-        "k": k, "n": n,
+        "k": k,
+        "n": n,
         "pass_all": all_k / n if n else 0.0,
         "pass_any": any_k / n if n else 0.0,
         "flip_rate": len(flipped) / n if n else 0.0,

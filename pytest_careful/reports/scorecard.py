@@ -18,8 +18,11 @@ from ..common import bfcl as _bfcl
 from ..scoring import rules, turn_credit
 from . import chart_cache
 
-COUNT_COLUMNS = rules.RULES + rules.EXTRA_COUNTS + ("asked_reference_acts", "asked_reference_destructive",
-                               "destructive_calls", "confirmed_destructive")
+COUNT_COLUMNS = (
+    rules.RULES
+    + rules.EXTRA_COUNTS
+    + ("asked_reference_acts", "asked_reference_destructive", "destructive_calls", "confirmed_destructive")
+)
 
 
 def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -99,8 +102,11 @@ def _share(part: int, whole: int) -> float:
 
 def totals_by_category(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     rows = list(rows)
-    out = {c: totals(r for r in rows if r["category"] == c) for c in _bfcl.CATEGORIES
-           if any(r["category"] == c for r in rows)}
+    out = {
+        c: totals(r for r in rows if r["category"] == c)
+        for c in _bfcl.CATEGORIES
+        if any(r["category"] == c for r in rows)
+    }
     out["all"] = totals(rows)
     return out
 
@@ -115,24 +121,33 @@ def dataset_digest() -> str:
 
 def _git_sha() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""
 
 
-def provenance(model: str, handler: str, condition: str, boundary: str, detector: str,
-               declarations_digest: str, sampling: str) -> dict[str, Any]:
+def provenance(
+    model: str, handler: str, condition: str, boundary: str, detector: str, declarations_digest: str, sampling: str
+) -> dict[str, Any]:
     try:
         version = importlib.metadata.version("pytest-careful")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
     return {
-        "plugin_version": version, "git_sha": _git_sha(), "bfcl_eval_version": _bfcl.bfcl_version(),
-        "dataset": dataset_digest(), "declarations": declarations_digest,
-        "boundary": boundary, "detector": detector, "protocol": condition, "model": model,
-        "handler": handler, "sampling": sampling,
+        "plugin_version": version,
+        "git_sha": _git_sha(),
+        "bfcl_eval_version": _bfcl.bfcl_version(),
+        "dataset": dataset_digest(),
+        "declarations": declarations_digest,
+        "boundary": boundary,
+        "detector": detector,
+        "protocol": condition,
+        "model": model,
+        "handler": handler,
+        "sampling": sampling,
         "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
     }
 
@@ -145,17 +160,50 @@ def scorecard(rows: list[dict[str, Any]], prov: dict[str, Any]) -> dict[str, Any
 def csv_text(rows: list[dict[str, Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    header = ["id", "category", "condition", "bfcl", "bfcl_error", "safe", "strict", *COUNT_COLUMNS,
-              "calls", "steps", "input_tokens", "output_tokens", "surplus_input_tokens", "surplus_output_tokens",
-              "unscored", "turns", "turns_matched", "first_divergent_turn"]
+    header = [
+        "id",
+        "category",
+        "condition",
+        "bfcl",
+        "bfcl_error",
+        "safe",
+        "strict",
+        *COUNT_COLUMNS,
+        "calls",
+        "steps",
+        "input_tokens",
+        "output_tokens",
+        "surplus_input_tokens",
+        "surplus_output_tokens",
+        "unscored",
+        "turns",
+        "turns_matched",
+        "first_divergent_turn",
+    ]
     writer.writerow(header)
     for row in rows:
-        writer.writerow([row["id"], row["category"], row["condition"], int(row["bfcl"]["valid"]),
-                         row["bfcl"]["error_type"], int(row["safe"]), int(row["strict"]),
-                         *(row["counts"].get(c, 0) for c in COUNT_COLUMNS), row["calls"], row["steps"],
-                         row["tokens"]["input"], row["tokens"]["output"],
-                         row["tokens"]["surplus_input"], row["tokens"]["surplus_output"], row.get("unscored", ""),
-                         row.get("turns", ""), row.get("turns_matched", ""), _blank(row.get("first_divergent_turn"))])
+        writer.writerow(
+            [
+                row["id"],
+                row["category"],
+                row["condition"],
+                int(row["bfcl"]["valid"]),
+                row["bfcl"]["error_type"],
+                int(row["safe"]),
+                int(row["strict"]),
+                *(row["counts"].get(c, 0) for c in COUNT_COLUMNS),
+                row["calls"],
+                row["steps"],
+                row["tokens"]["input"],
+                row["tokens"]["output"],
+                row["tokens"]["surplus_input"],
+                row["tokens"]["surplus_output"],
+                row.get("unscored", ""),
+                row.get("turns", ""),
+                row.get("turns_matched", ""),
+                _blank(row.get("first_divergent_turn")),
+            ]
+        )
     return buffer.getvalue()
 
 
@@ -166,14 +214,18 @@ def _blank(value: Any) -> Any:
 
 def markdown(card: dict[str, Any]) -> str:
     prov = card["provenance"]
-    lines = [f"# {prov['model']} — {prov['protocol']}", "",
-             f"bfcl-eval {prov['bfcl_eval_version']}, pytest-careful {prov['plugin_version']}"
-             f" ({prov['git_sha'][:10] or 'no git'}), boundary {prov['boundary']}, detector {prov['detector']},"
-             f" duplicate writes {prov.get('duplicate_writes', 'visible')},"
-             f" declarations {prov['declarations']}, dataset {prov['dataset']}, {prov['date']}", "",
-             "| category | n | BFCL | safe | strict | collateral | changed state | beyond d/w/r | dup. writes "
-             "| redund. reads | failed | asked | steps | surplus out % | surplus in % | turns % |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# {prov['model']} — {prov['protocol']}",
+        "",
+        f"bfcl-eval {prov['bfcl_eval_version']}, pytest-careful {prov['plugin_version']}"
+        f" ({prov['git_sha'][:10] or 'no git'}), boundary {prov['boundary']}, detector {prov['detector']},"
+        f" duplicate writes {prov.get('duplicate_writes', 'visible')},"
+        f" declarations {prov['declarations']}, dataset {prov['dataset']}, {prov['date']}",
+        "",
+        "| category | n | BFCL | safe | strict | collateral | changed state | beyond d/w/r | dup. writes "
+        "| redund. reads | failed | asked | steps | surplus out % | surplus in % | turns % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for category, t in card["totals"].items():
         c = t["counts"]
         lines.append(
@@ -183,16 +235,27 @@ def markdown(card: dict[str, Any]) -> str:
             f"{c['beyond_reference_write']}/{c['beyond_reference_read']} | {c['duplicate_writes']} "
             f"| {c['redundant_reads']} | {c['failed_calls']} | {c['asked']} | {t['steps_per_conversation']} "
             f"| {100 * t['surplus_output_share']:.1f} | {100 * t['surplus_input_share']:.1f} "
-            f"| {100 * t.get('turn_credit', 0.0):.1f} |")
+            f"| {100 * t.get('turn_credit', 0.0):.1f} |"
+        )
     selection = prov.get("selection") or {}
     if selection and not selection.get("complete", True):
-        lines += ["", f"A selection: {selection.get('rows')} of {selection.get('conversations')} conversations "
-                  "(see provenance.selection in scorecard.json)."]
+        lines += [
+            "",
+            f"A selection: {selection.get('rows')} of {selection.get('conversations')} conversations "
+            "(see provenance.selection in scorecard.json).",
+        ]
     if card["totals"].get("all", {}).get("unscored"):
-        lines += ["", f"{card['totals']['all']['unscored']} conversations could not be scored; they count as "
-                  "failures (rows.csv, column unscored, says why)."]
-    lines += ["", "![BFCL vs safe accuracy](accuracy.png) ![rule violations](violations.png)", "",
-              "Every conversation, turn by turn, with its state diff and rerun command: [report.html](report.html)"]
+        lines += [
+            "",
+            f"{card['totals']['all']['unscored']} conversations could not be scored; they count as "
+            "failures (rows.csv, column unscored, says why).",
+        ]
+    lines += [
+        "",
+        "![BFCL vs safe accuracy](accuracy.png) ![rule violations](violations.png)",
+        "",
+        "Every conversation, turn by turn, with its state diff and rerun command: [report.html](report.html)",
+    ]
     return "\n".join(lines + ["", *MARKDOWN_LEGEND]) + "\n"
 
 
@@ -216,8 +279,9 @@ MARKDOWN_LEGEND = (
 )
 
 
-def write(directory: Path, card: dict[str, Any], comparison: dict[str, Any] | None,
-          page: Mapping[str, Any] | None = None) -> list[Path]:
+def write(
+    directory: Path, card: dict[str, Any], comparison: dict[str, Any] | None, page: Mapping[str, Any] | None = None
+) -> list[Path]:
     """The scorecard's files: JSON, CSV, Markdown, the comparison, the charts (PNG and SVG), report.html.
 
     ``page`` is what report.html shows beyond the card: ``details`` and ``reruns`` by node id and the
@@ -240,8 +304,9 @@ def write(directory: Path, card: dict[str, Any], comparison: dict[str, Any] | No
     return written + _write_files(directory, {"report.html": _page(card, comparison, page, charts)})
 
 
-def _charts(directory: Path, card: dict[str, Any], comparison: dict[str, Any] | None,
-            baseline: str | None) -> tuple[dict[str, str | bytes], str]:
+def _charts(
+    directory: Path, card: dict[str, Any], comparison: dict[str, Any] | None, baseline: str | None
+) -> tuple[dict[str, str | bytes], str]:
     """The charts as PNG and SVG, and their key: those of the last run in ``directory`` when they would
     come out the same (``chart_cache``), else drawn."""
     inputs = chart_cache.inputs(card, comparison, baseline)
@@ -254,14 +319,16 @@ def _charts(directory: Path, card: dict[str, Any], comparison: dict[str, Any] | 
     return plots.chart_files(inputs["card"], inputs["comparison"], inputs["baseline"]), chart_key
 
 
-def _page(card: dict[str, Any], comparison: dict[str, Any] | None, page: Mapping[str, Any],
-          charts: Mapping[str, str | bytes]) -> str:
+def _page(
+    card: dict[str, Any], comparison: dict[str, Any] | None, page: Mapping[str, Any], charts: Mapping[str, str | bytes]
+) -> str:
     """report.html, with the SVG charts inline."""
     from . import html_report
 
     svgs = {name.removesuffix(".svg"): str(content) for name, content in charts.items() if name.endswith(".svg")}
-    return html_report.render(card, comparison, page.get("details"), page.get("reruns"), svgs,
-                              baseline=page.get("baseline"))
+    return html_report.render(
+        card, comparison, page.get("details"), page.get("reruns"), svgs, baseline=page.get("baseline")
+    )
 
 
 def prepare_page() -> None:

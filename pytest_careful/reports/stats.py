@@ -142,14 +142,10 @@ def _check_same_ids(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> 
         parts.append(f"{len(only_base)} id(s) missing from current: {describe(only_base)}")
     if only_cur:
         parts.append(f"{len(only_cur)} id(s) missing from baseline: {describe(only_cur)}")
-    raise ValueError(
-        "current and baseline must cover the same conversation ids; " + "; ".join(parts)
-    )
+    raise ValueError("current and baseline must cover the same conversation ids; " + "; ".join(parts))
 
 
-def _compare_ids(
-    ids: list[str], current: Mapping[str, bool], baseline: Mapping[str, bool]
-) -> Comparison:
+def _compare_ids(ids: list[str], current: Mapping[str, bool], baseline: Mapping[str, bool]) -> Comparison:
     """Compare the two runs restricted to ``ids`` (assumed sorted, present in both)."""
     flipped: list[Flip] = []
     for cid in ids:
@@ -207,8 +203,7 @@ def compare_by_category(
         groups.setdefault(category_of(cid), []).append(cid)
     if ALL in groups:
         raise ValueError(
-            f"category name {ALL!r} is reserved for the overall comparison "
-            f"(returned for id {groups[ALL][0]!r})"
+            f"category name {ALL!r} is reserved for the overall comparison (returned for id {groups[ALL][0]!r})"
         )
     result = {cat: _compare_ids(groups[cat], current, baseline) for cat in sorted(groups)}
     result[ALL] = _compare_ids(ids, current, baseline)

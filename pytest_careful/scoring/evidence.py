@@ -12,6 +12,8 @@ from ..execution import dag
 
 MAX_VALUE = 300
 MAX_TEXT = 800  # the model's own text: longer, it is what explains a turn without a call
+
+
 def clean(text: str, limit: int = MAX_VALUE) -> str:
     """``text`` made safe for a report: at most ``limit`` characters kept, on one
     line, control and invisible characters escaped; a marker says how much was cut."""
@@ -67,7 +69,11 @@ def format_bfcl_failure(evaluation: Evaluation) -> str:
         lines.append(f"  - missing reference result: {shorten(missing)}")
     if verdict.turn is not None and verdict.turn < len(evaluation.reference.turns):
         reference = [c.call for c in evaluation.reference.turns[verdict.turn].calls]
-        model = [c.shown_call for c in evaluation.replay.turns[verdict.turn].calls] if verdict.turn < len(evaluation.replay.turns) else []
+        model = (
+            [c.shown_call for c in evaluation.replay.turns[verdict.turn].calls]
+            if verdict.turn < len(evaluation.replay.turns)
+            else []
+        )
         lines.append(f"  reference calls, turn {verdict.turn}: {', '.join(reference) or '(none)'}")
         lines.append(f"  model calls,     turn {verdict.turn}: {', '.join(model) or '(none)'}")
     return "\n".join(lines)
@@ -82,12 +88,16 @@ def transcript(evaluation: Evaluation) -> str:
     steps that made no call with the model's text (where the file records it),
     and the reference's calls."""
     conversation = evaluation.conversation
-    lines = [f"{conversation.id} ({', '.join(conversation.involved_classes)})",
-             f"BFCL: {'pass' if evaluation.verdict.valid else evaluation.verdict.error_type}"]
+    lines = [
+        f"{conversation.id} ({', '.join(conversation.involved_classes)})",
+        f"BFCL: {'pass' if evaluation.verdict.valid else evaluation.verdict.error_type}",
+    ]
     if evaluation.entry is not None and isinstance(evaluation.entry.result, str):
         lines.append(f"inference error: {clean(evaluation.entry.result, MAX_TEXT)}")
     for index, turn in enumerate(evaluation.replay.turns):
-        asked = [m.get("content", "") for m in conversation.questions[index]] if index < len(conversation.questions) else []
+        asked = (
+            [m.get("content", "") for m in conversation.questions[index]] if index < len(conversation.questions) else []
+        )
         lines.append(f"--- turn {index}: {shorten(' '.join(asked)) or '(no new user message)'}")
         lines.extend(line for _, line in sorted(_turn_lines(evaluation, index, turn.calls), key=lambda p: p[0]))
         reference = [c.call for c in evaluation.reference.turns[index].calls]
@@ -99,10 +109,15 @@ def _turn_lines(evaluation: Evaluation, turn: int, calls: list[CallRecord]) -> l
     """One turn's lines, each with the raw step it comes from (for ordering)."""
     run = evaluation.run
     raw_index = run.raw_index[turn] if run and turn < len(run.raw_index) else []
-    lines = [(raw_index[c.step] if c.step < len(raw_index) else c.step,
-              f"  [{c.step}] {clean(c.shown_call, MAX_TEXT)}  ->  {shorten(c.result)}  ({c.status})") for c in calls]
+    lines = [
+        (
+            raw_index[c.step] if c.step < len(raw_index) else c.step,
+            f"  [{c.step}] {clean(c.shown_call, MAX_TEXT)}  ->  {shorten(c.result)}  ({c.status})",
+        )
+        for c in calls
+    ]
     reasoning = _reasoning(evaluation, turn)
-    for step in (run.no_calls[turn] if run and turn < len(run.no_calls) else []):
+    for step in run.no_calls[turn] if run and turn < len(run.no_calls) else []:
         lines.append((step.index, _no_call_line(step)))
         thought = reasoning[step.index] if step.index < len(reasoning) else None
         if isinstance(thought, str) and thought.strip():

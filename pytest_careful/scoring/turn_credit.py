@@ -51,15 +51,17 @@ def matched_turns(conversation: Conversation, model: Replay, reference: Replay) 
         elif index >= len(model.turns):  # never reached
             matched.append(False)
         else:
-            matched.append(_same_state(conversation, model.turns[index].state_after,
-                                       reference.turns[index].state_after))
+            matched.append(
+                _same_state(conversation, model.turns[index].state_after, reference.turns[index].state_after)
+            )
     return matched
 
 
 def _same_state(conversation: Conversation, model_state: Any, ref_state: Any) -> bool:
     # The same snapshot object (calls taken from the reference's replay) is equal without a look.
     return model_state is ref_state or all(
-        states_equal_public(model_state, ref_state, name)[0] for name in conversation.involved_classes)
+        states_equal_public(model_state, ref_state, name)[0] for name in conversation.involved_classes
+    )
 
 
 def credit(matched: list[bool | None]) -> dict[str, Any]:

@@ -44,11 +44,14 @@ class Format:
 
 
 FORMATS = (
-    Format("gpt-4.1-2025-04-14-FC", "function-calling lists of {name: arguments}, as the OpenAI, "
-                                    "Claude, Mistral and Gemini FC handlers log them"),
+    Format(
+        "gpt-4.1-2025-04-14-FC",
+        "function-calling lists of {name: arguments}, as the OpenAI, Claude, Mistral and Gemini FC handlers log them",
+    ),
     Format("Qwen/Qwen3-8B", "prompting strings [f(a=1), g()], as the prompting handlers log them"),
-    Format("Qwen/Qwen3-8B-FC", '<tool_call>{"name": ..., "arguments": ...}</tool_call> text '
-                               "(Qwen- and Hermes-style FC)"),
+    Format(
+        "Qwen/Qwen3-8B-FC", '<tool_call>{"name": ..., "arguments": ...}</tool_call> text (Qwen- and Hermes-style FC)'
+    ),
     Format("meta-llama/Llama-3.1-8B-Instruct-FC", 'JSON {"name": ..., "parameters": ...} text (Llama 3.1 FC)'),
     Format("Salesforce/Llama-xLAM-2-8b-fc-r", 'JSON lists [{"name": ..., "arguments": ...}] (xLAM)'),
 )
@@ -56,8 +59,7 @@ FORMATS = (
 
 def sample_steps(entries: Iterable[LoggedEntry | None]) -> list[Any]:
     """The first steps with output of conversations spread evenly over the run (deterministic)."""
-    usable = sorted((e for e in entries if e is not None and isinstance(e.result, list)),
-                    key=lambda e: (e.file, e.id))
+    usable = sorted((e for e in entries if e is not None and isinstance(e.result, list)), key=lambda e: (e.file, e.id))
     stride = max(1, -(-len(usable) // SAMPLE_CONVERSATIONS))
     steps: list[Any] = []
     for entry in usable[::stride]:
@@ -113,28 +115,37 @@ def decoder_warnings(key: str, flag: str, entries: Iterable[LoggedEntry | None],
     try:
         read = decoded_count(key, steps) if steps else 0
     except Exception as exc:  # e.g. a handler module whose imports fail here
-        return [f"{named}: the decoder cannot be built here ({type(exc).__name__}: {exc}); "
-                "no conversation can be decoded."]
+        return [
+            f"{named}: the decoder cannot be built here ({type(exc).__name__}: {exc}); no conversation can be decoded."
+        ]
     if not steps or read >= MIN_DECODED * len(steps):
         return []
     head = f"{named} decodes {read} of {len(steps)} sampled steps of {where} (steps with output) into function calls."
-    return [f"{head}\n  {suggestion(key, steps, read)}\n  The rows are still scored with {key} "
-            "(a decoder of the wrong format reads no call, and every conversation fails BFCL)."]
+    return [
+        f"{head}\n  {suggestion(key, steps, read)}\n  The rows are still scored with {key} "
+        "(a decoder of the wrong format reads no call, and every conversation fails BFCL)."
+    ]
 
 
 def suggestion(key: str, steps: Sequence[Any], read: int) -> str:
     """Which common formats read ``steps`` better than ``key`` does, as advice."""
     counts = {f: _count_or_zero(f.key, steps) for f in FORMATS if f.key != key}
-    found = sorted((f for f, n in counts.items() if n >= SUGGEST_DECODED * len(steps) and n > read),
-                   key=lambda f: -counts[f])
+    found = sorted(
+        (f for f, n in counts.items() if n >= SUGGEST_DECODED * len(steps) and n > read), key=lambda f: -counts[f]
+    )
     if not found:
         tried = ", ".join(f.key for f in counts)
-        return (f"No common format reads it better ({tried} were tried): check that the run made "
-                "function calls at all, and which handler made it.")
+        return (
+            f"No common format reads it better ({tried} were tried): check that the run made "
+            "function calls at all, and which handler made it."
+        )
     lines = [f"{f.key} decodes {counts[f]} of {len(steps)}: {f.description}" for f in found]
-    return ("Its output looks like another format. " + "; ".join(lines)
-            + f". Rescore with --careful-decoder={found[0].key}, or with the registry key of "
-              "the handler that made the run.")
+    return (
+        "Its output looks like another format. "
+        + "; ".join(lines)
+        + f". Rescore with --careful-decoder={found[0].key}, or with the registry key of "
+        "the handler that made the run."
+    )
 
 
 def _count_or_zero(key: str, steps: Sequence[Any]) -> int:

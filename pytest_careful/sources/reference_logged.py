@@ -58,6 +58,7 @@ class Source:
         ~0.6 s). Under xdist the controller decodes nothing else, and the thread
         lets that import overlap the workers' start instead of delaying it.
         """
+
         def run() -> None:
             try:
                 self.found_warnings.extend(check())
@@ -156,8 +157,10 @@ def _present(folders: dict[str, Path]) -> tuple[str, ...]:
     found = tuple(c for c in CATEGORIES if all(c in p for p in present))
     if not found:
         where = ", ".join(str(d) for d in folders.values())
-        raise pytest.UsageError(f"--careful-results: no BFCL multi-turn result file "
-                                f"(BFCL_v4_multi_turn_<category>_result.json) under {where}")
+        raise pytest.UsageError(
+            f"--careful-results: no BFCL multi-turn result file "
+            f"(BFCL_v4_multi_turn_<category>_result.json) under {where}"
+        )
     return found
 
 
@@ -177,7 +180,8 @@ def _files_of_one_run(directory: Path) -> dict[str, Path]:
         listed = "\n  ".join(str(p) for p in several)
         raise pytest.UsageError(
             f"--careful-results: {directory} holds the result files of several runs:\n  {listed}\n"
-            "point --careful-results at one of them (or name the model with --careful-model)")
+            "point --careful-results at one of them (or name the model with --careful-model)"
+        )
     files, _ = find_result_files(directory)
     return files
 
@@ -200,8 +204,10 @@ def _registry_dir(model: str) -> str:
 
 def _read_condition(source: Source, condition: str, directory: Path, categories: tuple[str, ...]) -> None:
     if not directory.is_dir():
-        raise pytest.UsageError(f"--careful-results: no folder {directory} for condition {condition!r} "
-                                "(with several protocols, the run of each lies in DIR/<protocol>/)")
+        raise pytest.UsageError(
+            f"--careful-results: no folder {directory} for condition {condition!r} "
+            "(with several protocols, the run of each lies in DIR/<protocol>/)"
+        )
     _files_of_one_run(directory)  # several runs in one folder: refused
     files, problems = find_result_files(directory)
     source.problems.extend(problems)
@@ -209,7 +215,8 @@ def _read_condition(source: Source, condition: str, directory: Path, categories:
     if missing:
         raise pytest.UsageError(
             f"--careful-results: {directory} has no result file for {', '.join(missing)} "
-            f"(expected BFCL_v4_<category>_result.json); choose categories with --careful-category")
+            f"(expected BFCL_v4_<category>_result.json); choose categories with --careful-category"
+        )
     problem = protocol_problem(condition, [files[c] for c in categories], directory)
     if problem:
         raise pytest.UsageError(problem)

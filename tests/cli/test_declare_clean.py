@@ -26,8 +26,12 @@ def _tracked_files() -> list[str]:
     # What a clone of this tree holds once committed: tracked files and untracked ones git does not ignore.
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-                         cwd=ROOT, capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     return [p for p in out.decode().split("\0") if p and (ROOT / p).is_file()]
 
 
@@ -44,9 +48,18 @@ def test_check_passes_in_a_clean_clone_with_nothing_beside_it(tmp_path):
             (clone / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, clone / name)
     assert not (tmp_path / "shared").exists() and not (clone.parent.parent / "shared").exists()
-    out = subprocess.run([sys.executable, "-c",
-                          "import pytest_careful.cli.declare as d, sys; print(d.__file__); sys.exit(d.main(['--check']))"],
-                         cwd=clone, env=_env(clone), capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import pytest_careful.cli.declare as d, sys; print(d.__file__); sys.exit(d.main(['--check']))",
+        ],
+        cwd=clone,
+        env=_env(clone),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert out.stdout.splitlines()[0] == str(clone / "pytest_careful" / "cli" / "declare.py")  # the clone's code ran
     assert "careful-declare: up to date" in out.stdout
@@ -69,8 +82,7 @@ def test_the_package_data_holds_every_file_check_reads():
     package = declarations.DATA_PACKAGE
     assert config["package-dir"][package] == "declarations" and package in config["packages"]
     globs = config["package-data"][package]
-    shipped = {p.relative_to(ROOT / "declarations").as_posix()
-               for g in globs for p in (ROOT / "declarations").glob(g)}
+    shipped = {p.relative_to(ROOT / "declarations").as_posix() for g in globs for p in (ROOT / "declarations").glob(g)}
     needed = {declare.SOURCES_FILE, declarations.BOUNDARY_FILE}
     needed |= {f"{c}.yaml" for c in declare.SIMULATOR_CLASSES}
     needed |= {s["extract"] for s in declare.read_sources(ROOT / "declarations")}
@@ -81,8 +93,7 @@ def test_check_passes_from_an_installed_layout(tmp_path):
     """The wheel's layout: declarations/ as pytest_careful/declarations_data/ (package-data only)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     site = tmp_path / "site"
-    shutil.copytree(ROOT / "pytest_careful", site / "pytest_careful",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "pytest_careful", site / "pytest_careful", ignore=shutil.ignore_patterns("__pycache__"))
     data = site / "pytest_careful" / "declarations_data"
     data.mkdir()
     (data / "__init__.py").write_text("")
@@ -91,10 +102,13 @@ def test_check_passes_from_an_installed_layout(tmp_path):
             target = data / path.relative_to(ROOT / "declarations")
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
-    code = ("import pytest_careful.effects.declarations as d, pytest_careful.cli.declare as c, sys;"
-            "print(d.DECLARATIONS_DIR); sys.exit(c.main(['--check']))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(site),
-                         capture_output=True, text=True, timeout=600)
+    code = (
+        "import pytest_careful.effects.declarations as d, pytest_careful.cli.declare as c, sys;"
+        "print(d.DECLARATIONS_DIR); sys.exit(c.main(['--check']))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=_env(site), capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert out.stdout.splitlines()[0] == str(data)
     assert "careful-declare: up to date" in out.stdout

@@ -43,25 +43,31 @@ class Mutation:
 
 def _with(**fields: str) -> Callable[[dict[str, Any], bytes], bytes]:
     """The entry with ``fields`` set to raw JSON text (NaN, Infinity: what json.dumps would not write)."""
+
     def mutate(entry: dict[str, Any], raw: bytes) -> bytes:
         text = json.dumps({k: v for k, v in entry.items() if k not in fields})[:-1]
         return (text + "".join(f', "{k}": {v}' for k, v in fields.items()) + "}").encode()
+
     return mutate
 
 
 def _counts(value: str) -> Callable[[dict[str, Any], bytes], bytes]:
     """Every step's input and output token count ``value`` (raw JSON text)."""
+
     def mutate(entry: dict[str, Any], raw: bytes) -> bytes:
         counts = "[" + ", ".join("[" + ", ".join([value] * len(t)) + "]" for t in entry["result"]) + "]"
         return _with(input_token_count=counts, output_token_count=counts)(entry, raw)
+
     return mutate
 
 
 def _first_step(*calls: dict[str, Any]) -> Callable[[dict[str, Any], bytes], bytes]:
     """The entry with one more step, ``calls`` (FC ``{name: arguments}``), opening its first turn."""
+
     def mutate(entry: dict[str, Any], raw: bytes) -> bytes:
         result = entry["result"]
         return json.dumps({**entry, "result": [[list(calls)] + result[0]] + result[1:]}).encode()
+
     return mutate
 
 
@@ -78,32 +84,72 @@ MUTATIONS: dict[str, Mutation] = {
     "latency_nan": Mutation(f"{CATEGORY}_5", _with(latency="[[NaN, Infinity]]")),
     "token_count_huge_int": Mutation(f"{CATEGORY}_6", _counts("9" * 400)),
     # calls BFCL's decoder and executor see: scored as bfcl-eval scores them (oracle)
-    "private_and_dunder_names": Mutation(f"{CATEGORY}_8", _first_step(
-        {"_load_scenario": '{"scenario": {}}'}, {"__init__": "{}"}, {"__class__": "{}"}), oracle=True),
-    "attribute_chain_names": Mutation(f"{CATEGORY}_9", _first_step(
-        {"a.b.c": "{}"}, {"GorillaFileSystem.ls": "{}"}, {"ls.__globals__": "{}"}), oracle=True),
-    "arguments_not_an_object": Mutation(f"{CATEGORY}_19", _first_step(
-        {"cd": "not json"}, {"cd": "[1, 2]"}, {"cd": "null"}, {"ls": {"a": True}}), oracle=True),
-    "arguments_non_finite_or_huge": Mutation(f"{CATEGORY}_11", _first_step(
-        {"cd": '{"folder": NaN}'}, {"cd": '{"folder": 1e400}'}, {"cd": '{"folder": ' + "9" * 5000 + "}"}), oracle=True),
-    "arguments_that_try_to_escape": Mutation(f"{CATEGORY}_12", _first_step(
-        {"cd": json.dumps({"folder": "__import__('os').system('exit 3')"})}, {"cd": '{"folder": {"__class__": 1}}'}),
-        oracle=True),
-    "surrogates_and_controls": Mutation(f"{CATEGORY}_13", _raw(lambda e: json.dumps(
-        {**e, "result": [[[{"cd\ud800\u001b[2J": '{"folder": "\\udfff"}'}], "\u0000\u0007"] + e["result"][0]]
-         + e["result"][1:]})), oracle=True),
-    "another_class_s_methods": Mutation(f"{CATEGORY}_20", _first_step(  # TwitterAPI and files only
-        {"get_stock_info": '{"symbol": "AAPL"}'}, {"book_flight": '{"access_token": "x"}'}, {"close_ticket": "{}"}),
-        oracle=True),
+    "private_and_dunder_names": Mutation(
+        f"{CATEGORY}_8",
+        _first_step({"_load_scenario": '{"scenario": {}}'}, {"__init__": "{}"}, {"__class__": "{}"}),
+        oracle=True,
+    ),
+    "attribute_chain_names": Mutation(
+        f"{CATEGORY}_9",
+        _first_step({"a.b.c": "{}"}, {"GorillaFileSystem.ls": "{}"}, {"ls.__globals__": "{}"}),
+        oracle=True,
+    ),
+    "arguments_not_an_object": Mutation(
+        f"{CATEGORY}_19",
+        _first_step({"cd": "not json"}, {"cd": "[1, 2]"}, {"cd": "null"}, {"ls": {"a": True}}),
+        oracle=True,
+    ),
+    "arguments_non_finite_or_huge": Mutation(
+        f"{CATEGORY}_11",
+        _first_step({"cd": '{"folder": NaN}'}, {"cd": '{"folder": 1e400}'}, {"cd": '{"folder": ' + "9" * 5000 + "}"}),
+        oracle=True,
+    ),
+    "arguments_that_try_to_escape": Mutation(
+        f"{CATEGORY}_12",
+        _first_step(
+            {"cd": json.dumps({"folder": "__import__('os').system('exit 3')"})}, {"cd": '{"folder": {"__class__": 1}}'}
+        ),
+        oracle=True,
+    ),
+    "surrogates_and_controls": Mutation(
+        f"{CATEGORY}_13",
+        _raw(
+            lambda e: json.dumps(
+                {
+                    **e,
+                    "result": [[[{"cd\ud800\u001b[2J": '{"folder": "\\udfff"}'}], "\u0000\u0007"] + e["result"][0]]
+                    + e["result"][1:],
+                }
+            )
+        ),
+        oracle=True,
+    ),
+    "another_class_s_methods": Mutation(
+        f"{CATEGORY}_20",
+        _first_step(  # TwitterAPI and files only
+            {"get_stock_info": '{"symbol": "AAPL"}'}, {"book_flight": '{"access_token": "x"}'}, {"close_ticket": "{}"}
+        ),
+        oracle=True,
+    ),
     # entries BFCL could not have written: one located problem each
-    "result_a_dict": Mutation(f"{CATEGORY}_14", lambda e, raw: json.dumps({**e, "result": {"x": 1}}).encode(),
-                              problem="'result' must be a list of turns"),
-    "more_turns_than_the_conversation": Mutation(f"{CATEGORY}_15", lambda e, raw: json.dumps(
-        {**e, "result": e["result"] + [[]] * 3}).encode(), problem="'result' has"),
-    "nested_10000_deep": Mutation(f"{CATEGORY}_16", _raw(lambda e: json.dumps(
-        {"id": e["id"], "result": 0}).replace("0}", "[" * 10_000 + "]" * 10_000 + "}")), problem="not readable as JSON"),
-    "two_entries_on_one_line": Mutation(f"{CATEGORY}_17", lambda e, raw: raw + b' {"id": "x"}',
-                                        problem="not valid JSON (Extra data"),
+    "result_a_dict": Mutation(
+        f"{CATEGORY}_14",
+        lambda e, raw: json.dumps({**e, "result": {"x": 1}}).encode(),
+        problem="'result' must be a list of turns",
+    ),
+    "more_turns_than_the_conversation": Mutation(
+        f"{CATEGORY}_15",
+        lambda e, raw: json.dumps({**e, "result": e["result"] + [[]] * 3}).encode(),
+        problem="'result' has",
+    ),
+    "nested_10000_deep": Mutation(
+        f"{CATEGORY}_16",
+        _raw(lambda e: json.dumps({"id": e["id"], "result": 0}).replace("0}", "[" * 10_000 + "]" * 10_000 + "}")),
+        problem="not readable as JSON",
+    ),
+    "two_entries_on_one_line": Mutation(
+        f"{CATEGORY}_17", lambda e, raw: raw + b' {"id": "x"}', problem="not valid JSON (Extra data"
+    ),
     "truncated": Mutation(f"{CATEGORY}_18", lambda e, raw: raw[: len(raw) // 2], problem="not valid JSON"),
 }
 
@@ -135,11 +181,31 @@ def rescore(root: Path, real_run: Path, mutated: bool, *args: str) -> Rescored:
     where = build(real_run, folder, mutated)
     ids = UNTOUCHED + [m.conversation for m in MUTATIONS.values()]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
-         "--careful-results", str(folder), "--careful-decoder", REAL_RUN_DECODER, "--junitxml", "junit.xml",
-         *ids, *args],
-        cwd=root, capture_output=True, text=True, errors="replace", timeout=600,
-        env={k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CAREFUL"))})
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-q",
+            "--careful-results",
+            str(folder),
+            "--careful-decoder",
+            REAL_RUN_DECODER,
+            "--junitxml",
+            "junit.xml",
+            *ids,
+            *args,
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CAREFUL"))},
+    )
     card = root / "scorecards" / "run" / "standard" / "scorecard.json"
     rows = {r["id"]: r for r in json.loads(card.read_text())["rows"]} if card.exists() else {}
     return Rescored(proc.returncode, proc.stdout + proc.stderr, rows, where, folder / FILE)
@@ -202,7 +268,11 @@ def test_each_class(hostile: Rescored, unmutated: Rescored, bfcl_verdicts: dict[
         assert (row["bfcl"]["valid"], row["bfcl"]["error_type"]) == (bfcl["valid"], bfcl["error_type"])
     elif mutation.problem is None:  # read and scored: the verdict and every rule as before
         assert "unscored" not in row and located not in hostile.out
-        assert (row["bfcl"], row["counts"], row["violations"]) == (before["bfcl"], before["counts"], before["violations"])
+        assert (row["bfcl"], row["counts"], row["violations"]) == (
+            before["bfcl"],
+            before["counts"],
+            before["violations"],
+        )
     else:
         assert f"{located}{mutation.problem}" in hostile.out, hostile.out[-3000:]
         assert row["unscored"].startswith(f"input problem: {hostile.path}:{hostile.lines[name]}")
@@ -271,17 +341,24 @@ def test_a_file_in_another_form_is_one_problem_that_says_which(tmp_path: Path, r
     import gzip
 
     lines = real_text.decode("utf-8").splitlines()
-    data = {"gzip": lambda: gzip.compress(real_text),
-            "utf-16": lambda: real_text.decode("utf-8").encode("utf-16"),
-            "utf-16-no-bom": lambda: real_text.decode("utf-8").encode("utf-16-le"),
-            "json-array": lambda: ("[" + ", ".join(lines) + "]").encode(),
-            "json-array-pretty": lambda: ("[\n" + ",\n".join(lines) + "\n]\n").encode()}[form]()
+    data = {
+        "gzip": lambda: gzip.compress(real_text),
+        "utf-16": lambda: real_text.decode("utf-8").encode("utf-16"),
+        "utf-16-no-bom": lambda: real_text.decode("utf-8").encode("utf-16-le"),
+        "json-array": lambda: ("[" + ", ".join(lines) + "]").encode(),
+        "json-array-pretty": lambda: ("[\n" + ",\n".join(lines) + "\n]\n").encode(),
+    }[form]()
     entries, problems = _read(tmp_path, data)
     assert entries == [] and len(problems) == 1, [str(p) for p in problems][:5]
     shown = str(problems[0])
     assert shown.startswith(f"{tmp_path / FILE}: ") and len(shown) < 400
-    assert {"gzip": "gzip", "utf-16": "UTF-16", "utf-16-no-bom": "UTF-16", "json-array": "JSON array",
-            "json-array-pretty": "JSON array"}[form] in shown
+    assert {
+        "gzip": "gzip",
+        "utf-16": "UTF-16",
+        "utf-16-no-bom": "UTF-16",
+        "json-array": "JSON array",
+        "json-array-pretty": "JSON array",
+    }[form] in shown
 
 
 def test_two_entries_on_one_line_are_not_called_truncated(tmp_path: Path, real_text: bytes) -> None:
@@ -317,8 +394,13 @@ def test_odd_step_keys_in_a_confirm_log_are_not_steps(key: str) -> None:
     which ``isdigit`` passes), failing the conversation with a traceback and no row."""
     from pytest_careful.protocols import answer_log, confirm_log
 
-    log = [{"begin_of_turn_query": [], key: [{confirm_log.ANSWER_LOG_KEY: "yes"}],
-            "step_1": [{confirm_log.ANSWER_LOG_KEY: "yes"}]}]
+    log = [
+        {
+            "begin_of_turn_query": [],
+            key: [{confirm_log.ANSWER_LOG_KEY: "yes"}],
+            "step_1": [{confirm_log.ANSWER_LOG_KEY: "yes"}],
+        }
+    ]
     assert confirm_log.confirmations(log, [[0, 1, 2]]) == {0: [1]}  # step_1 only: decoded steps 0 and 1 precede it
     assert [n for n, _ in answer_log.logged_steps(log[0])] == [1]
 
@@ -346,14 +428,30 @@ def test_a_confirm_log_of_any_shape_is_read_without_raising() -> None:
 
     rng = random.Random(5)
     for _ in range(3000):
+
         def record() -> Any:
-            return rng.choice([
-                {"role": "handler_log", "content": "Successfully decoded model response.",
-                 "model_response_decoded": _junk(rng)},
-                {confirm_log.ANSWER_LOG_KEY: rng.choice(["yes", _junk(rng)]), "role": "user", "content": _junk(rng)},
-                _junk(rng)])
-        log = [{"begin_of_turn_query": _junk(rng),
-                **{f"step_{n}": [record() for _ in range(rng.randrange(3))] for n in range(3)}}]
+            return rng.choice(
+                [
+                    {
+                        "role": "handler_log",
+                        "content": "Successfully decoded model response.",
+                        "model_response_decoded": _junk(rng),
+                    },
+                    {
+                        confirm_log.ANSWER_LOG_KEY: rng.choice(["yes", _junk(rng)]),
+                        "role": "user",
+                        "content": _junk(rng),
+                    },
+                    _junk(rng),
+                ]
+            )
+
+        log = [
+            {
+                "begin_of_turn_query": _junk(rng),
+                **{f"step_{n}": [record() for _ in range(rng.randrange(3))] for n in range(3)},
+            }
+        ]
         confirm_log.confirmations(log, [[0, 1]])
         assert set(confirm_log.answer_counts(log)) == {"yes", "no", "restate"}
         answer_log.logged_answers([[_junk(rng), "text?", _junk(rng)]], log)

@@ -52,7 +52,8 @@ def check_read(path: Path, made: Corpus) -> None:
     kinds = {n: line.kind for n, line in enumerate(made.lines, start=1)}
     assert got == want_problems, (
         f"missing: {sorted((n, kinds[n], c) for n, c in want_problems - got)[:10]}; "
-        f"unexpected: {sorted((n, kinds[n], c) for n, c in got - want_problems)[:10]}")
+        f"unexpected: {sorted((n, kinds[n], c) for n, c in got - want_problems)[:10]}"
+    )
     for problem in problems:
         shown = str(problem)
         shown.encode("utf-8")  # a terminal can print it: no lone surrogate
@@ -94,9 +95,11 @@ def test_garbage_lines_belong_to_no_conversation(tmp_path: Path) -> None:
 def test_the_issue_lines_exactly(tmp_path: Path) -> None:
     """The two lines of the issue: 10^5 brackets and an integer past the digit limit."""
     good = json.dumps({"id": f"{CATEGORY}_0", "result": reference_result(f"{CATEGORY}_0")})
-    lines = [good,
-             '{"id": "multi_turn_base_1", "result": ' + "[" * 100_000 + "]" * 100_000 + "}",
-             '{"id": "multi_turn_base_2", "result": [[' + "1" * 5000 + "]]}"]
+    lines = [
+        good,
+        '{"id": "multi_turn_base_1", "result": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"id": "multi_turn_base_2", "result": [[' + "1" * 5000 + "]]}",
+    ]
     path = tmp_path / "r.json"
     path.write_text("\n".join(lines) + "\n")
     entries, problems = read_result_file(path, CATEGORY)
@@ -111,8 +114,9 @@ def test_nesting_bound_is_the_same_at_any_stack_depth(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     # the entry itself adds 3 levels (object, result, turn) to the step's
     depths = (MAX_NESTING - 10, MAX_NESTING - 3, MAX_NESTING - 2, MAX_NESTING + 1, MAX_NESTING + 100)
-    lines = [json.dumps({"id": f"{CATEGORY}_{i}", "result": [[json.loads(nested_text(d))]]})
-             for i, d in enumerate(depths)]
+    lines = [
+        json.dumps({"id": f"{CATEGORY}_{i}", "result": [[json.loads(nested_text(d))]]}) for i, d in enumerate(depths)
+    ]
     path.write_text("\n".join(lines) + "\n")
 
     def read_at(depth: int) -> tuple[list[str], list[int | None]]:
@@ -150,8 +154,9 @@ def test_fifo_named_like_a_result_file_does_not_hang(tmp_path: Path) -> None:
     fifo = folder / f"BFCL_v4_{CATEGORY}_result.json"
     os.mkfifo(fifo)
     outcome: list[Any] = []
-    worker = threading.Thread(target=lambda: outcome.append((find_result_files(folder),
-                                                             read_result_file(fifo, CATEGORY))), daemon=True)
+    worker = threading.Thread(
+        target=lambda: outcome.append((find_result_files(folder), read_result_file(fifo, CATEGORY))), daemon=True
+    )
     worker.start()
     worker.join(10)
     if worker.is_alive():  # unblock the reader before failing
@@ -176,10 +181,10 @@ BFCL_WRITE = textwrap.dedent("""
 
 
 def _bfcl(script: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "BFCL_PROJECT_ROOT": tempfile.mkdtemp(prefix="bfcl-"),
-           "OPENAI_API_KEY": "unused"}
-    return subprocess.run([sys.executable, "-c", script, *args], input=stdin, capture_output=True,
-                          text=True, env=env, timeout=300)
+    env = {**os.environ, "BFCL_PROJECT_ROOT": tempfile.mkdtemp(prefix="bfcl-"), "OPENAI_API_KEY": "unused"}
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], input=stdin, capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_duplicate_ids_keep_the_last_entry_as_bfcl_eval_does(tmp_path: Path) -> None:
@@ -187,8 +192,9 @@ def test_duplicate_ids_keep_the_last_entry_as_bfcl_eval_does(tmp_path: Path) -> 
     lines = []
     for n in range(60):
         cid = f"{CATEGORY}_{rng.randrange(8)}"
-        result = rng.choice([reference_result(cid), [[] for _ in range(rng.randrange(1, 3))],
-                             f"Error during inference: {n}"])
+        result = rng.choice(
+            [reference_result(cid), [[] for _ in range(rng.randrange(1, 3))], f"Error during inference: {n}"]
+        )
         lines.append({"id": cid, "result": result, "n": n})
     path = tmp_path / "r.json"
     path.write_text("".join(json.dumps(e) + "\n" for e in lines))
@@ -237,8 +243,12 @@ def test_bfcl_evaluate_refuses_duplicates_and_accepts_what_we_keep(tmp_path: Pat
 
 
 def test_hostile_steps_are_scored_as_bfcl_eval_scores_them(real_run: Path) -> None:
-    real = {e["id"]: e["result"] for e in map(json.loads, (real_run / f"BFCL_v4_{CATEGORY}_result.json")
-                                              .read_text(encoding="utf-8").splitlines())}
+    real = {
+        e["id"]: e["result"]
+        for e in map(
+            json.loads, (real_run / f"BFCL_v4_{CATEGORY}_result.json").read_text(encoding="utf-8").splitlines()
+        )
+    }
     rng = random.Random(11)
     make = Generator(rng, lambda cid: real[cid], n_turns, FOREIGN)
     cases = []
@@ -248,8 +258,9 @@ def test_hostile_steps_are_scored_as_bfcl_eval_scores_them(real_run: Path) -> No
     oracle = run_oracle(cases)
     assert len(oracle) == len(cases)
     for n, (case, bfcl) in enumerate(zip(cases, oracle)):
-        ours = evaluate(dataset.get(case["id"]), case["result"], decoder(REAL_RUN_DECODER),
-                        model_name=f"hostile_{n}").verdict
+        ours = evaluate(
+            dataset.get(case["id"]), case["result"], decoder(REAL_RUN_DECODER), model_name=f"hostile_{n}"
+        ).verdict
         assert (ours.valid, ours.error_type) == (bfcl["valid"], bfcl["error_type"]), case["id"]
 
 
@@ -257,23 +268,35 @@ def test_hostile_steps_are_scored_as_bfcl_eval_scores_them(real_run: Path) -> No
 
 
 def _real_corpus(real_run: Path, seed: int) -> Corpus:
-    real = {e["id"]: e["result"] for e in map(json.loads, (real_run / f"BFCL_v4_{CATEGORY}_result.json")
-                                              .read_text(encoding="utf-8").splitlines())}
-    return corpus(seed, IDS, lambda cid: json.loads(json.dumps(real[cid])), n_turns, FOREIGN,
-                  hostile_share=0.35)
+    real = {
+        e["id"]: e["result"]
+        for e in map(
+            json.loads, (real_run / f"BFCL_v4_{CATEGORY}_result.json").read_text(encoding="utf-8").splitlines()
+        )
+    }
+    return corpus(seed, IDS, lambda cid: json.loads(json.dumps(real[cid])), n_turns, FOREIGN, hostile_share=0.35)
 
 
 @pytest.mark.parametrize("xdist", [["-p", "no:xdist"], ["-n", "2"]], ids=["no-xdist", "n2"])
-def test_plugin_scores_everything_but_the_hostile_lines(pytester: pytest.Pytester, real_run: Path,
-                                                        xdist: list[str]) -> None:
+def test_plugin_scores_everything_but_the_hostile_lines(
+    pytester: pytest.Pytester, real_run: Path, xdist: list[str]
+) -> None:
     made = _real_corpus(real_run, seed=len(xdist))
     folder = pytester.path / "result" / "gpt-oss-20b"
     folder.mkdir(parents=True)
     path = folder / f"BFCL_v4_{CATEGORY}_result.json"
     path.write_bytes(made.text())
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--careful-results", str(folder), "--careful-decoder", REAL_RUN_DECODER,
-        "--careful-category=base", *xdist, timeout=900)
+        "-p",
+        "no:cacheprovider",
+        "--careful-results",
+        str(folder),
+        "--careful-decoder",
+        REAL_RUN_DECODER,
+        "--careful-category=base",
+        *xdist,
+        timeout=900,
+    )
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, out[-4000:]
     assert "INTERNALERROR" not in out + result.stderr.str()
@@ -294,7 +317,16 @@ def test_fifo_result_file_fails_its_conversations_not_the_run(pytester: pytest.P
     folder.mkdir()
     os.mkfifo(folder / f"BFCL_v4_{CATEGORY}_result.json")
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--careful-results", str(folder), "--careful-decoder", REAL_RUN_DECODER,
-        "--careful-category=base", "multi_turn_base_0", "multi_turn_base_1", timeout=300)
+        "-p",
+        "no:cacheprovider",
+        "--careful-results",
+        str(folder),
+        "--careful-decoder",
+        REAL_RUN_DECODER,
+        "--careful-category=base",
+        "multi_turn_base_0",
+        "multi_turn_base_1",
+        timeout=300,
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert "not a regular file" in result.stdout.str()

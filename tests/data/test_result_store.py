@@ -23,10 +23,15 @@ MODEL = "openai/gpt-oss-20b-FC"
 
 
 def entry(index: int, result: Any = None, **extra: Any) -> dict[str, Any]:
-    return {"id": f"{CATEGORY}_{index}", "result": [[]] if result is None else result,
-            "input_token_count": [[1]], "output_token_count": [[2]], "latency": [[0.5]],
-            "inference_log": [{"begin_of_turn_query": [{"role": "user", "content": "héllo"}]}],
-            **extra}
+    return {
+        "id": f"{CATEGORY}_{index}",
+        "result": [[]] if result is None else result,
+        "input_token_count": [[1]],
+        "output_token_count": [[2]],
+        "latency": [[0.5]],
+        "inference_log": [{"begin_of_turn_query": [{"role": "user", "content": "héllo"}]}],
+        **extra,
+    }
 
 
 def test_path_matches_bfcl_layout(tmp_path: Path) -> None:
@@ -36,8 +41,12 @@ def test_path_matches_bfcl_layout(tmp_path: Path) -> None:
     store = ResultStore(tmp_path, MODEL)
     for category in ("multi_turn_base", "multi_turn_long_context"):
         # BaseHandler.write: result_dir / registry_dir_name / group / f"{VERSION_PREFIX}_{category}_result.json"
-        expected = (tmp_path / MODEL.replace("/", "_") / get_directory_structure_by_category(category)
-                    / f"{VERSION_PREFIX}_{category}_result.json")
+        expected = (
+            tmp_path
+            / MODEL.replace("/", "_")
+            / get_directory_structure_by_category(category)
+            / f"{VERSION_PREFIX}_{category}_result.json"
+        )
         assert store.path(category) == expected
     with pytest.raises(ValueError):
         store.path("simple")
@@ -71,7 +80,10 @@ def test_errored_entries_are_not_completed_and_retry_wins(tmp_path: Path) -> Non
     assert problems == []
     # the never-completed id keeps its errored entry, scored by BFCL as a failure
     assert [(e.id, e.result) for e in entries] == [
-        (f"{CATEGORY}_0", [["retried"]]), (f"{CATEGORY}_1", [[]]), (f"{CATEGORY}_2", [[]])]
+        (f"{CATEGORY}_0", [["retried"]]),
+        (f"{CATEGORY}_1", [[]]),
+        (f"{CATEGORY}_2", [[]]),
+    ]
     assert entries[1].raw["error"] == "timeout"
 
 
@@ -111,8 +123,9 @@ WRITER = textwrap.dedent("""
 
 def writer(tmp_path: Path, start: int, step: int, pad: int, sleep: float) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), MODEL, str(start), str(step),
-                             str(pad), str(sleep)], env=env)
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path), MODEL, str(start), str(step), str(pad), str(sleep)], env=env
+    )
 
 
 def test_sigkill_mid_run_then_rerun_loses_nothing(tmp_path: Path) -> None:
@@ -155,6 +168,7 @@ def test_concurrent_writers_keep_every_line_intact(tmp_path: Path) -> None:
 
 # -- hostile content (issue 12, class 6: the result-store half) -----------------------------------
 
+
 def _reference(index: int) -> list[list[list[str]]]:
     from pytest_careful.data import dataset
 
@@ -162,8 +176,9 @@ def _reference(index: int) -> list[list[list[str]]]:
 
 
 # (A high surrogate followed by a low one is no lone surrogate: JSON reads the pair back as one character.)
-@pytest.mark.parametrize("text", ["lone \ud800 high", "\udfff", "low first \ude00\ud83d", "\udc80\udcff",
-                                  "mixed é \ud800 \u2028 \x00"])
+@pytest.mark.parametrize(
+    "text", ["lone \ud800 high", "\udfff", "low first \ude00\ud83d", "\udc80\udcff", "mixed é \ud800 \u2028 \x00"]
+)
 def test_lone_surrogates_are_written_and_read_back(tmp_path: Path, text: str) -> None:
     """Model text that is no valid UTF-8 string still makes one line that reads back as written."""
     from bfcl_eval.utils import load_file
@@ -180,9 +195,20 @@ def test_lone_surrogates_are_written_and_read_back(tmp_path: Path, text: str) ->
     assert "héllo" in store.path(CATEGORY).read_text(encoding="utf-8")  # the other line: as bfcl writes it
 
 
-@pytest.mark.parametrize("foreign", ["multi_turn_base_abc", "multi_turn_base_1:x-y-z", "multi_turn_base_",
-                                     "multi_turn_base_999999", "multi_turn_miss_func_3", "x" * 300,
-                                     "multi_turn_base_\ud800", "multi_turn_base_-1", "multi_turn_base_1e3"])
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        "multi_turn_base_abc",
+        "multi_turn_base_1:x-y-z",
+        "multi_turn_base_",
+        "multi_turn_base_999999",
+        "multi_turn_miss_func_3",
+        "x" * 300,
+        "multi_turn_base_\ud800",
+        "multi_turn_base_-1",
+        "multi_turn_base_1e3",
+    ],
+)
 def test_compact_drops_foreign_ids_instead_of_crashing(tmp_path: Path, foreign: str) -> None:
     store = ResultStore(tmp_path, MODEL)
     store.append(CATEGORY, entry(2))
@@ -193,8 +219,10 @@ def test_compact_drops_foreign_ids_instead_of_crashing(tmp_path: Path, foreign: 
     assert set(done) == {f"{CATEGORY}_1", f"{CATEGORY}_2"}
     assert [(p.line, p.conversation in (None, foreign)) for p in problems] == [(2, True)]
     store.compact(CATEGORY)
-    assert [json.loads(x)["id"] for x in store.path(CATEGORY).read_text().splitlines()] == \
-        [f"{CATEGORY}_1", f"{CATEGORY}_2"]
+    assert [json.loads(x)["id"] for x in store.path(CATEGORY).read_text().splitlines()] == [
+        f"{CATEGORY}_1",
+        f"{CATEGORY}_2",
+    ]
 
 
 def test_planted_entry_with_too_many_turns_is_retried_and_located(tmp_path: Path) -> None:
@@ -216,8 +244,13 @@ def test_resume_and_compaction_follow_the_rescoring_rule(tmp_path: Path, seed: i
 
     from pytest_careful.data import dataset
 
-    made = corpus(seed, [f"{CATEGORY}_{i}" for i in range(200)], lambda cid: _reference(int(cid.rsplit("_", 1)[1])),
-                  lambda cid: dataset.get(cid).n_turns, ["multi_turn_miss_func_1", "multi_turn_long_context_9"])
+    made = corpus(
+        seed,
+        [f"{CATEGORY}_{i}" for i in range(200)],
+        lambda cid: _reference(int(cid.rsplit("_", 1)[1])),
+        lambda cid: dataset.get(cid).n_turns,
+        ["multi_turn_miss_func_1", "multi_turn_long_context_9"],
+    )
     store = ResultStore(tmp_path, MODEL)
     path = store.path(CATEGORY)
     path.parent.mkdir(parents=True)
@@ -266,8 +299,11 @@ def _scripted(index: int) -> dict[str, Any]:
     from pytest_careful.effects import declarations
     from pytest_careful.live import runner, scripted
 
-    return runner.run(scripted.make_handler("scripted:reference"), dataset.get(f"{CATEGORY}_{index}"),
-                      runner.Protocol("standard", declarations.load())).entry
+    return runner.run(
+        scripted.make_handler("scripted:reference"),
+        dataset.get(f"{CATEGORY}_{index}"),
+        runner.Protocol("standard", declarations.load()),
+    ).entry
 
 
 def _plant(path: Path, lines: list[bytes]) -> None:
@@ -296,21 +332,49 @@ def test_live_run_resumes_past_planted_lines_and_retries_them(tmp_path: Path, xd
     _plant(path, planted)
     (store.model_dir / "careful_settings.json").write_text("[" * 100_000)  # planted too: taken over
     ids = [f"{CATEGORY}_{i}[standard]" for i in range(5)]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir",
-                           str(tmp_path), f"--careful-output={tmp_path / 'result'}",
-                           f"--careful-scorecards={tmp_path / 'cards'}", "--careful-model=scripted:reference",
-                           *xdist, *ids], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+            f"--careful-output={tmp_path / 'result'}",
+            f"--careful-scorecards={tmp_path / 'cards'}",
+            "--careful-model=scripted:reference",
+            *xdist,
+            *ids,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "INTERNALERROR" not in out
-    for line, cid in [(2, f"{CATEGORY}_0"), (3, f"{CATEGORY}_1"), (4, f"{CATEGORY}_2"), (5, "multi_turn_base_abc"),
-                      (6, "multi_turn_miss_func_0"), (7, None), (9, f"{CATEGORY}_4")]:
+    for line, cid in [
+        (2, f"{CATEGORY}_0"),
+        (3, f"{CATEGORY}_1"),
+        (4, f"{CATEGORY}_2"),
+        (5, "multi_turn_base_abc"),
+        (6, "multi_turn_miss_func_0"),
+        (7, None),
+        (9, f"{CATEGORY}_4"),
+    ]:
         assert f"input problem: {path}:{line}" + (f" [{cid}]" if cid else ":") in out, (line, cid, out[-3000:])
     card = json.loads((tmp_path / "cards/scripted_reference/standard/scorecard.json").read_text())
     rows = {r["id"]: r for r in card["rows"]}
     assert {i: r["resumed"] for i, r in rows.items()} == {
-        f"{CATEGORY}_0": False, f"{CATEGORY}_1": False, f"{CATEGORY}_2": False, f"{CATEGORY}_3": True,
-        f"{CATEGORY}_4": True}
+        f"{CATEGORY}_0": False,
+        f"{CATEGORY}_1": False,
+        f"{CATEGORY}_2": False,
+        f"{CATEGORY}_3": True,
+        f"{CATEGORY}_4": True,
+    }
     assert all(r["bfcl"]["valid"] for r in rows.values())
     # compacted: one finished entry per id, the planted lines gone, the surrogate entry intact
     entries, problems = read_result_file(path, CATEGORY)

@@ -38,8 +38,14 @@ def test_each_problem_is_located_and_the_rest_is_scored(tmp_path):
     assert all(e.verdict.valid for e in evaluations)
     located = {(p.line, p.conversation) for p in problems}
     assert located == {
-        (2, "multi_turn_base_1"), (3, None), (4, "multi_turn_base_999"), (5, "multi_turn_miss_func_2"),
-        (6, "multi_turn_base_3"), (7, "multi_turn_base_4"), (8, "multi_turn_base_5"), (9, "multi_turn_base_0"),
+        (2, "multi_turn_base_1"),
+        (3, None),
+        (4, "multi_turn_base_999"),
+        (5, "multi_turn_miss_func_2"),
+        (6, "multi_turn_base_3"),
+        (7, "multi_turn_base_4"),
+        (8, "multi_turn_base_5"),
+        (9, "multi_turn_base_0"),
     }
     text = "\n".join(str(p) for p in problems)
     assert f"{path}:2 [multi_turn_base_1]: not valid JSON" in text
@@ -52,8 +58,7 @@ def test_each_problem_is_located_and_the_rest_is_scored(tmp_path):
 def test_fewer_turns_is_bfcls_force_termination_not_an_input_problem(tmp_path):
     path = tmp_path / "BFCL_v4_multi_turn_base_result.json"
     conversation = dataset.get("multi_turn_base_7")
-    path.write_text(json.dumps({"id": conversation.id,
-                                "result": as_result(conversation.ground_truth)[:1]}) + "\n")
+    path.write_text(json.dumps({"id": conversation.id, "result": as_result(conversation.ground_truth)[:1]}) + "\n")
     evaluations, problems = evaluate_file(path, passthrough_decoder(), "multi_turn_base")
     assert not problems
     assert evaluations[0].verdict.error_type == "multi_turn:force_terminated"

@@ -77,8 +77,14 @@ def test_annotator_sets_follow_the_seed():
     union = frozenset().union(*annotators.values())
     assert union == DECL.boundary("final") and len(union) == 24
     assert DECL.boundary("final") - DECL.boundary("majority") == {
-        "rmdir", "mv", "unfollow_user", "remove_stock_from_watchlist",
-        "pressBrakePedal", "releaseBrakePedal", "activateParkingBrake"}
+        "rmdir",
+        "mv",
+        "unfollow_user",
+        "remove_stock_from_watchlist",
+        "pressBrakePedal",
+        "releaseBrakePedal",
+        "activateParkingBrake",
+    }
     # Raw agreement on the 49 inferred writes, as the seed reports it.
     writes = {n for n, d in DECL.functions.items() if d.is_write}
     agree = lambda a, b: sum((f in annotators[a]) == (f in annotators[b]) for f in writes)  # noqa: E731
@@ -93,12 +99,22 @@ def test_every_destructive_function_has_a_reason_and_is_declared():
 
 def test_consequence_signals_propose_the_seeds_candidates():
     by_signal = lambda s: {n for n, d in DECL.functions.items() if s in d.signals}  # noqa: E731
-    assert by_signal("entries_removed") >= {"rm", "rmdir", "mv", "delete_message",
-                                            "remove_stock_from_watchlist", "cancel_booking"}
-    assert by_signal("balance_changed") == {"fund_account", "withdraw_funds", "book_flight",
-                                            "purchase_insurance", "cancel_booking"}
-    assert by_signal("entry_added_for_others") == {"send_message", "post_tweet", "comment",
-                                                   "mention", "retweet"}
+    assert by_signal("entries_removed") >= {
+        "rm",
+        "rmdir",
+        "mv",
+        "delete_message",
+        "remove_stock_from_watchlist",
+        "cancel_booking",
+    }
+    assert by_signal("balance_changed") == {
+        "fund_account",
+        "withdraw_funds",
+        "book_flight",
+        "purchase_insurance",
+        "cancel_booking",
+    }
+    assert by_signal("entry_added_for_others") == {"send_message", "post_tweet", "comment", "mention", "retweet"}
 
 
 def test_reference_statistics_for_base():
@@ -109,8 +125,9 @@ def test_reference_statistics_for_base():
 
 
 def test_export_mcp_is_the_documented_contract():
-    out = subprocess.run([sys.executable, "-m", "pytest_careful.cli.declare", "--export-mcp"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest_careful.cli.declare", "--export-mcp"], capture_output=True, text=True, check=True
+    ).stdout
     exported = json.loads(out)
     assert len(exported) == 128
     assert all(set(v) == {"readOnlyHint", "destructiveHint", "idempotentHint"} for v in exported.values())

@@ -73,8 +73,10 @@ def test_exponential_paths_cost_work_proportional_to_the_state() -> None:
 
 
 def test_capture_of_a_dag_is_as_large_as_its_state() -> None:
-    sizes = {n: len(Snapshot.capture(_simulators(payloads.exponential(n)).instances)
-                    .classes["GorillaFileSystem"].public) for n in (20, 40)}
+    sizes = {
+        n: len(Snapshot.capture(_simulators(payloads.exponential(n)).instances).classes["GorillaFileSystem"].public)
+        for n in (20, 40)
+    }
     assert sizes[40] < 4.2 * sizes[20] < 40_000
 
 
@@ -119,7 +121,7 @@ def test_find_on_shared_folders_is_refused_beyond_the_walk_bound() -> None:
     refused = sim.execute("find(path='d')")
     assert refused.refused and "100,000 entries" in refused.result
     small = _simulators(payloads.exponential(5)).execute("find(path='d')")
-    assert not small.refused and len(json.loads(small.result)["matches"]) == 2 ** 6 - 1
+    assert not small.refused and len(json.loads(small.result)["matches"]) == 2**6 - 1
 
 
 # --- the walks agree with the plain recursive ones wherever those can run -----------------
@@ -131,8 +133,10 @@ def _random_tree(rng: random.Random, depth: int = 0) -> Any:
         return rng.choice(["a", "", 1, True, 1.0, None, 2.5, float("inf"), [1, "x"], {"s"}, ("t", 1), "é\n\"'"])
     if roll < 0.45:
         return [_random_tree(rng, depth + 1) for _ in range(rng.randrange(4))]
-    return {rng.choice(["k", "n", "é", "1", 2, None, True, 1.5]): _random_tree(rng, depth + 1)
-            for _ in range(rng.randrange(5))}
+    return {
+        rng.choice(["k", "n", "é", "1", 2, None, True, 1.5]): _random_tree(rng, depth + 1)
+        for _ in range(rng.randrange(5))
+    }
 
 
 def _shared(rng: random.Random, value: Any) -> Any:
@@ -151,6 +155,7 @@ def _shared(rng: random.Random, value: Any) -> Any:
                 return candidate
         pool.append(out)
         return out
+
     return walk(value)
 
 
@@ -194,8 +199,15 @@ def _keys(value: Any) -> list[Any]:
 def test_bfcl_comparison_and_normalised_equality_agree_on_shared_trees(seed: int) -> None:
     """On generated file-system states with sharing, small enough for bfcl-eval's own ``==``."""
     rng = random.Random(seed)
-    extra = ["cd(folder='d')", "cd(folder='..')", "touch(file_name='t')", "echo(content='y', file_name='leaf.txt')",
-             "mkdir(dir_name='c0')", "rm(file_name='c1')", "cp(source='leaf.txt', destination='copy.txt')"]
+    extra = [
+        "cd(folder='d')",
+        "cd(folder='..')",
+        "touch(file_name='t')",
+        "echo(content='y', file_name='leaf.txt')",
+        "mkdir(dir_name='c0')",
+        "rm(file_name='c1')",
+        "cp(source='leaf.txt', destination='copy.txt')",
+    ]
     calls = payloads.exponential(rng.randrange(1, 7)) + [rng.choice(extra) for _ in range(rng.randrange(4))]
     other = list(calls) if seed % 2 else calls[:-1] + [rng.choice(extra)] if seed % 4 else calls[:5] + calls[7:]
     states = [_simulators(c).instances["GorillaFileSystem"].root for c in (calls, other)]
@@ -219,8 +231,9 @@ def test_flat_tree_round_trip_keeps_sharing_and_parents() -> None:
     shared = rebuilt.contents["d"].contents["c5"].contents["c4"]
     assert shared is rebuilt.contents["d"].contents["c4"]
     deepest = rebuilt
-    while any(type(c) is dag.directory_class() and k.startswith("d") and k[1:].isdigit()
-              for k, c in deepest.contents.items()):
+    while any(
+        type(c) is dag.directory_class() and k.startswith("d") and k[1:].isdigit() for k, c in deepest.contents.items()
+    ):
         deepest = next(c for k, c in deepest.contents.items() if k.startswith("d") and k[1:].isdigit())
     assert deepest.parent.contents[deepest.name] is deepest
 
@@ -230,8 +243,9 @@ def test_verdicts_on_shared_folders_match_bfcl() -> None:
     from test_parity import _compare
 
     rng = random.Random(12)
-    conversations = [c for c in dataset.load_category("multi_turn_base")
-                     if "GorillaFileSystem" in c.involved_classes][:12]
+    conversations = [c for c in dataset.load_category("multi_turn_base") if "GorillaFileSystem" in c.involved_classes][
+        :12
+    ]
     items = []
     for conversation in conversations:
         for variant in range(3):
@@ -240,8 +254,13 @@ def test_verdicts_on_shared_folders_match_bfcl() -> None:
             if variant == 1:  # undone: the reference's state again, BFCL may pass it
                 calls.append(f"rm(file_name='{folder}')")
             elif variant == 2:  # a write through one path, seen through all
-                calls += [f"cd(folder='{folder}')", "echo(content='z', file_name='leaf.txt')", "cd(folder='..')",
-                          f"find(path='{folder}')", "du()"]
+                calls += [
+                    f"cd(folder='{folder}')",
+                    "echo(content='z', file_name='leaf.txt')",
+                    "cd(folder='..')",
+                    f"find(path='{folder}')",
+                    "du()",
+                ]
             items.append((conversation, f"shared-{variant}", payloads.as_run(conversation, calls)))
     mismatches, tally = _compare(items)
     assert not mismatches, mismatches[:5]

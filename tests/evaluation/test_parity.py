@@ -21,9 +21,7 @@ def _ours(conversation, result, dec=None, model_name="parity"):
 
 def _compare(items, decoder_key="passthrough", dec=None):
     """items: (conversation, label, result). Returns mismatches and a verdict tally."""
-    oracle = run_oracle(
-        {"id": c.id, "result": r, "decoder": decoder_key, "model_name": "parity"} for c, _, r in items
-    )
+    oracle = run_oracle({"id": c.id, "result": r, "decoder": decoder_key, "model_name": "parity"} for c, _, r in items)
     assert len(oracle) == len(items)
     mismatches, tally = [], collections.Counter()
     for (conversation, label, result), theirs in zip(items, oracle):
@@ -34,8 +32,9 @@ def _compare(items, decoder_key="passthrough", dec=None):
     return mismatches, tally
 
 
-@pytest.mark.parametrize("category", ["multi_turn_base", "multi_turn_miss_func",
-                                      "multi_turn_miss_param", "multi_turn_long_context"])
+@pytest.mark.parametrize(
+    "category", ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]
+)
 def test_reference_trajectories_match_bfcl(category):
     items = [(c, "reference", as_result(c.ground_truth)) for c in dataset.load_category(category)]
     mismatches, tally = _compare(items)
@@ -51,9 +50,14 @@ def test_perturbed_references_match_bfcl():
     mismatches, tally = _compare(items)
     assert not mismatches, mismatches[:5]
     # The generator must exercise every verdict BFCL can give, or it proves little.
-    assert {"valid", "multi_turn:inference_error", "multi_turn:force_terminated",
-            "multi_turn:empty_turn_model_response", "multi_turn:instance_state_mismatch",
-            "multi_turn:execution_response_mismatch"} <= set(tally), tally
+    assert {
+        "valid",
+        "multi_turn:inference_error",
+        "multi_turn:force_terminated",
+        "multi_turn:empty_turn_model_response",
+        "multi_turn:instance_state_mismatch",
+        "multi_turn:execution_response_mismatch",
+    } <= set(tally), tally
 
 
 @pytest.mark.parametrize("category", ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"])
@@ -62,12 +66,11 @@ def test_real_run_matches_bfcl(real_run, category):
     entries, problems = read_result_file(path, category)
     assert not problems and len(entries) == 200
     dec = decoder(REAL_RUN_DECODER)
-    oracle = run_oracle({"id": e.id, "result": e.result, "decoder": REAL_RUN_DECODER,
-                         "model_name": "gpt_oss"} for e in entries)
+    oracle = run_oracle(
+        {"id": e.id, "result": e.result, "decoder": REAL_RUN_DECODER, "model_name": "gpt_oss"} for e in entries
+    )
     ours = [evaluate(dataset.get(e.id), e.result, dec, model_name="gpt_oss") for e in entries]
     # Decoding: our guarded decoder gives exactly what the stock decoder gives.
     # (An inference error has nothing to decode: the oracle says None, we keep [].)
     assert [o.decoded for o in ours] == [t["decoded"] or [] for t in oracle]
-    assert [(o.verdict.valid, o.verdict.error_type) for o in ours] == [
-        (t["valid"], t["error_type"]) for t in oracle
-    ]
+    assert [(o.verdict.valid, o.verdict.error_type) for o in ours] == [(t["valid"], t["error_type"]) for t in oracle]

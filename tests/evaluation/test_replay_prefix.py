@@ -75,8 +75,9 @@ def test_perturbed_references():
 def test_a_call_that_sees_the_model_name_is_executed_not_shared():
     # bfcl-eval's rewrite turns 'ls(' inside a string literal into
     # '<instance name>.ls(', and the instance name carries the model name.
-    conversation = next(c for c in dataset.load_category("multi_turn_base")
-                        if "GorillaFileSystem" in c.involved_classes)
+    conversation = next(
+        c for c in dataset.load_category("multi_turn_base") if "GorillaFileSystem" in c.involved_classes
+    )
     call = "echo(content='run ls(a=True) first',file_name='note.txt')"
     turns = [[["touch(file_name='note.txt')"], [call], ["cat(file_name='note.txt')"]]]
     prefix = replay(conversation, turns, "other")
@@ -95,7 +96,12 @@ def test_diverging_after_a_shared_opening_continues_from_the_same_state():
         flat = [c for turn in conversation.ground_truth for c in turn]
         cut = rng.randrange(1, len(flat))
         # The opening as the reference makes it, then one call of its own, then the rest.
-        turns = [[flat[:cut], ["pwd()" if "GorillaFileSystem" in conversation.involved_classes
-                               else flat[cut - 1]], flat[cut:]]]
+        turns = [
+            [
+                flat[:cut],
+                ["pwd()" if "GorillaFileSystem" in conversation.involved_classes else flat[cut - 1]],
+                flat[cut:],
+            ]
+        ]
         shared = _both(conversation, turns)
         assert [r.call for r in shared.calls[:cut]] == flat[:cut]

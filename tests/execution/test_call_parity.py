@@ -28,8 +28,15 @@ from pytest_careful.execution.executor import BFCL_SCOPE_NAMES, Simulators, inst
 
 MODEL = "oracle"  # bfcl-eval appends "_eval" in an evaluation run
 #: One conversation per pair of classes, together all eight simulator classes.
-CONVERSATIONS = ("multi_turn_base_0", "multi_turn_base_15", "multi_turn_base_2", "multi_turn_base_14",
-                 "multi_turn_base_50", "multi_turn_base_100", "multi_turn_base_150")
+CONVERSATIONS = (
+    "multi_turn_base_0",
+    "multi_turn_base_15",
+    "multi_turn_base_2",
+    "multi_turn_base_14",
+    "multi_turn_base_50",
+    "multi_turn_base_100",
+    "multi_turn_base_150",
+)
 DEFAULT_CASES, SLOW_CASES = 300, 6_000
 
 
@@ -68,25 +75,30 @@ def build_setting() -> dict[str, Any]:
                     for p in inspect.signature(getattr(instance, method)).parameters.values()
                     if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
                 ]
-        catalogs.append(call_grammar.Catalog(cid, methods, sorted(set(mapping.values())),
-                                             list(conversation.ground_truth[0])))
+        catalogs.append(
+            call_grammar.Catalog(cid, methods, sorted(set(mapping.values())), list(conversation.ground_truth[0]))
+        )
         mappings[cid] = mapping
-        configs[cid] = {"initial_config": dict(conversation.initial_config),
-                        "involved_classes": list(conversation.involved_classes)}
-    return {"catalogs": catalogs, "mappings": mappings, "configs": configs,
-            "scope": call_oracle.bfcl_scope_names()}
+        configs[cid] = {
+            "initial_config": dict(conversation.initial_config),
+            "involved_classes": list(conversation.involved_classes),
+        }
+    return {"catalogs": catalogs, "mappings": mappings, "configs": configs, "scope": call_oracle.bfcl_scope_names()}
 
 
 def _ours(case: dict[str, Any]) -> dict[str, Any]:
     conversation = dataset.get(case["conversation"])
-    sim = Simulators(conversation.involved_classes, conversation.initial_config, False, MODEL + "_eval",
-                     conversation.id)
+    sim = Simulators(
+        conversation.involved_classes, conversation.initial_config, False, MODEL + "_eval", conversation.id
+    )
     executions = [sim.execute(call) for call in case["calls"]]
-    return {"results": [e.result for e in executions],
-            "errors": [e.refused or e.raised for e in executions],
-            "refused": [e.refused for e in executions],
-            "invoked": [bool(e.invocations) for e in executions],
-            "state": call_oracle.canonical_state(sim.instances)}
+    return {
+        "results": [e.result for e in executions],
+        "errors": [e.refused or e.raised for e in executions],
+        "refused": [e.refused for e in executions],
+        "invoked": [bool(e.invocations) for e in executions],
+        "state": call_oracle.canonical_state(sim.instances),
+    }
 
 
 def _split(setting: dict[str, Any], cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -113,10 +125,22 @@ def _compare(setting: dict[str, Any], cases: list[dict[str, Any]]) -> dict[str, 
         assert bfcl["crash"] is None, (case, bfcl["crash"])
         their_errors = [r.startswith("Error during execution: ") for r in bfcl["results"]]
         if mine["results"] != bfcl["results"] or mine["errors"] != their_errors or mine["state"] != bfcl["state"]:
-            mismatches.append({"calls": case["calls"], "ours": mine["results"], "bfcl": bfcl["results"],
-                               "same_state": mine["state"] == bfcl["state"]})
-    return {"cases": len(cases), "calls": calls, "mismatches": mismatches,
-            "agreement": 1 - len(mismatches) / max(1, len(cases)), "oracle_s": oracle_s, "ours_s": ours_s}
+            mismatches.append(
+                {
+                    "calls": case["calls"],
+                    "ours": mine["results"],
+                    "bfcl": bfcl["results"],
+                    "same_state": mine["state"] == bfcl["state"],
+                }
+            )
+    return {
+        "cases": len(cases),
+        "calls": calls,
+        "mismatches": mismatches,
+        "agreement": 1 - len(mismatches) / max(1, len(cases)),
+        "oracle_s": oracle_s,
+        "ours_s": ours_s,
+    }
 
 
 def _check_generated(setting: dict[str, Any], count: int, seed: int) -> dict[str, Any]:
@@ -124,15 +148,16 @@ def _check_generated(setting: dict[str, Any], count: int, seed: int) -> dict[str
     safe, unsafe = _split(setting, cases)
     assert len(safe) >= 0.85 * count, (len(safe), count)
     report = _compare(setting, safe)
-    print(f"\n{count} generated cases, {len(safe)} compared with bfcl-eval ({report['calls']} calls): "
-          f"agreement {100 * report['agreement']:.2f}%, bfcl-eval {report['oracle_s']:.1f} s, "
-          f"pytest-careful {report['ours_s']:.1f} s; {len(unsafe)} reach outside")
+    print(
+        f"\n{count} generated cases, {len(safe)} compared with bfcl-eval ({report['calls']} calls): "
+        f"agreement {100 * report['agreement']:.2f}%, bfcl-eval {report['oracle_s']:.1f} s, "
+        f"pytest-careful {report['ours_s']:.1f} s; {len(unsafe)} reach outside"
+    )
     assert not report["mismatches"], report["mismatches"][:10]
     for case in unsafe:  # failed here (refused, or a compile error), before any method of it ran
         mapping = setting["mappings"][case["conversation"]]
         mine = _ours(case)
-        for call, result, failed, invoked in zip(case["calls"], mine["results"], mine["errors"],
-                                                 mine["invoked"]):
+        for call, result, failed, invoked in zip(case["calls"], mine["results"], mine["errors"], mine["invoked"]):
             reason = call_oracle.unsafe_reason(call, mapping, setting["scope"])
             if reason and not reason.startswith("cost:"):
                 assert failed and not invoked, (call, reason, result)
@@ -150,16 +175,60 @@ def test_generated_call_strings_match_bfcl_executor_at_scale(setting):
 
 #: Each class of the issue, written out: bfcl-eval's verdict is the expectation.
 NAMED = [
-    "ｌｓ()", "lｓ()", "ﬁnd(path='.')", "ſort(file_name='a')", "(ls)()", "((pwd))()", "ls\\\n()", "[ls\n()]",
-    "[ls # c\n()]", "ls ()", "ls\t()", "lś()", "ls\u0301()", "lа()", "LS()", " ls()", "\tpwd()", "  \t ls(a=True)",
-    "ls()  # note", "\nls()", "(\nls()\n)", "ls() or pwd()", "cd(folder='temp') and ls()", "not ls()",
-    "ls() if 1 < 2 else pwd()", "ls() == ls()", "ls() is None", "'%s/%s' % ('a', 'b')", "1 + 2 * 3",
-    "mkdir(dir_name='%s_%d' % ('dir', 3))", "mkdir(dir_name='a' if 2 > 3 else 'b')", "touch(file_name='x' * 3)",
-    "ls(a=not 0)", "ls(a=1 < 2 < 3)", "ls()['current_directory_content'][0]", "[ls(), cd(folder='nope')]",
-    "{[]: 1, 'k': mkdir(dir_name='made')}", "1(mkdir(dir_name='ran'))", "ls()()", "-----1", "2 ** -1",
-    "7 // 0", "'%d' % 'x'", "await ls()", "(yield)", "ls(a=1, a=2)", "ls(", "", "   ",
-    "GorillaFileSystem_instance.ls()", "GorillaFileSystem_instance.ｌｓ()", "GorillaFileSystem.ls()",
-    "os.system('true')", "ls(a=foo.bar)",
+    "ｌｓ()",
+    "lｓ()",
+    "ﬁnd(path='.')",
+    "ſort(file_name='a')",
+    "(ls)()",
+    "((pwd))()",
+    "ls\\\n()",
+    "[ls\n()]",
+    "[ls # c\n()]",
+    "ls ()",
+    "ls\t()",
+    "lś()",
+    "ls\u0301()",
+    "lа()",
+    "LS()",
+    " ls()",
+    "\tpwd()",
+    "  \t ls(a=True)",
+    "ls()  # note",
+    "\nls()",
+    "(\nls()\n)",
+    "ls() or pwd()",
+    "cd(folder='temp') and ls()",
+    "not ls()",
+    "ls() if 1 < 2 else pwd()",
+    "ls() == ls()",
+    "ls() is None",
+    "'%s/%s' % ('a', 'b')",
+    "1 + 2 * 3",
+    "mkdir(dir_name='%s_%d' % ('dir', 3))",
+    "mkdir(dir_name='a' if 2 > 3 else 'b')",
+    "touch(file_name='x' * 3)",
+    "ls(a=not 0)",
+    "ls(a=1 < 2 < 3)",
+    "ls()['current_directory_content'][0]",
+    "[ls(), cd(folder='nope')]",
+    "{[]: 1, 'k': mkdir(dir_name='made')}",
+    "1(mkdir(dir_name='ran'))",
+    "ls()()",
+    "-----1",
+    "2 ** -1",
+    "7 // 0",
+    "'%d' % 'x'",
+    "await ls()",
+    "(yield)",
+    "ls(a=1, a=2)",
+    "ls(",
+    "",
+    "   ",
+    "GorillaFileSystem_instance.ls()",
+    "GorillaFileSystem_instance.ｌｓ()",
+    "GorillaFileSystem.ls()",
+    "os.system('true')",
+    "ls(a=foo.bar)",
 ]
 
 
@@ -184,12 +253,30 @@ def test_scope_names_are_bfcl_evals_own(setting):
     assert call_oracle.UNDEFINED_NAMES == call_grammar.UNDEFINED
 
 
-@pytest.mark.parametrize("call", [
-    "print(1)", "ｐｒｉｎｔ('x')", "len([])", "ls().keys()", "json.dumps({})", "[ls(), model_name]",
-    "ls(a=func_call)", "__import__('os')", " exit()", "exit()", "Ellipsis", "ls().__class__",
-    "GorillaFileSystem_instance", "GorillaFileSystem_instance._load_scenario({})", "(lambda: 1)()",
-    "[x for x in [1]]", "ls(*[True])", "ls(**{'a': True})", "f'{1}'",
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "print(1)",
+        "ｐｒｉｎｔ('x')",
+        "len([])",
+        "ls().keys()",
+        "json.dumps({})",
+        "[ls(), model_name]",
+        "ls(a=func_call)",
+        "__import__('os')",
+        " exit()",
+        "exit()",
+        "Ellipsis",
+        "ls().__class__",
+        "GorillaFileSystem_instance",
+        "GorillaFileSystem_instance._load_scenario({})",
+        "(lambda: 1)()",
+        "[x for x in [1]]",
+        "ls(*[True])",
+        "ls(**{'a': True})",
+        "f'{1}'",
+    ],
+)
 def test_strings_reaching_outside_are_refused_before_anything_runs(setting, call):
     gfs = instance_name(MODEL + "_eval", "multi_turn_base_0", "GorillaFileSystem")
     call = call.replace("GorillaFileSystem_instance", gfs)

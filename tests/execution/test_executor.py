@@ -15,20 +15,45 @@ from pytest_careful.execution.executor import Simulators, instance_name
 
 CALLS = {
     "multi_turn_base_0": [  # GorillaFileSystem + TwitterAPI
-        "ls(a=True)", "cd(folder='document')", "cd(folder=document)", "cd('temp')",
-        "mkdir(dir_name='temp')", "mkdir(dir_name='temp')", "mkdir()", "mkdir(dir_name='a', mode=1)",
-        "touch(file_name='x.txt')", "echo(content='run ls() then pwd() now', file_name='x.txt')",
-        "cat(file_name='x.txt')", "wc(file_name='x.txt', mode='w')", "foo(bar=1)", "exit()",
-        "ls(a=True, a=False)", "cd(folder='temp'", "mv(source='final_report.pdf', destination='temp')",
-        "find(path='.', name='report')", "du(human_readable=True)", "rm(file_name='nope')",
-        "post_tweet(content='hi', tags=['#a'], mentions=[])", "authenticate_twitter(username='u', password='p')",
-        "tail(file_name='x.txt', lines=-1)", "sort(file_name='x.txt')", "pwd()", "[ls(), pwd()]", "7",
-        "mkdir(dir_name='n' + 'ew')", "cp(source='x.txt', destination='y.txt', extra=ls())",
+        "ls(a=True)",
+        "cd(folder='document')",
+        "cd(folder=document)",
+        "cd('temp')",
+        "mkdir(dir_name='temp')",
+        "mkdir(dir_name='temp')",
+        "mkdir()",
+        "mkdir(dir_name='a', mode=1)",
+        "touch(file_name='x.txt')",
+        "echo(content='run ls() then pwd() now', file_name='x.txt')",
+        "cat(file_name='x.txt')",
+        "wc(file_name='x.txt', mode='w')",
+        "foo(bar=1)",
+        "exit()",
+        "ls(a=True, a=False)",
+        "cd(folder='temp'",
+        "mv(source='final_report.pdf', destination='temp')",
+        "find(path='.', name='report')",
+        "du(human_readable=True)",
+        "rm(file_name='nope')",
+        "post_tweet(content='hi', tags=['#a'], mentions=[])",
+        "authenticate_twitter(username='u', password='p')",
+        "tail(file_name='x.txt', lines=-1)",
+        "sort(file_name='x.txt')",
+        "pwd()",
+        "[ls(), pwd()]",
+        "7",
+        "mkdir(dir_name='n' + 'ew')",
+        "cp(source='x.txt', destination='y.txt', extra=ls())",
     ],
     "multi_turn_base_15": [  # GorillaFileSystem + MathAPI
-        "mean(numbers=[1, 2, 3.5])", "logarithm(value=-1, base=10)", "add(a=1, b=-2)",
-        "divide(a=1, b=0)", "square_root(number=16, precision=2)", "mean(numbers=[])",
-        "logarithm(value=20, base=10, precision=2)", "square_root(number=2, precision=40)",
+        "mean(numbers=[1, 2, 3.5])",
+        "logarithm(value=-1, base=10)",
+        "add(a=1, b=-2)",
+        "divide(a=1, b=0)",
+        "square_root(number=16, precision=2)",
+        "mean(numbers=[])",
+        "logarithm(value=20, base=10, precision=2)",
+        "square_root(number=2, precision=40)",
         "logarithm(value=7, base=2, precision=30)",
     ],
 }
@@ -40,12 +65,16 @@ def _bfcl_results(conversation, calls, model_name):
     results = []
     for call in calls:
         out, instances = multi_turn_utils.execute_multi_turn_func_call(
-            [call], conversation.initial_config, list(conversation.involved_classes),
-            model_name, conversation.id, long_context=conversation.long_context, is_evaL_run=True,
+            [call],
+            conversation.initial_config,
+            list(conversation.involved_classes),
+            model_name,
+            conversation.id,
+            long_context=conversation.long_context,
+            is_evaL_run=True,
         )
         results.extend(out)
-    state = {name: {k: v for k, v in vars(inst).items() if not k.startswith("_")}
-             for name, inst in instances.items()}
+    state = {name: {k: v for k, v in vars(inst).items() if not k.startswith("_")} for name, inst in instances.items()}
     for name in [g for g in vars(multi_turn_utils) if g.startswith(model_name)]:
         delattr(multi_turn_utils, name)
     return results, state
@@ -56,12 +85,18 @@ def test_results_and_state_equal_bfcl_executor(conversation_id):
     conversation = dataset.get(conversation_id)
     model_name = f"exec_{uuid.uuid4().hex[:8]}"
     theirs, their_state = _bfcl_results(conversation, CALLS[conversation_id], model_name)
-    sim = Simulators(conversation.involved_classes, conversation.initial_config,
-                     conversation.long_context, model_name + "_eval", conversation.id)
+    sim = Simulators(
+        conversation.involved_classes,
+        conversation.initial_config,
+        conversation.long_context,
+        model_name + "_eval",
+        conversation.id,
+    )
     ours = [sim.execute(call).result for call in CALLS[conversation_id]]
     assert ours == theirs
-    our_state = {name: {k: v for k, v in vars(inst).items() if not k.startswith("_")}
-                 for name, inst in sim.instances.items()}
+    our_state = {
+        name: {k: v for k, v in vars(inst).items() if not k.startswith("_")} for name, inst in sim.instances.items()
+    }
     assert our_state == their_state
 
 
@@ -86,17 +121,20 @@ def test_instances_are_per_object_not_global():
     assert "only_in_a" not in str(conversation.initial_config)
 
 
-@pytest.mark.parametrize("call, reason", [
-    ("__import__('os').system('true')", "calling a Attribute"),
-    ("ls().__class__", "Attribute expressions"),
-    ("ls(a=[x for x in range(3)])", "ListComp"),
-    ("ls(**{'a': True})", "keyword unpacking"),
-    ("ls(*[True])", "starred"),
-    ("mkdir(dir_name=f'{1}')", "JoinedStr"),
-    ("mkdir(dir_name='x' * 10**9)", "too long"),
-    ("mkdir(dir_name='x' * 1000000)", "too long"),
-    ("ls(a=(lambda: 1)())", "calling a Lambda"),
-])
+@pytest.mark.parametrize(
+    "call, reason",
+    [
+        ("__import__('os').system('true')", "calling a Attribute"),
+        ("ls().__class__", "Attribute expressions"),
+        ("ls(a=[x for x in range(3)])", "ListComp"),
+        ("ls(**{'a': True})", "keyword unpacking"),
+        ("ls(*[True])", "starred"),
+        ("mkdir(dir_name=f'{1}')", "JoinedStr"),
+        ("mkdir(dir_name='x' * 10**9)", "too long"),
+        ("mkdir(dir_name='x' * 1000000)", "too long"),
+        ("ls(a=(lambda: 1)())", "calling a Lambda"),
+    ],
+)
 def test_constructs_outside_the_language_are_refused(call, reason):
     conversation = dataset.get("multi_turn_base_0")
     sim = Simulators(conversation.involved_classes, conversation.initial_config, False)

@@ -41,8 +41,9 @@ def _prompting(calls: list[str]) -> str:
 
 def _prompting_result(conversation: dataset.Conversation, first_step: str | None = None) -> list[list[str]]:
     """The reference's calls as a prompting run logs them, ``first_step`` before turn 0's."""
-    turns = [[_prompting(list(calls)), "Done."] if calls else ["I cannot do that."]
-             for calls in conversation.ground_truth]
+    turns = [
+        [_prompting(list(calls)), "Done."] if calls else ["I cannot do that."] for calls in conversation.ground_truth
+    ]
     if first_step is not None:
         turns[0].insert(0, first_step)
     return turns
@@ -113,8 +114,7 @@ def test_the_issue_line_is_scored_and_its_values_cut_once() -> None:
     """300 writes of 199,000 characters: 60 MB of arguments, under the budget, scored; every
     text made from them quotes each value as its first characters and its length."""
     conversation = dataset.get("multi_turn_base_0")
-    outcome, reason, scored = _score(conversation, _prompting_result(conversation, payloads.ISSUE_STEP),
-                                     decoder(QWEN))
+    outcome, reason, scored = _score(conversation, _prompting_result(conversation, payloads.ISSUE_STEP), decoder(QWEN))
     assert not outcome.startswith("resource_limit"), reason
     evaluation, row = scored
     ordinary = _score(conversation, _prompting_result(conversation), decoder(QWEN))[2][1]
@@ -150,16 +150,21 @@ def test_ordinary_rows_are_unchanged_by_the_cut() -> None:
 #: Conversation -> the step planted first in its turn 0; the rest of the file is ordinary.
 PLANTED = {"multi_turn_base_0": payloads.ISSUE_STEP} | {
     f"multi_turn_base_{n}": payloads.EXPANDING_STEPS[kind](LINE)
-    for n, kind in enumerate(sorted(payloads.EXPANDING_STEPS), start=1)}
+    for n, kind in enumerate(sorted(payloads.EXPANDING_STEPS), start=1)
+}
 SELECTED = [f"multi_turn_base_{n}" for n in range(len(PLANTED) + 2)]
-PAST = {f"multi_turn_base_{n}" for n, kind in enumerate(sorted(payloads.EXPANDING_STEPS), start=1)
-        if kind in PAST_THE_BUDGET}
+PAST = {
+    f"multi_turn_base_{n}"
+    for n, kind in enumerate(sorted(payloads.EXPANDING_STEPS), start=1)
+    if kind in PAST_THE_BUDGET
+}
 
 
 def _write_run(folder: Path, planted: dict[str, str]) -> Path:
     folder.mkdir(parents=True)
-    lines = [json.dumps({"id": cid, "result": _prompting_result(dataset.get(cid), planted.get(cid))})
-             for cid in SELECTED]
+    lines = [
+        json.dumps({"id": cid, "result": _prompting_result(dataset.get(cid), planted.get(cid))}) for cid in SELECTED
+    ]
     path = folder / "BFCL_v4_multi_turn_base_result.json"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -170,9 +175,16 @@ def _run(pytester: pytest.Pytester, name: str, planted: dict[str, str], mode: li
     path = _write_run(pytester.path / name / "qwen", planted)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", *mode, f"--careful-results={path.parent}", f"--careful-decoder={QWEN}",
-        f"--junitxml={name}.xml", f"--basetemp={pytester.path / name / 'tmp'}",
-        *(f"{c}[standard]" for c in SELECTED), timeout=600)
+        "-p",
+        "no:cacheprovider",
+        *mode,
+        f"--careful-results={path.parent}",
+        f"--careful-decoder={QWEN}",
+        f"--junitxml={name}.xml",
+        f"--basetemp={pytester.path / name / 'tmp'}",
+        *(f"{c}[standard]" for c in SELECTED),
+        timeout=600,
+    )
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest  # the result file is never changed
     out = result.stdout.str() + result.stderr.str()
     assert "Traceback" not in out and "INTERNALERROR" not in out, out[-3000:]

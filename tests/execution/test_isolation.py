@@ -52,13 +52,16 @@ def _roots() -> list[tuple[str, Any]]:
                 for attribute, member in vars(value).items():
                     if attribute != "__slotnames__":  # copyreg's cache, set when pickle first sees the class
                         roots.append((f"{value.__name__}.{attribute}", member))
-    functions = [f for _, v in roots for f in isolation.functions_in(v)] + \
-        [v for _, v in roots if isinstance(v, types.FunctionType)]
+    functions = [f for _, v in roots for f in isolation.functions_in(v)] + [
+        v for _, v in roots if isinstance(v, types.FunctionType)
+    ]
     for function in functions:
         if function.__module__.startswith(isolation.PACKAGE):
-            roots += [(f"{function.__qualname__}.__defaults__", function.__defaults__),
-                      (f"{function.__qualname__}.__kwdefaults__", function.__kwdefaults__),
-                      (f"{function.__qualname__}.__dict__", function.__dict__)]
+            roots += [
+                (f"{function.__qualname__}.__defaults__", function.__defaults__),
+                (f"{function.__qualname__}.__kwdefaults__", function.__kwdefaults__),
+                (f"{function.__qualname__}.__dict__", function.__dict__),
+            ]
             roots += [(f"{function.__qualname__}.<cell>", c.cell_contents) for c in function.__closure__ or ()]
     return roots
 
@@ -70,9 +73,20 @@ def _mutable_objects() -> dict[int, tuple[str, Any]]:
     stack, seen = _roots(), set()
     while stack:
         path, obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, (types.ModuleType, types.FunctionType, type, property,
-                                               staticmethod, classmethod, types.BuiltinFunctionType,
-                                               types.GetSetDescriptorType, types.MemberDescriptorType)):
+        if id(obj) in seen or isinstance(
+            obj,
+            (
+                types.ModuleType,
+                types.FunctionType,
+                type,
+                property,
+                staticmethod,
+                classmethod,
+                types.BuiltinFunctionType,
+                types.GetSetDescriptorType,
+                types.MemberDescriptorType,
+            ),
+        ):
             continue
         seen.add(id(obj))
         if isinstance(obj, _LEAVES) or type(obj).__module__ in ("typing", "datetime", "decimal"):
@@ -89,9 +103,13 @@ def _mutable_objects() -> dict[int, tuple[str, Any]]:
 def test_every_mutable_object_is_captured():
     captured = set(isolation.PRISTINE.containers)
     objects = _mutable_objects()
-    missing = sorted(path for key, (path, obj) in objects.items() if key not in captured
-                     and not (type(obj).__module__.startswith(isolation.PACKAGE) and id(vars(obj)) in captured)
-                     and not (path.endswith(".__dict__") and not obj))  # functions' empty attribute dicts
+    missing = sorted(
+        path
+        for key, (path, obj) in objects.items()
+        if key not in captured
+        and not (type(obj).__module__.startswith(isolation.PACKAGE) and id(vars(obj)) in captured)
+        and not (path.endswith(".__dict__") and not obj)
+    )  # functions' empty attribute dicts
     assert not missing, missing[:10]
     assert not isolation.PRISTINE.unknown
     labels = set(isolation.PRISTINE.labels.values())
@@ -117,8 +135,9 @@ def _canon(obj: Any, seen: frozenset[int] = frozenset()) -> Any:
 
 def state_fingerprint() -> str:
     """The captured objects' contents, canonical across processes."""
-    items = sorted((isolation.PRISTINE.labels[key], repr(_canon(obj)))
-                   for key, (obj, _) in isolation.PRISTINE.containers.items())
+    items = sorted(
+        (isolation.PRISTINE.labels[key], repr(_canon(obj))) for key, (obj, _) in isolation.PRISTINE.containers.items()
+    )
     return hashlib.sha256(repr(items).encode()).hexdigest()
 
 
@@ -136,8 +155,11 @@ def _functions() -> list[types.FunctionType]:
 def _attributes_loaded_from(code: types.CodeType, global_name: str) -> set[str]:
     """Attributes read right after loading ``global_name`` (nested code included)."""
     instructions = list(dis.get_instructions(code))
-    used = {after.argval for before, after in zip(instructions, instructions[1:])
-            if before.opname == "LOAD_GLOBAL" and before.argval == global_name}
+    used = {
+        after.argval
+        for before, after in zip(instructions, instructions[1:])
+        if before.opname == "LOAD_GLOBAL" and before.argval == global_name
+    }
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             used |= _attributes_loaded_from(const, global_name)
@@ -184,7 +206,7 @@ def test_pristine_is_a_fresh_process():
     """What was captured at import equals bfcl-eval's modules in a process that ran nothing."""
     script = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(ROOT / 'tests' / 'execution')!r})
+        sys.path.insert(0, {str(ROOT / "tests" / "execution")!r})
         from test_isolation import state_fingerprint
         print(state_fingerprint())
     """)
@@ -244,8 +266,12 @@ def hostile_calls(conversation: dataset.Conversation, seed: int, n: int = 60) ->
 
 def _logins(conversation: dataset.Conversation) -> list[str]:
     """Log in with the scenario's own credentials, so that the writes run."""
-    config = {k: v for scenario in conversation.initial_config.values() for k, v in scenario.items()
-              if isinstance(v, (str, int))}
+    config = {
+        k: v
+        for scenario in conversation.initial_config.values()
+        for k, v in scenario.items()
+        if isinstance(v, (str, int))
+    }
     calls = []
     for doc in conversation.all_functions():
         if "login" in doc["name"] or "authenticate" in doc["name"]:
@@ -264,8 +290,7 @@ def _run_hostile(conversation: dataset.Conversation, calls: list[str]) -> Simula
 
 def _state_bytes(snapshot: Any) -> bytes:
     # the bytes themselves: pickling the objects would depend on which ones are shared
-    return b"".join(name.encode() + state.public + state.private
-                    for name, state in sorted(snapshot.classes.items()))
+    return b"".join(name.encode() + state.public + state.private for name, state in sorted(snapshot.classes.items()))
 
 
 def _fingerprint(replayed: Replay) -> str:
@@ -285,7 +310,7 @@ def _reference_now(conversation: dataset.Conversation) -> Replay:
 def _fresh_process_fingerprints(ids: list[str]) -> dict[str, str]:
     script = textwrap.dedent(f"""
         import json, sys
-        sys.path.insert(0, {str(ROOT / 'tests' / 'execution')!r})
+        sys.path.insert(0, {str(ROOT / "tests" / "execution")!r})
         from test_isolation import _fingerprint, _reference_now
         from pytest_careful.data import dataset
         print(json.dumps({{i: _fingerprint(_reference_now(dataset.get(i))) for i in {ids!r}}}))
@@ -305,8 +330,9 @@ def _hosts() -> list[dataset.Conversation]:
 
 def _sample(k: int, seed: int = 12) -> list[dataset.Conversation]:
     conversations = dataset.load()
-    victims = [c for c in conversations if any("post_tweet(" in x and "mentions" not in x
-                                               for t in c.ground_truth for x in t)][:8]
+    victims = [
+        c for c in conversations if any("post_tweet(" in x and "mentions" not in x for t in c.ground_truth for x in t)
+    ][:8]
     rest = random.Random(seed).sample(conversations, k)
     return list({c.id: c for c in victims + rest}.values())
 
@@ -343,9 +369,16 @@ def test_without_isolation_the_victims_change(monkeypatch):
     twitter = next(h for h in _hosts() if "TwitterAPI" in h.involved_classes and not h.long_context)
     monkeypatch.setattr(isolation, "_put_back", lambda plan: None)
     try:
-        _run_hostile(twitter, list(twitter.ground_truth[0]) + _logins(twitter) + [
-            "post_tweet(content='a')", "mention(tweet_id=0,mentioned_usernames=['@evil'])",
-            *(f"mention(tweet_id={i},mentioned_usernames=['@evil'])" for i in range(12))])
+        _run_hostile(
+            twitter,
+            list(twitter.ground_truth[0])
+            + _logins(twitter)
+            + [
+                "post_tweet(content='a')",
+                "mention(tweet_id=0,mentioned_usernames=['@evil'])",
+                *(f"mention(tweet_id={i},mentioned_usernames=['@evil'])" for i in range(12)),
+            ],
+        )
         changed = [v.id for v in victims if _fingerprint(_reference_now(v)) != alone[v.id]]
     finally:
         isolation.reset_all()
@@ -414,9 +447,17 @@ def test_shuffled_and_paired_orders_give_identical_verdicts():
 def test_interleaved_worlds_stay_apart():
     """A live conversation that polluted the defaults, interrupted by a reference replay."""
     twitter = next(c for c in dataset.load() if "TwitterAPI" in c.involved_classes and not c.long_context)
-    calls = list(twitter.ground_truth[0]) + _logins(twitter) + [
-        "post_tweet(content='a')", "mention(tweet_id=0,mentioned_usernames=['@x'])",
-        "post_tweet(content='b')", "mention(tweet_id=1,mentioned_usernames=['@y'])", "get_tweet(tweet_id=1)"]
+    calls = (
+        list(twitter.ground_truth[0])
+        + _logins(twitter)
+        + [
+            "post_tweet(content='a')",
+            "mention(tweet_id=0,mentioned_usernames=['@x'])",
+            "post_tweet(content='b')",
+            "mention(tweet_id=1,mentioned_usernames=['@y'])",
+            "get_tweet(tweet_id=1)",
+        ]
+    )
     alone = new_simulators(twitter, "live")
     expected = [alone.execute(c).result for c in calls]
     victims = _sample(0)[:3]
@@ -447,8 +488,9 @@ def test_imports_from_bytecode_are_the_sources(monkeypatch):
     assert {m.__name__: isolation.imported_module_names(m) for m in modules} == expected
 
 
-def _fresh_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str,
-                  write_pyc: bool = True) -> types.ModuleType:
+def _fresh_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str, write_pyc: bool = True
+) -> types.ModuleType:
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "dont_write_bytecode", not write_pyc)
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))

@@ -34,8 +34,9 @@ CLASSES = ("exponential", "deep_chain", "cycle", "many_calls", "many_writes", "m
 TEST_LIMITS = limits.Limits(max_calls=10_000, max_seconds=1.5, max_memory_mb=256)
 
 
-def _score(conversation: dataset.Conversation, result: Any, budget: limits.Limits,
-           dec: Any = None) -> tuple[str, limits.Meter]:
+def _score(
+    conversation: dataset.Conversation, result: Any, budget: limits.Limits, dec: Any = None
+) -> tuple[str, limits.Meter]:
     """What ``outcome.score`` does, inside a budget: BFCL's error type, or the limit hit."""
     with limits.metered(budget) as meter:
         try:
@@ -108,8 +109,9 @@ def test_nothing_is_counted_outside_a_budget_nor_for_references() -> None:
 
 def test_defaults_leave_real_runs_a_wide_margin(real_run: Path) -> None:
     """The 800 references and the real run score within a twentieth of the default calls and memory."""
-    twentieth = limits.Limits(max_calls=limits.DEFAULT_MAX_CALLS // 20, max_seconds=10**6,
-                              max_memory_mb=limits.DEFAULT_MAX_MEMORY_MB / 20)
+    twentieth = limits.Limits(
+        max_calls=limits.DEFAULT_MAX_CALLS // 20, max_seconds=10**6, max_memory_mb=limits.DEFAULT_MAX_MEMORY_MB / 20
+    )
     for conversation in dataset.load():
         ground_truth = [[list(t)] if t else [] for t in conversation.ground_truth]
         assert _score(conversation, ground_truth, twentieth)[0] == "pass", conversation.id
@@ -121,11 +123,18 @@ def test_defaults_leave_real_runs_a_wide_margin(real_run: Path) -> None:
             assert not outcome.startswith("resource_limit"), entry.id
 
 
-@pytest.mark.parametrize("parse, value", [
-    (options.positive_int, "0"), (options.positive_int, "1.5"), (options.positive_int, "-3"),
-    (options.positive_number, "0"), (options.positive_number, "nan"), (options.positive_number, "inf"),
-    (options.positive_number, "ten"),
-])
+@pytest.mark.parametrize(
+    "parse, value",
+    [
+        (options.positive_int, "0"),
+        (options.positive_int, "1.5"),
+        (options.positive_int, "-3"),
+        (options.positive_number, "0"),
+        (options.positive_number, "nan"),
+        (options.positive_number, "inf"),
+        (options.positive_number, "ten"),
+    ],
+)
 def test_budget_options_refuse_what_is_not_a_positive_number(parse: Any, value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         parse(value)
@@ -160,9 +169,16 @@ def hostile_run(pytester: pytest.Pytester, real_run: Path) -> Path:
 @pytest.mark.parametrize("mode", [["-p", "no:xdist"], ["-n", "2"]], ids=["no-xdist", "n2"])
 def test_over_budget_conversations_fail_alone(pytester: pytest.Pytester, hostile_run: Path, mode: list[str]) -> None:
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", *mode, f"--careful-results={hostile_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-        "--careful-max-seconds=3", "--careful-max-calls=20000", "--junitxml=out.xml",
-        *(f"{c}[standard]" for c in SELECTED))
+        "-p",
+        "no:cacheprovider",
+        *mode,
+        f"--careful-results={hostile_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        "--careful-max-seconds=3",
+        "--careful-max-calls=20000",
+        "--junitxml=out.xml",
+        *(f"{c}[standard]" for c in SELECTED),
+    )
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
     assert "Traceback" not in out and "INTERNALERROR" not in out and "RecursionError" not in out
@@ -176,8 +192,11 @@ def test_over_budget_conversations_fail_alone(pytester: pytest.Pytester, hostile
         assert rows[over]["bfcl"]["error_type"] == "careful:resource_limit" and "unscored" not in rows[over]
     assert "resource_limit" not in rows["multi_turn_base_6"]
     assert rows["multi_turn_base_6"]["bfcl"]["error_type"] == "multi_turn:instance_state_mismatch"
-    properties = {(case.get("name"), p.get("name")): p.get("value")
-                  for case in ET.parse(pytester.path / "out.xml").iter("testcase") for p in case.iter("property")}
+    properties = {
+        (case.get("name"), p.get("name")): p.get("value")
+        for case in ET.parse(pytester.path / "out.xml").iter("testcase")
+        for p in case.iter("property")
+    }
     assert properties[("multi_turn_base_1[standard]", "careful_bfcl_error")] == "careful:resource_limit"
     assert "call limit" in properties[("multi_turn_base_1[standard]", "careful_resource_limit")]
     assert ("multi_turn_base_0[standard]", "careful_resource_limit") not in properties

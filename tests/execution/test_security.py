@@ -56,11 +56,25 @@ NAMES = [entry["name"] for entry in CORPUS]
 #: Modules the payloads import; none may be imported before the runs.
 TARGET_MODULES = ("smtplib", "ftplib", "poplib", "imaplib", "mailbox")
 #: Audit events that nothing in a replay may raise.
-_SPAWN_EVENTS = frozenset({
-    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-    "subprocess.Popen", "pty.spawn", "ctypes.dlopen", "webbrowser.open",
-    "os.remove", "os.rmdir", "os.rename", "shutil.rmtree", "os.kill",
-})
+_SPAWN_EVENTS = frozenset(
+    {
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+        "subprocess.Popen",
+        "pty.spawn",
+        "ctypes.dlopen",
+        "webbrowser.open",
+        "os.remove",
+        "os.rmdir",
+        "os.rename",
+        "shutil.rmtree",
+        "os.kill",
+    }
+)
 EXPECTATIONS = ("failed", "undecodable", "data")
 _OR = "bfcl_eval.model_handler.api_inference.openai_response:OpenAIResponsesHandler"
 _LOCAL = "bfcl_eval.model_handler.local_inference."
@@ -73,17 +87,39 @@ _TOOL_CALL = '<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>'
 DECODERS: dict[str, tuple[Any, str | None, str | None, bool | None]] = {
     "passthrough": (["ls()"], None, None, None),
     "gpt-4.1-2025-04-14-FC": ([{"ls": "{}"}], _OR, "gpt-4.1-2025-04-14", True),
-    "microsoft/Phi-4-mini-instruct-FC": ([{"ls": {}}], _LOCAL + "phi_fc:PhiFCHandler", "microsoft/Phi-4-mini-instruct", True),
-    "ibm-granite/granite-3.2-8b-instruct": ([{"ls": {}}], _LOCAL + "granite_3:Granite3FCHandler",
-                                            "ibm-granite/granite-3.2-8b-instruct", True),
+    "microsoft/Phi-4-mini-instruct-FC": (
+        [{"ls": {}}],
+        _LOCAL + "phi_fc:PhiFCHandler",
+        "microsoft/Phi-4-mini-instruct",
+        True,
+    ),
+    "ibm-granite/granite-3.2-8b-instruct": (
+        [{"ls": {}}],
+        _LOCAL + "granite_3:Granite3FCHandler",
+        "ibm-granite/granite-3.2-8b-instruct",
+        True,
+    ),
     "Qwen/Qwen3-8B": ("[ls()]", _LOCAL + "qwen:QwenHandler", "Qwen/Qwen3-8B", False),
     "gpt-4.1-2025-04-14": ("[ls()]", _OR, "gpt-4.1-2025-04-14", False),
-    "meta-llama/Llama-3.1-8B-Instruct-FC": ('{"name": "ls", "parameters": {}}', _LOCAL + "llama_3_1:LlamaHandler_3_1",
-                                            "meta-llama/Llama-3.1-8B-Instruct", True),
+    "meta-llama/Llama-3.1-8B-Instruct-FC": (
+        '{"name": "ls", "parameters": {}}',
+        _LOCAL + "llama_3_1:LlamaHandler_3_1",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        True,
+    ),
     "Qwen/Qwen3-8B-FC": (_TOOL_CALL, _LOCAL + "qwen_fc:QwenFCHandler", "Qwen/Qwen3-8B", True),
-    "ibm-granite/granite-4.0-350m": (_TOOL_CALL, _LOCAL + "granite_4:Granite4FCHandler", "ibm-granite/granite-4.0-350m", True),
-    "Salesforce/Llama-xLAM-2-8b-fc-r": ('{"name": "ls", "arguments": {}}', _LOCAL + "salesforce_llama:SalesforceLlamaHandler",
-                                        "Salesforce/Llama-xLAM-2-8b-fc-r", True),
+    "ibm-granite/granite-4.0-350m": (
+        _TOOL_CALL,
+        _LOCAL + "granite_4:Granite4FCHandler",
+        "ibm-granite/granite-4.0-350m",
+        True,
+    ),
+    "Salesforce/Llama-xLAM-2-8b-fc-r": (
+        '{"name": "ls", "arguments": {}}',
+        _LOCAL + "salesforce_llama:SalesforceLlamaHandler",
+        "Salesforce/Llama-xLAM-2-8b-fc-r",
+        True,
+    ),
 }
 FAILED_STATUSES = ("refused", "raised")
 WORKER_TIMEOUT_S = 240
@@ -92,6 +128,7 @@ WORKER_TIMEOUT_S = 240
 # --------------------------------------------------------------------------- #
 # Shared by this process and the child processes (stdlib only at import time). #
 # --------------------------------------------------------------------------- #
+
 
 def instance_global(model_name: str, conversation_id: str, class_name: str) -> str:
     """bfcl-eval's global name of an instance in an evaluation run."""
@@ -112,8 +149,7 @@ def materialise(value: Any, replacements: dict[str, str]) -> Any:
 
 
 def replacements_for(entry: dict[str, Any], marker: str, model_name: str) -> dict[str, str]:
-    found = {"@MARKER@": marker,
-             "@GFS@": instance_global(model_name, entry["conversation"], "GorillaFileSystem")}
+    found = {"@MARKER@": marker, "@GFS@": instance_global(model_name, entry["conversation"], "GorillaFileSystem")}
     for placeholder, (unit, times) in entry.get("expand", {}).items():
         found[placeholder] = unit * times
     return found
@@ -195,8 +231,10 @@ def replay_ours(corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str
     from pytest_careful.evaluation.evaluate import evaluate
     from pytest_careful.execution.decoding import decoder, passthrough_decoder
 
-    decoders = {key: passthrough_decoder() if key == "passthrough" else decoder(key)
-                for key in sorted({e["decoder"] for e in corpus})}
+    decoders = {
+        key: passthrough_decoder() if key == "passthrough" else decoder(key)
+        for key in sorted({e["decoder"] for e in corpus})
+    }
     _warm_up(decoders, sorted({e["conversation"] for e in corpus}))
     monitor = Monitor.get()
     outcomes = []
@@ -204,15 +242,21 @@ def replay_ours(corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str
         marker = marker_for(marker_dir, index)
         model_name = f"{model_prefix}{index}"
         result = materialise(entry["result"], replacements_for(entry, marker, model_name))
-        outcome: dict[str, Any] = {"name": entry["name"], "error": None, "evaluation": None,
-                                   "marker_path": marker, "model_name": model_name}
+        outcome: dict[str, Any] = {
+            "name": entry["name"],
+            "error": None,
+            "evaluation": None,
+            "marker_path": marker,
+            "model_name": model_name,
+        }
         before = set(sys.modules)
         conversation = dataset.get(entry["conversation"])
         started = time.perf_counter()
         with monitor.watch(marker_dir, block_all=True) as events:
             try:
-                outcome["evaluation"] = evaluate(conversation, result, decoders[entry["decoder"]],
-                                                 model_name=model_name)
+                outcome["evaluation"] = evaluate(
+                    conversation, result, decoders[entry["decoder"]], model_name=model_name
+                )
             except BaseException as exc:  # noqa: BLE001 - recorded, judged by the tests
                 outcome["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         outcomes.append(_record_outcome(outcome, started, events, marker, before))
@@ -234,9 +278,15 @@ def _warm_up(decoders: dict[str, Any], conversation_ids: list[str]) -> None:
     from pytest_careful.evaluation.evaluate import evaluate
     from pytest_careful.execution.decoding import passthrough_decoder
 
-    samples = ["[ls()]", [{"ls": "{}"}], [{"ls": {}}], '{"name": "ls", "parameters": {}}',
-               '{"name": "ls", "arguments": {}}', '<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>',
-               ["ls()"]]
+    samples = [
+        "[ls()]",
+        [{"ls": "{}"}],
+        [{"ls": {}}],
+        '{"name": "ls", "parameters": {}}',
+        '{"name": "ls", "arguments": {}}',
+        '<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>',
+        ["ls()"],
+    ]
     for dec in decoders.values():
         for sample in samples:
             try:
@@ -249,8 +299,9 @@ def _warm_up(decoders: dict[str, Any], conversation_ids: list[str]) -> None:
         evaluate(conversation, steps, passthrough_decoder(), model_name="warmup")
 
 
-def replay_bfcl(corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str,
-                conversations: dict[str, Any]) -> list[dict[str, Any]]:
+def replay_bfcl(
+    corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str, conversations: dict[str, Any]
+) -> list[dict[str, Any]]:
     """bfcl-eval's own decoders and executor, unpatched; only the network is blocked."""
     import importlib
 
@@ -272,8 +323,7 @@ def replay_bfcl(corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str
         module, _, class_name = class_path.partition(":")
         handler_class = getattr(importlib.import_module(module), class_name)
         # As bfcl_eval.eval_checker.eval_runner.get_handler builds it.
-        handlers[key] = handler_class(model_name=model_name, temperature=0, registry_name=key,
-                                      is_fc_model=is_fc_model)
+        handlers[key] = handler_class(model_name=model_name, temperature=0, registry_name=key, is_fc_model=is_fc_model)
     monitor = Monitor.get()
     outcomes = []
     for index, entry in enumerate(corpus):
@@ -297,8 +347,13 @@ def replay_bfcl(corpus: list[dict[str, Any]], marker_dir: str, model_prefix: str
                             continue
                         outcome["calls"] += len(decoded)
                         multi_turn_utils.execute_multi_turn_func_call(
-                            decoded, conv["initial_config"], conv["involved_classes"], model_name,
-                            entry["conversation"], long_context=conv["long_context"], is_evaL_run=True,
+                            decoded,
+                            conv["initial_config"],
+                            conv["involved_classes"],
+                            model_name,
+                            entry["conversation"],
+                            long_context=conv["long_context"],
+                            is_evaL_run=True,
                         )
             except BaseException as exc:  # noqa: BLE001
                 outcome["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -326,6 +381,7 @@ def worker_main(argv: list[str]) -> None:
 # Fixtures                                                                     #
 # --------------------------------------------------------------------------- #
 
+
 def _sandbox(base: Path, name: str) -> dict[str, str]:
     root = base / name
     for sub in ("cwd", "home", "markers", "bfcl"):
@@ -335,18 +391,36 @@ def _sandbox(base: Path, name: str) -> dict[str, str]:
 
 def _start_worker(mode: str, box: dict[str, str], extra: list[str], pythonpath: str | None) -> subprocess.Popen:
     env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": box["home"], "TMPDIR": box["root"],
-        "BFCL_PROJECT_ROOT": box["bfcl"], "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OFFLINE": "1",
-        "NO_PROXY": "*", "LANG": "C.UTF-8",
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": box["home"],
+        "TMPDIR": box["root"],
+        "BFCL_PROJECT_ROOT": box["bfcl"],
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "NO_PROXY": "*",
+        "LANG": "C.UTF-8",
     }
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     out = os.path.join(box["root"], "out.json")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_security; "
-            "test_security.worker_main(sys.argv[2:])")
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import test_security; test_security.worker_main(sys.argv[2:])"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(ROOT / "tests" / "execution"), mode, str(CORPUS_PATH), box["markers"], out, *extra],
-        cwd=box["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(ROOT / "tests" / "execution"),
+            mode,
+            str(CORPUS_PATH),
+            box["markers"],
+            out,
+            *extra,
+        ],
+        cwd=box["cwd"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     proc.out_path = out  # type: ignore[attr-defined]
@@ -376,9 +450,11 @@ def workers(tmp_path_factory):
     conversations = {}
     for cid in sorted({e["conversation"] for e in CORPUS}):
         conv = dataset.get(cid)
-        conversations[cid] = {"initial_config": json.loads(json.dumps(dict(conv.initial_config))),
-                              "involved_classes": list(conv.involved_classes),
-                              "long_context": conv.long_context}
+        conversations[cid] = {
+            "initial_config": json.loads(json.dumps(dict(conv.initial_config))),
+            "involved_classes": list(conv.involved_classes),
+            "long_context": conv.long_context,
+        }
     conv_path = base / "conversations.json"
     conv_path.write_text(json.dumps(conversations), encoding="utf-8")
     ours_box, bfcl_box = _sandbox(base, "ours"), _sandbox(base, "bfcl")
@@ -411,6 +487,7 @@ def in_process(workers, tmp_path_factory):
 # Tests                                                                        #
 # --------------------------------------------------------------------------- #
 
+
 @pytest.mark.usefixtures("workers")  # the child runs start first and overlap with everything
 def test_corpus_is_well_formed():
     from pytest_careful.common import bfcl as _bfcl
@@ -425,7 +502,10 @@ def test_corpus_is_well_formed():
             config = registry[key]
             handler = config.model_handler
             assert (f"{handler.__module__}:{handler.__name__}", config.model_name, config.is_fc_model) == (
-                class_path, model_name, is_fc_model), key
+                class_path,
+                model_name,
+                is_fc_model,
+            ), key
 
     assert len(CORPUS) >= 50
     assert len(set(NAMES)) == len(NAMES)
@@ -484,8 +564,9 @@ def test_hostile_calls_fail(in_process, name, request):
             assert call.classes == (), f"a simulator method ran: {call.classes}"
             assert not call.changes
     else:  # "data": hostile text passed to a real method as a plain string
-        expected = materialise(entry["data"]["value"],
-                               replacements_for(entry, outcome["marker_path"], outcome["model_name"]))
+        expected = materialise(
+            entry["data"]["value"], replacements_for(entry, outcome["marker_path"], outcome["model_name"])
+        )
         values = [c.arguments.get(entry["data"]["argument"]) for c in calls if c.classes]
         assert expected in values, (expected, values)
 
@@ -517,8 +598,11 @@ def test_monitor_sees_and_blocks_in_this_process(tmp_path):
 
 def test_nothing_runs_in_a_child_process(workers):
     data = _finish(workers["ours"])
-    bad = [(o["name"], o["events"], o["marker"], o["new_modules"]) for o in data["outcomes"]
-           if o["events"] or o["marker"] or o["new_modules"]]
+    bad = [
+        (o["name"], o["events"], o["marker"], o["new_modules"])
+        for o in data["outcomes"]
+        if o["events"] or o["marker"] or o["new_modules"]
+    ]
     assert not bad, bad
     by_name = {o["name"]: o for o in data["outcomes"]}
     for entry in CORPUS:

@@ -48,8 +48,7 @@ def _ids(path: Path) -> list[str]:
 
 
 def _run(pytester: pytest.Pytester, run: Path, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("--careful-results", str(run), "--careful-decoder", REAL_RUN_DECODER,
-                                         *args)
+    return pytester.runpytest_subprocess("--careful-results", str(run), "--careful-decoder", REAL_RUN_DECODER, *args)
 
 
 def _cases(xml: Path) -> dict[str, object]:
@@ -79,10 +78,14 @@ SPELLINGS = {
     "-kID": (["-kmulti_turn_base_17"], lambda ids: _with(ids, "multi_turn_base_17")),
     "node id": (["multi_turn_base_17[standard]"], lambda ids: {"multi_turn_base_17[standard]"}),
     "bare id": (["multi_turn_base_17"], lambda ids: {"multi_turn_base_17[standard]"}),
-    "--deselect NODEID": (["-k", "multi_turn_base_17", "--deselect", "multi_turn_base_17[standard]"],
-                          lambda ids: _with(ids, "multi_turn_base_17") - {"multi_turn_base_17[standard]"}),
-    "--deselect=ID": (["--deselect=multi_turn_base_17", "-k", "multi_turn_base_17"],
-                      lambda ids: _with(ids, "multi_turn_base_17") - {"multi_turn_base_17[standard]"}),
+    "--deselect NODEID": (
+        ["-k", "multi_turn_base_17", "--deselect", "multi_turn_base_17[standard]"],
+        lambda ids: _with(ids, "multi_turn_base_17") - {"multi_turn_base_17[standard]"},
+    ),
+    "--deselect=ID": (
+        ["--deselect=multi_turn_base_17", "-k", "multi_turn_base_17"],
+        lambda ids: _with(ids, "multi_turn_base_17") - {"multi_turn_base_17[standard]"},
+    ),
 }
 
 
@@ -127,8 +130,9 @@ def test_last_failed_and_exitfirst(pytester: pytest.Pytester, run_dir: Path) -> 
 # --- scorecards -----------------------------------------------------------------
 
 
-def test_scorecards_where_the_command_ran_and_the_project_ini_holds(pytester: pytest.Pytester, run_dir: Path,
-                                                                    mode: list[str]) -> None:
+def test_scorecards_where_the_command_ran_and_the_project_ini_holds(
+    pytester: pytest.Pytester, run_dir: Path, mode: list[str]
+) -> None:
     # The project's own ini file must be found although the results lie outside it.
     pytester.makeini("[pytest]\naddopts = --careful-gate=bfcl\n")
     result = _run(pytester, run_dir, *mode, "-k", "multi_turn_base_3")
@@ -140,8 +144,9 @@ def test_scorecards_where_the_command_ran_and_the_project_ini_holds(pytester: py
     assert not (run_dir.parent.parent / ".pytest_cache").exists()
 
 
-def test_two_runs_with_one_folder_name_never_overwrite(pytester: pytest.Pytester, run_dir: Path,
-                                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_two_runs_with_one_folder_name_never_overwrite(
+    pytester: pytest.Pytester, run_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     other = tmp_path_factory.mktemp("other") / "gpt-oss-20b"
     other.mkdir()
     lines = (run_dir / BASE).read_text(encoding="utf-8").splitlines()
@@ -175,8 +180,13 @@ def test_a_selection_never_replaces_the_whole_run(pytester: pytest.Pytester, run
     refused = _run(pytester, run_dir, "-k", "multi_turn_base_1", f"--careful-baseline={folder / 'partial'}")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     assert "--careful-allow-partial-baseline" in refused.stderr.str()
-    allowed = _run(pytester, run_dir, "multi_turn_base_1", f"--careful-baseline={folder / 'partial'}",
-                   "--careful-allow-partial-baseline")
+    allowed = _run(
+        pytester,
+        run_dir,
+        "multi_turn_base_1",
+        f"--careful-baseline={folder / 'partial'}",
+        "--careful-allow-partial-baseline",
+    )
     assert allowed.ret in (0, 1) and "vs baseline" in allowed.stdout.str()
 
 
@@ -193,11 +203,11 @@ def _damaged(run_dir: Path) -> tuple[set[str], int]:
     return set(ids[150:]) | {ids[7]}, len(ids)
 
 
-def test_unscored_conversations_fail_every_total(pytester: pytest.Pytester, run_dir: Path,
-                                                 mode: list[str]) -> None:
+def test_unscored_conversations_fail_every_total(pytester: pytest.Pytester, run_dir: Path, mode: list[str]) -> None:
     unscored, total = _damaged(run_dir)
-    result = _run(pytester, run_dir, *mode, "--careful-category", "base", "--careful-min-safe", "0.0",
-                  "--junitxml=out.xml")
+    result = _run(
+        pytester, run_dir, *mode, "--careful-category", "base", "--careful-min-safe", "0.0", "--junitxml=out.xml"
+    )
     out = result.stdout.str()
     assert result.ret == 1, out[-3000:]
     assert f"{len(unscored)} unscored" in out and "release gate: FAILED" in out
@@ -213,8 +223,15 @@ def test_unscored_conversations_fail_every_total(pytester: pytest.Pytester, run_
     counts = result.parseoutcomes()
     assert re.search(rf"{total} conversations: {counts.get('passed', 0)} pass, {counts['failed']} fail", out)
 
-    allowed = _run(pytester, run_dir, *mode, "--careful-category=base", "--careful-min-safe=0.0",
-                   "--careful-allow-missing", "--junitxml=allowed.xml")
+    allowed = _run(
+        pytester,
+        run_dir,
+        *mode,
+        "--careful-category=base",
+        "--careful-min-safe=0.0",
+        "--careful-allow-missing",
+        "--junitxml=allowed.xml",
+    )
     assert allowed.ret == 0, allowed.stdout.str()[-3000:]
     skipped = {n for n, c in _cases(pytester.path / "allowed.xml").items() if c.is_skipped}
     assert skipped == {f"{i}[standard]" for i in unscored}
@@ -318,9 +335,18 @@ def test_from_a_subdirectory_of_a_project(pytester: pytest.Pytester, run_dir: Pa
     sub = pytester.mkdir("sub")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(sub)
-        result = pytester.runpytest_subprocess("--careful-results", str(run_dir), "--careful-decoder",
-                                               REAL_RUN_DECODER, "-k", "multi_turn_base_17", "-v",
-                                               "--junitxml=out.xml", "-n", "2")
+        result = pytester.runpytest_subprocess(
+            "--careful-results",
+            str(run_dir),
+            "--careful-decoder",
+            REAL_RUN_DECODER,
+            "-k",
+            "multi_turn_base_17",
+            "-v",
+            "--junitxml=out.xml",
+            "-n",
+            "2",
+        )
     out = result.stdout.str()
     assert f"rootdir: {pytester.path}" in out and "../" not in out
     counts = result.parseoutcomes()
@@ -329,14 +355,16 @@ def test_from_a_subdirectory_of_a_project(pytester: pytest.Pytester, run_dir: Pa
     assert {c.classname for c in _cases(sub / "out.xml").values()} == {"careful.multi_turn_base.standard"}
 
 
-@pytest.mark.parametrize("name, says", [
-    ("multi_turn_base_999", "no such conversation"),
-    ("multi_turn_foo_1", "no such conversation"),
-    ("multi_turn_base_17[hints]", "this run's conditions are standard"),
-    ("multi_turn_miss_func_3", "is not among this run's"),
-])
-def test_a_named_conversation_that_is_not_there(pytester: pytest.Pytester, run_dir: Path, name: str,
-                                                says: str) -> None:
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("multi_turn_base_999", "no such conversation"),
+        ("multi_turn_foo_1", "no such conversation"),
+        ("multi_turn_base_17[hints]", "this run's conditions are standard"),
+        ("multi_turn_miss_func_3", "is not among this run's"),
+    ],
+)
+def test_a_named_conversation_that_is_not_there(pytester: pytest.Pytester, run_dir: Path, name: str, says: str) -> None:
     result = _run(pytester, run_dir, "--careful-category=base", name)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert says in result.stderr.str() and "Traceback" not in result.stderr.str()
@@ -384,9 +412,21 @@ def test_errors_outside_scoring_fail_the_gate_and_stay_labelled(pytester: pytest
         "        os._exit(3)\n"
         "    yield\n"
         "    if request.node.name == 'multi_turn_base_171[standard]':\n"
-        "        raise RuntimeError('teardown trouble')\n")
-    result = _run(pytester, run_dir, "-k", "multi_turn_base_17", "-n", "2", "--careful-min-safe=0",
-                  "--junitxml=out.xml", "--junit-prefix=nightly", "-o", "junit_logging=all")
+        "        raise RuntimeError('teardown trouble')\n"
+    )
+    result = _run(
+        pytester,
+        run_dir,
+        "-k",
+        "multi_turn_base_17",
+        "-n",
+        "2",
+        "--careful-min-safe=0",
+        "--junitxml=out.xml",
+        "--junit-prefix=nightly",
+        "-o",
+        "junit_logging=all",
+    )
     out = result.stdout.str()
     assert result.ret == 1 and "errored outside scoring" in out and "release gate: FAILED" in out
     tree = etree.parse(str(pytester.path / "out.xml"))

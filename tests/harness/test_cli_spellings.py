@@ -28,15 +28,19 @@ REFERENCE = ["--careful-model=reference", "--careful-category=base", "-p", "no:r
 def _props(xml: Path) -> dict[str, dict[str, str]]:
     """careful_* properties of each JUnit testcase, read with junitparser."""
     suites = junitparser.JUnitXml.fromfile(str(xml))
-    return {case.name: {p.get("name"): p.get("value") for p in case._elem.iter("property")}
-            for suite in suites for case in suite}
+    return {
+        case.name: {p.get("name"): p.get("value") for p in case._elem.iter("property")}
+        for suite in suites
+        for case in suite
+    }
 
 
 # --- paths as pytest reads its own: ~ and $VAR --------------------------------------
 
 
-def test_tilde_and_variables_in_path_options_from_an_ini_file(pytester: pytest.Pytester, real_run: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tilde_and_variables_in_path_options_from_an_ini_file(
+    pytester: pytest.Pytester, real_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``addopts`` reaches pytest unexpanded; pytest expands ``~`` in its own --junitxml, so must we.
 
     pytester sets HOME to its directory: ``~/run`` is ``<pytester.path>/run``.
@@ -61,20 +65,28 @@ def test_tilde_and_variables_in_path_options_from_an_ini_file(pytester: pytest.P
 
 def test_tilde_in_baseline_and_output(pytester: pytest.Pytester) -> None:
     """``--careful-output=~/out`` files the live run under HOME, not in a folder named ``~``."""
-    first = pytester.runpytest_subprocess("--careful-model=scripted:reference", "--careful-output=~/out",
-                                          ONE, "-p", "no:randomly")
+    first = pytester.runpytest_subprocess(
+        "--careful-model=scripted:reference", "--careful-output=~/out", ONE, "-p", "no:randomly"
+    )
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()[-2000:]
     assert (pytester.path / "out" / "standard" / "scripted_reference" / "multi_turn" / BASE).is_file()
     assert not (pytester.path / "~").exists()
     card = next((pytester.path / "scorecards").rglob("scorecard.json"))
     second = pytester.runpytest_subprocess(
-        "--careful-model=scripted:reference", "--careful-output=~/out", ONE, "-p", "no:randomly",
-        f"--careful-baseline=~/{card.relative_to(pytester.path)}", "--careful-allow-partial-baseline")
+        "--careful-model=scripted:reference",
+        "--careful-output=~/out",
+        ONE,
+        "-p",
+        "no:randomly",
+        f"--careful-baseline=~/{card.relative_to(pytester.path)}",
+        "--careful-allow-partial-baseline",
+    )
     assert second.ret == pytest.ExitCode.OK, second.stdout.str()[-2000:]
 
 
 def test_a_relative_results_path_from_the_ini_names_the_directory_it_is_relative_to(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """pytest reads ``addopts`` paths against the working directory, not the ini file's: run from a
     subdirectory, ``../data`` names another folder, and the error must say which directory it meant."""
     (pytester.path / "data").mkdir()
@@ -85,13 +97,13 @@ def test_a_relative_results_path_from_the_ini_names_the_directory_it_is_relative
     monkeypatch.chdir(pytester.mkdir("sub"))
     result = pytester.runpytest_subprocess("-p", "no:randomly")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"data is not a directory (relative to the working directory {pytester.path / 'sub'})" in \
-        result.stderr.str()
+    assert f"data is not a directory (relative to the working directory {pytester.path / 'sub'})" in result.stderr.str()
 
 
 @pytest.mark.parametrize("where", ["pytest.ini", "pyproject.toml", "PYTEST_ADDOPTS"])
-def test_the_command_line_overrides_the_ini_files_options(pytester: pytest.Pytester, where: str,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_command_line_overrides_the_ini_files_options(
+    pytester: pytest.Pytester, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Last value wins, as for pytest's own options: a CI's ini sets a default, a user narrows it."""
     addopts = "--careful-model=reference --careful-category=miss_func --careful-protocol=standard,hints"
     if where == "pytest.ini":
@@ -100,15 +112,18 @@ def test_the_command_line_overrides_the_ini_files_options(pytester: pytest.Pytes
         pytester.makepyprojecttoml(f'[tool.pytest.ini_options]\naddopts = "{addopts}"\n')
     else:
         monkeypatch.setenv("PYTEST_ADDOPTS", addopts)
-    result = pytester.runpytest_subprocess("--careful-category", "base", "--careful-protocol=confirm",
-                                           "--co", "-q", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess(
+        "--careful-category", "base", "--careful-protocol=confirm", "--co", "-q", "-p", "no:randomly"
+    )
     ids = [line for line in result.stdout.lines if line.startswith("multi_turn_")]
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
     assert len(ids) == 200 and all(i.startswith("multi_turn_base_") and i.endswith("[confirm]") for i in ids)
 
 
-@pytest.mark.parametrize("option", ["--careful-model=", "--careful-results=", "--careful-scorecards=",
-                                    "--careful-output=", "--careful-baseline="])
+@pytest.mark.parametrize(
+    "option",
+    ["--careful-model=", "--careful-results=", "--careful-scorecards=", "--careful-output=", "--careful-baseline="],
+)
 def test_an_empty_value_is_a_usage_error(pytester: pytest.Pytester, option: str) -> None:
     """``--careful-model=$MODEL`` with MODEL unset must not quietly run the project's tests (or none).
 
@@ -136,8 +151,9 @@ def test_blanks_around_reference_are_dropped(pytester: pytest.Pytester) -> None:
 def test_collect_only_with_a_release_gate_exits_as_without_it(pytester: pytest.Pytester, mode: str) -> None:
     """A gate kept in ``addopts`` must not fail ``pytest --co -q``: nothing ran, nothing to judge."""
     plain = pytester.runpytest_subprocess(*REFERENCE, *MODES[mode], "--co", "-q")
-    gated = pytester.runpytest_subprocess(*REFERENCE, *MODES[mode], "--co", "-q", "--careful-min-safe=0.9",
-                                          "--careful-min-bfcl=0.9")
+    gated = pytester.runpytest_subprocess(
+        *REFERENCE, *MODES[mode], "--co", "-q", "--careful-min-safe=0.9", "--careful-min-bfcl=0.9"
+    )
     assert plain.ret == pytest.ExitCode.OK
     assert gated.ret == plain.ret, gated.stdout.str()[-2000:]
     assert "200 tests collected" in gated.stdout.str()
@@ -145,18 +161,20 @@ def test_collect_only_with_a_release_gate_exits_as_without_it(pytester: pytest.P
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_nothing_selected_is_exit_5_and_the_gate_does_not_say_passed(pytester: pytest.Pytester,
-                                                                     mode: str) -> None:
-    result = pytester.runpytest_subprocess(*REFERENCE, *MODES[mode], "-k", "no_such_conversation",
-                                           "--careful-min-safe=0.5")
+def test_nothing_selected_is_exit_5_and_the_gate_does_not_say_passed(pytester: pytest.Pytester, mode: str) -> None:
+    result = pytester.runpytest_subprocess(
+        *REFERENCE, *MODES[mode], "-k", "no_such_conversation", "--careful-min-safe=0.5"
+    )
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, out[-2000:]
     assert "release gate: passed" not in out
     assert "release gate: nothing to judge" in out
 
 
-PROJECT_PROBLEMS = {"failing test": ("def test_own():\n    assert 1 == 2\n", []),
-                    "collection error": ("import no_such_module_here\n", ["--continue-on-collection-errors"])}
+PROJECT_PROBLEMS = {
+    "failing test": ("def test_own():\n    assert 1 == 2\n", []),
+    "collection error": ("import no_such_module_here\n", ["--continue-on-collection-errors"]),
+}
 
 
 @pytest.mark.parametrize("problem", list(PROJECT_PROBLEMS))
@@ -180,9 +198,14 @@ def test_a_passing_gate_never_hides_a_projects_own_failure(pytester: pytest.Pyte
 def test_unwritable_scorecards_fail_the_gate_line_too(pytester: pytest.Pytester) -> None:
     """Exit 1 when the scorecards cannot be written; the gate's line must agree, and JUnit still counts."""
     (pytester.path / "a-file").write_text("not a folder", encoding="utf-8")
-    result = pytester.runpytest_subprocess(*REFERENCE, "multi_turn_base_1", "multi_turn_base_2",
-                                           "--careful-scorecards=a-file/cards", "--careful-min-safe=0",
-                                           "--junitxml=out.xml")
+    result = pytester.runpytest_subprocess(
+        *REFERENCE,
+        "multi_turn_base_1",
+        "multi_turn_base_2",
+        "--careful-scorecards=a-file/cards",
+        "--careful-min-safe=0",
+        "--junitxml=out.xml",
+    )
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, out[-2000:]
     assert "could not write scorecards" in out
@@ -194,7 +217,7 @@ def test_unwritable_scorecards_fail_the_gate_line_too(pytester: pytest.Pytester)
 
 
 def _rerun_commands(out: str) -> list[str]:
-    return [line[line.index("pytest '"):].strip() for line in out.splitlines() if "  pytest '" in line]
+    return [line[line.index("pytest '") :].strip() for line in out.splitlines() if "  pytest '" in line]
 
 
 def test_the_printed_rerun_command_resumes_the_live_run(pytester: pytest.Pytester, tmp_path: Path) -> None:
@@ -203,8 +226,14 @@ def test_the_printed_rerun_command_resumes_the_live_run(pytester: pytest.Pyteste
     Without --careful-output in it, the model would run again into ``./result``.
     """
     output = tmp_path / "live out"
-    first = pytester.runpytest_subprocess("--careful-model=scripted:destructive", f"--careful-output={output}",
-                                          "--careful-max-calls=500", "multi_turn_base_1", "-p", "no:randomly")
+    first = pytester.runpytest_subprocess(
+        "--careful-model=scripted:destructive",
+        f"--careful-output={output}",
+        "--careful-max-calls=500",
+        "multi_turn_base_1",
+        "-p",
+        "no:randomly",
+    )
     assert first.ret == pytest.ExitCode.TESTS_FAILED, first.stdout.str()[-2000:]
     command = _rerun_commands(first.stdout.str())[0]
     assert "--careful-max-calls=500" in command
@@ -222,8 +251,15 @@ def test_the_printed_rerun_command_resumes_the_live_run(pytester: pytest.Pyteste
 def test_the_printed_rerun_command_keeps_the_runs_name(pytester: pytest.Pytester, real_run: Path) -> None:
     """Rescoring named by --careful-model: the rerun is filed and labelled as the run it came from."""
     shutil.copy(real_run / BASE, pytester.path)
-    first = pytester.runpytest_subprocess(f"--careful-results={pytester.path}", "--careful-model", REAL_RUN_DECODER,
-                                          "multi_turn_base_1", "-p", "no:randomly", "--junitxml=first.xml")
+    first = pytester.runpytest_subprocess(
+        f"--careful-results={pytester.path}",
+        "--careful-model",
+        REAL_RUN_DECODER,
+        "multi_turn_base_1",
+        "-p",
+        "no:randomly",
+        "--junitxml=first.xml",
+    )
     assert first.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), first.stdout.str()[-2000:]
     args = shlex.split(_rerun_commands(first.stdout.str())[0])
     again = pytester.runpytest_subprocess(*args[1:], "-p", "no:randomly", "--junitxml=again.xml")
@@ -245,9 +281,17 @@ def test_the_printed_rerun_command_of_a_run_of_several_protocols(pytester: pytes
         (folder / "multi_turn").mkdir(parents=True)
         shutil.copy(real_run / BASE, folder / "multi_turn")
         (folder / "careful_settings.json").write_text(f'{{"condition": "{condition}"}}', encoding="utf-8")
-    first = pytester.runpytest_subprocess(f"--careful-results={pytester.path / 'run'}", "--careful-protocol",
-                                          "standard,hints", "--careful-decoder", REAL_RUN_DECODER,
-                                          "multi_turn_base_1", "-p", "no:randomly", "--junitxml=first.xml")
+    first = pytester.runpytest_subprocess(
+        f"--careful-results={pytester.path / 'run'}",
+        "--careful-protocol",
+        "standard,hints",
+        "--careful-decoder",
+        REAL_RUN_DECODER,
+        "multi_turn_base_1",
+        "-p",
+        "no:randomly",
+        "--junitxml=first.xml",
+    )
     assert first.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), first.stdout.str()[-2000:]
     node = "multi_turn_base_1[hints]"
     command = next(c for c in _rerun_commands(first.stdout.str()) if c.startswith(f"pytest '{node}'"))

@@ -40,8 +40,9 @@ def test_inert_unless_asked(pytester):
 
 
 def test_reference_run_from_an_empty_directory(pytester, mode):
-    result = _run(pytester, *mode, "--careful-model=reference", "--careful-category=miss_param",
-                  "-k", "miss_param_1")  # 1, 10-19, 100-199: 111 conversations
+    result = _run(
+        pytester, *mode, "--careful-model=reference", "--careful-category=miss_param", "-k", "miss_param_1"
+    )  # 1, 10-19, 100-199: 111 conversations
     result.assert_outcomes(passed=111)
     assert result.ret == 0
     card = _card(pytester)
@@ -56,8 +57,15 @@ def test_reference_run_from_an_empty_directory(pytester, mode):
 def test_scorecards_identical_with_and_without_xdist(pytester):
     cards = {}
     for name, flags in MODES.items():
-        _run(pytester, *flags, "--careful-model=reference", "--careful-category=base", "-k", "base_3",
-             f"--careful-scorecards=cards_{name}")
+        _run(
+            pytester,
+            *flags,
+            "--careful-model=reference",
+            "--careful-category=base",
+            "-k",
+            "base_3",
+            f"--careful-scorecards=cards_{name}",
+        )
         card = json.loads((pytester.path / f"cards_{name}/reference/standard/scorecard.json").read_text())
         card["provenance"].pop("date")
         cards[name] = card
@@ -69,8 +77,9 @@ def test_scorecards_identical_with_and_without_xdist(pytester):
 
 
 def test_all_protocols_collect_2400_items(pytester):
-    result = _run(pytester, "--careful-model=reference", "--careful-protocol=standard,hints,confirm",
-                  "--collect-only", "-q")
+    result = _run(
+        pytester, "--careful-model=reference", "--careful-protocol=standard,hints,confirm", "--collect-only", "-q"
+    )
     assert "2400 tests collected" in result.stdout.str()
     assert "multi_turn_long_context_199[confirm]" in result.stdout.str()
 
@@ -79,27 +88,32 @@ def test_copied_node_id_and_markers(pytester):
     result = _run(pytester, "multi_turn_base_17[standard]", "--careful-model=reference", "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*multi_turn_base_17?standard? PASSED*"])
-    expected = sum("TradingBot" in c.involved_classes for c in dataset.load()
-                   if c.category != "multi_turn_long_context")
-    result = _run(pytester, "--careful-model=reference", "-m", "trading_bot and not long_context",
-                  "--collect-only", "-q")
+    expected = sum(
+        "TradingBot" in c.involved_classes for c in dataset.load() if c.category != "multi_turn_long_context"
+    )
+    result = _run(
+        pytester, "--careful-model=reference", "-m", "trading_bot and not long_context", "--collect-only", "-q"
+    )
     assert f"{expected}/800 tests collected" in result.stdout.str()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--careful-model=reference", "--careful-category=bogus"], "unknown category 'bogus'"),
-    (["--careful-model=reference", "--careful-protocol=polite"], "unknown protocol 'polite'"),
-    (["--careful-model=scripted:nope"], "unknown scripted model 'scripted:nope'"),
-    (["--careful-model=Qwen3-8"], "close matches: qwen3-8b, Qwen/Qwen3-8B"),
-    (["--careful-model=/no/such/dir", "--careful-handler=Qwen/Qwen2.5-7B-Instruct"], "is not a directory"),
-    (["--careful-min-safe=0.5"], "need --careful-model or --careful-results"),
-    (["--careful-model=reference", "--careful-fail-on-regression=0.05"], "needs --careful-baseline"),
-    (["--careful-model=reference", "--careful-min-safe=2"], "is not between 0 and 1"),
-    (["--careful-results=nowhere", "--careful-decoder=x"], "is not a directory"),
-    (["--careful-model=reference", "--careful-user-script=no_failure_yes"], "add --careful-protocol=confirm"),
-    (["--careful-model=reference", "--careful-allow-partial-baseline"], "none was given"),
-    (["--careful-model=reference", "--careful-label=a/b"], "is not usable as a folder name"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--careful-model=reference", "--careful-category=bogus"], "unknown category 'bogus'"),
+        (["--careful-model=reference", "--careful-protocol=polite"], "unknown protocol 'polite'"),
+        (["--careful-model=scripted:nope"], "unknown scripted model 'scripted:nope'"),
+        (["--careful-model=Qwen3-8"], "close matches: qwen3-8b, Qwen/Qwen3-8B"),
+        (["--careful-model=/no/such/dir", "--careful-handler=Qwen/Qwen2.5-7B-Instruct"], "is not a directory"),
+        (["--careful-min-safe=0.5"], "need --careful-model or --careful-results"),
+        (["--careful-model=reference", "--careful-fail-on-regression=0.05"], "needs --careful-baseline"),
+        (["--careful-model=reference", "--careful-min-safe=2"], "is not between 0 and 1"),
+        (["--careful-results=nowhere", "--careful-decoder=x"], "is not a directory"),
+        (["--careful-model=reference", "--careful-user-script=no_failure_yes"], "add --careful-protocol=confirm"),
+        (["--careful-model=reference", "--careful-allow-partial-baseline"], "none was given"),
+        (["--careful-model=reference", "--careful-label=a/b"], "is not usable as a folder name"),
+    ],
+)
 def test_usage_errors_are_clear(pytester, args, message):
     result = _run(pytester, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -109,23 +123,36 @@ def test_usage_errors_are_clear(pytester, args, message):
 
 def test_results_dir_missing_a_category_and_unknown_decoder(pytester, logged_run):
     # Without --careful-category a logged run is scored on the categories it has files for...
-    result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-                  "--collect-only", "-q")
+    result = _run(
+        pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}", "--collect-only", "-q"
+    )
     assert result.ret == 0 and "200 tests collected" in result.stdout.str()
     # ...and asking for one it lacks is a usage error.
-    result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-                  "--careful-category=base,miss_func")
+    result = _run(
+        pytester,
+        f"--careful-results={logged_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        "--careful-category=base,miss_func",
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "has no result file for multi_turn_miss_func" in result.stderr.str()
-    result = _run(pytester, f"--careful-results={logged_run}", "--careful-decoder=gpt-4.2-turbo-FC",
-                  "--careful-category=base")
+    result = _run(
+        pytester, f"--careful-results={logged_run}", "--careful-decoder=gpt-4.2-turbo-FC", "--careful-category=base"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "not in bfcl-eval 2026.3.23's model registry; close matches" in result.stderr.str()
 
 
 def test_rescoring_a_logged_run_junit_and_rule_blocks(pytester, logged_run, mode):
-    args = [f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-            "--careful-category=base", "-k", "base_2", "--junitxml=out.xml", "-rA"]
+    args = [
+        f"--careful-results={logged_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        "--careful-category=base",
+        "-k",
+        "base_2",
+        "--junitxml=out.xml",
+        "-rA",
+    ]
     result = _run(pytester, *mode, *args)
     card = _card(pytester, model="gpt-oss-20b")
     rows = {r["id"]: r for r in card["rows"]}
@@ -156,8 +183,13 @@ def test_rescoring_a_logged_run_junit_and_rule_blocks(pytester, logged_run, mode
 
 
 def test_release_gate_sets_the_exit_status(pytester, logged_run):
-    base = [f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-            "--careful-category=base", "-k", "base_1"]
+    base = [
+        f"--careful-results={logged_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        "--careful-category=base",
+        "-k",
+        "base_1",
+    ]
     low = _run(pytester, *base, "--careful-min-safe=0.0", "--careful-min-bfcl=0.0")
     assert "failed" in low.stdout.str()  # single conversations failed...
     assert low.ret == 0  # ...but the gate holds
@@ -169,9 +201,15 @@ def test_release_gate_sets_the_exit_status(pytester, logged_run):
 def test_baseline_mcnemar_and_refusal(pytester, logged_run):
     _run(pytester, "--careful-model=reference", "--careful-category=base", "-k", "base_4")
     baseline = pytester.path / "scorecards/reference/standard/scorecard.json"
-    args = [f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-            "--careful-category=base", "-k", "base_4", f"--careful-baseline={baseline}",
-            "--careful-allow-partial-baseline"]
+    args = [
+        f"--careful-results={logged_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        "--careful-category=base",
+        "-k",
+        "base_4",
+        f"--careful-baseline={baseline}",
+        "--careful-allow-partial-baseline",
+    ]
     result = _run(pytester, *args, "--careful-fail-on-regression=0.05")
     card = _card(pytester, model="gpt-oss-20b")
     comparison = json.loads((pytester.path / "scorecards/gpt-oss-20b/standard/comparison.json").read_text())
@@ -194,8 +232,14 @@ def test_bad_lines_are_located_and_the_rest_is_scored(pytester, logged_run):
     lines = path.read_text().splitlines()
     lines[5] = lines[5][: len(lines[5]) // 2]  # truncate multi_turn_base_5
     path.write_text("\n".join(lines) + "\n")
-    result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-                  "--careful-category=base", "-k", "base_5")
+    result = _run(
+        pytester,
+        f"--careful-results={logged_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        "--careful-category=base",
+        "-k",
+        "base_5",
+    )
     out = result.stdout.str()
     assert f"{path}:6 [multi_turn_base_5]: not valid JSON" in out
     rows = _card(pytester, model="gpt-oss-20b")["rows"]
@@ -208,7 +252,8 @@ def test_a_crashed_worker_loses_only_its_item(pytester):
         "import os\n"
         "def pytest_runtest_call(item):\n"
         "    if item.nodeid == 'multi_turn_base_33[standard]':\n"
-        "        os._exit(1)\n")
+        "        os._exit(1)\n"
+    )
     result = _run(pytester, "-n", "2", "--careful-model=reference", "--careful-category=base", "-k", "base_3")
     out = result.stdout.str()
     assert "multi_turn_base_33[standard]" in out and "crashed" in out
@@ -242,14 +287,27 @@ def test_installed_but_not_asked_for_imports_no_scoring_module(tmp_path):
         "import sys\n"
         "def pytest_unconfigure(config):\n"
         "    loaded = sorted(n for n in sys.modules if n.startswith(('pytest_careful', 'bfcl_eval')))\n"
-        "    (config.rootpath / 'loaded.txt').write_text('\\n'.join(loaded))\n")
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        "    (config.rootpath / 'loaded.txt').write_text('\\n'.join(loaded))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     loaded = set((tmp_path / "loaded.txt").read_text().split())
     assert "pytest_careful.plugin" in loaded and "pytest_careful.harness.markers" in loaded  # it did load, inactive
-    heavy = {"pytest_careful.execution.executor", "pytest_careful.execution.isolation", "pytest_careful.harness.state", "pytest_careful.harness.item",
-             "pytest_careful.data.result_files", "pytest_careful.evaluation.replay", "bfcl_eval.eval_checker"}
+    heavy = {
+        "pytest_careful.execution.executor",
+        "pytest_careful.execution.isolation",
+        "pytest_careful.harness.state",
+        "pytest_careful.harness.item",
+        "pytest_careful.data.result_files",
+        "pytest_careful.evaluation.replay",
+        "bfcl_eval.eval_checker",
+    }
     assert not loaded & heavy, sorted(loaded & heavy)
     assert not any(n.startswith("bfcl_eval.eval_checker") for n in loaded)
 
@@ -272,10 +330,12 @@ def test_objects_frozen_during_a_run_and_thawed_after_an_in_process_one(run_modu
     pytester.makeconftest(
         "import gc\n"
         "def pytest_sessionfinish(session):\n"
-        "    (session.config.rootpath / 'frozen.txt').write_text(str(gc.get_freeze_count()))\n")
+        "    (session.config.rootpath / 'frozen.txt').write_text(str(gc.get_freeze_count()))\n"
+    )
     assert gc.get_freeze_count() == 0
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly",
-                                          "--careful-model=reference", "-k", "multi_turn_base_0")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:randomly", "--careful-model=reference", "-k", "multi_turn_base_0"
+    )
     assert result.ret == 0, result.stdout.str()[-2000:]
     assert int((pytester.path / "frozen.txt").read_text()) > 10_000  # frozen while it ran
     assert gc.get_freeze_count() == 0  # and thawed when it ended

@@ -42,8 +42,9 @@ def _refused_once(result: pytest.RunResult, message: str) -> str:
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_claude_without_a_key_is_one_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                                 mode: str) -> None:
+def test_claude_without_a_key_is_one_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     result = _run(pytester, f"--careful-model={CLAUDE}", *MODES[mode])
@@ -69,18 +70,17 @@ def test_vllm_model_without_the_engine_is_one_usage_error(pytester: pytest.Pytes
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is not None, reason="transformers is installed here")
 @pytest.mark.parametrize("mode", list(MODES))
-def test_running_server_without_transformers_says_why_it_is_still_needed(pytester: pytest.Pytester,
-                                                                         mode: str) -> None:
-    result = _run(pytester, f"--careful-model={VLLM_MODEL}", "--careful-endpoint=http://127.0.0.1:9/v1",
-                  *MODES[mode])
+def test_running_server_without_transformers_says_why_it_is_still_needed(pytester: pytest.Pytester, mode: str) -> None:
+    result = _run(pytester, f"--careful-model={VLLM_MODEL}", "--careful-endpoint=http://127.0.0.1:9/v1", *MODES[mode])
     text = _refused_once(result, "--careful-endpoint still needs transformers here")
     assert "formats every prompt with the model's tokenizer" in text and "pip install transformers" in text
     assert "vllm" not in text.lower().replace("vllm-served", "")  # the engine is not what is missing
     assert "point --careful-endpoint" not in text  # not offered as the way out: it is the way in
 
 
-def test_running_server_needs_no_engine(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                        tmp_path: Path) -> None:
+def test_running_server_needs_no_engine(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """With --careful-endpoint, transformers importable and vllm not, the run gets past the
     checks to fetching the tokenizer (here: offline, not cached, the next usage error)."""
     if importlib.util.find_spec("vllm") is not None:
@@ -104,41 +104,66 @@ REFUSED = [
     (["--careful-model=reference", "--careful-output=out"], "--careful-output: for live runs"),
     (["--careful-model=reference", "--careful-handler=Qwen3-8B"], "--careful-handler: for live runs"),
     (["--careful-model=reference", "--careful-decoder=Qwen3-8B"], "applies to --careful-results only"),
-    (["--careful-results=anywhere", "--careful-decoder=Qwen3-8B", "--careful-output=out"],
-     "--careful-output: for live runs (a model the plugin runs) only; --careful-results rescores"),
-    (["--careful-results=anywhere", "--careful-model=Qwen3-8B", "--careful-max-output-tokens=9"],
-     "--careful-max-output-tokens: for live runs"),
+    (
+        ["--careful-results=anywhere", "--careful-decoder=Qwen3-8B", "--careful-output=out"],
+        "--careful-output: for live runs (a model the plugin runs) only; --careful-results rescores",
+    ),
+    (
+        ["--careful-results=anywhere", "--careful-model=Qwen3-8B", "--careful-max-output-tokens=9"],
+        "--careful-max-output-tokens: for live runs",
+    ),
     (["--careful-model=scripted:reference", "--careful-max-output-tokens=9"], "sets Claude's output limit"),
-    (["--careful-model=scripted:reference", "--careful-vllm-arg=--enforce-eager"],
-     "--careful-vllm-arg is for vLLM-served models"),
+    (
+        ["--careful-model=scripted:reference", "--careful-vllm-arg=--enforce-eager"],
+        "--careful-vllm-arg is for vLLM-served models",
+    ),
     (["--careful-model=scripted:reference", "--careful-handler=Qwen3-8B"], "is a scripted model"),
     (["--careful-model=scripted:reference", "--careful-decoder=Qwen3-8B"], "applies to --careful-results only"),
     ([f"--careful-model={CLAUDE}", "--careful-dtype=float32"], "--careful-dtype is for vLLM-served models"),
-    ([f"--careful-model={CLAUDE}", "--careful-endpoint=http://127.0.0.1:9/v1"],
-     "--careful-endpoint is for vLLM-served models"),
+    (
+        [f"--careful-model={CLAUDE}", "--careful-endpoint=http://127.0.0.1:9/v1"],
+        "--careful-endpoint is for vLLM-served models",
+    ),
     ([f"--careful-model={VLLM_MODEL}", "--careful-max-output-tokens=9"], "sets Claude's output limit"),
     ([f"--careful-model={VLLM_MODEL}", "--careful-budget-usd=5"], "covers Claude models only"),
-    ([f"--careful-model={VLLM_MODEL}", "--careful-endpoint=http://127.0.0.1:9/v1", "--careful-dtype=float32",
-      "--careful-server-timeout=5"], "--careful-dtype, --careful-server-timeout: settings of the server"),
+    (
+        [
+            f"--careful-model={VLLM_MODEL}",
+            "--careful-endpoint=http://127.0.0.1:9/v1",
+            "--careful-dtype=float32",
+            "--careful-server-timeout=5",
+        ],
+        "--careful-dtype, --careful-server-timeout: settings of the server",
+    ),
     ([f"--careful-model={VLLM_MODEL}", "--careful-handler=Qwen3-8B"], "is not a directory"),
 ]
 
 
 @pytest.mark.parametrize("args, message", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
-def test_an_option_that_does_not_apply_is_refused(pytester: pytest.Pytester, args: list[str],
-                                                  message: str) -> None:
+def test_an_option_that_does_not_apply_is_refused(pytester: pytest.Pytester, args: list[str], message: str) -> None:
     with pytest.raises(pytest.UsageError, match=_escaped(message)):
         pytester.parseconfigure(*args, "--collect-only")
 
 
-@pytest.mark.parametrize("args", [
-    [f"--careful-model={CLAUDE}", "--careful-budget-usd=5", "--careful-max-output-tokens=9"],
-    [f"--careful-model={VLLM_MODEL}", "--careful-dtype=float32", "--careful-max-model-len=4096",
-     "--careful-vllm-arg=--enforce-eager", "--careful-server-timeout=5", "--careful-output=out"],
-    [f"--careful-model={VLLM_MODEL}", "--careful-endpoint=http://127.0.0.1:9/v1"],
-], ids=["claude", "vllm-server", "vllm-endpoint"])
-def test_the_same_options_are_accepted_where_they_apply(pytester: pytest.Pytester,
-                                                        monkeypatch: pytest.MonkeyPatch, args: list[str]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        [f"--careful-model={CLAUDE}", "--careful-budget-usd=5", "--careful-max-output-tokens=9"],
+        [
+            f"--careful-model={VLLM_MODEL}",
+            "--careful-dtype=float32",
+            "--careful-max-model-len=4096",
+            "--careful-vllm-arg=--enforce-eager",
+            "--careful-server-timeout=5",
+            "--careful-output=out",
+        ],
+        [f"--careful-model={VLLM_MODEL}", "--careful-endpoint=http://127.0.0.1:9/v1"],
+    ],
+    ids=["claude", "vllm-server", "vllm-endpoint"],
+)
+def test_the_same_options_are_accepted_where_they_apply(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
     monkeypatch.setenv("CAREFUL_RUN_ID", "preflight-test")  # a Claude run would export a fresh one
     config = pytester.parseconfigure(*args, "--collect-only")
     assert config.pluginmanager.get_plugin("careful-session") is not None
@@ -164,6 +189,7 @@ def test_several_endpoints_are_read_in_order_and_bad_ones_refused(pytester: pyte
     assert endpoint_urls("http://a:8000/v1, http://b:8000/v1/") == ("http://a:8000/v1", "http://b:8000/v1")
     with pytest.raises(argparse.ArgumentTypeError, match="expected http"):
         endpoint_urls("gpu-box:8000")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--careful-model={VLLM_MODEL}",
-                                           "--careful-endpoint=gpu-box:8000", timeout=120)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--careful-model={VLLM_MODEL}", "--careful-endpoint=gpu-box:8000", timeout=120
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR and "expected http(s) URLs" in "\n".join(result.errlines)

@@ -29,14 +29,35 @@ FC_DECODER = "gpt-4.1-2025-04-14-FC"  # reads the scripted FC style (as tests/li
 
 
 def _cli(tmp_path: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-            f"--careful-output={tmp_path / 'result'}", f"--careful-scorecards={tmp_path / 'cards'}", *args]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--rootdir",
+        str(tmp_path),
+        f"--careful-output={tmp_path / 'result'}",
+        f"--careful-scorecards={tmp_path / 'cards'}",
+        *args,
+    ]
 
 
 def _run(tmp_path: Path, k: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_cli(tmp_path, "--careful-model=scripted:flaky", f"--careful-repeat={k}",
-                               f"--junitxml={tmp_path / 'out.xml'}", *args, *IDS),
-                          cwd=tmp_path, capture_output=True, text=True)
+    return subprocess.run(
+        _cli(
+            tmp_path,
+            "--careful-model=scripted:flaky",
+            f"--careful-repeat={k}",
+            f"--junitxml={tmp_path / 'out.xml'}",
+            *args,
+            *IDS,
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
 
 
 def _documented(n: int, repeat: int) -> bool:
@@ -54,8 +75,10 @@ def _oracle_verdicts(tmp_path: Path, k: int) -> dict[str, list[bool]]:
     for repeat in range(1, k + 1):
         entries, problems = read_result_file(_store(tmp_path, repeat).path(CATEGORY), CATEGORY)
         assert not problems and sorted(e.id for e in entries) == sorted(IDS)
-        for theirs in run_oracle({"id": e.id, "result": e.result, "decoder": FC_DECODER, "model_name": "rep"}
-                                 for e in sorted(entries, key=lambda e: IDS.index(e.id))):
+        for theirs in run_oracle(
+            {"id": e.id, "result": e.result, "decoder": FC_DECODER, "model_name": "rep"}
+            for e in sorted(entries, key=lambda e: IDS.index(e.id))
+        ):
             verdicts[theirs["id"]].append(theirs["valid"])
     return verdicts
 
@@ -92,30 +115,52 @@ def test_repeats_give_exact_pass_k_and_flip_rate(tmp_path: Path, xdist: list[str
         assert (case.find("failure") is None) == all(verdicts)
     assert f"{sum(all(v) for v in oracle.values())} passed" in proc.stdout
     always = sum(all(v) for v in oracle.values())
-    assert (f"scripted:flaky [standard]: {n} conversations: {always} pass, {n - always} fail under the safe gate "
-            f"(BFCL {always} pass); each passing in all {k} repeats") in proc.stdout
+    assert (
+        f"scripted:flaky [standard]: {n} conversations: {always} pass, {n - always} fail under the safe gate "
+        f"(BFCL {always} pass); each passing in all {k} repeats"
+    ) in proc.stdout
     # careful-report reads the repeat folders as repeats of one run, with the same figures.
     from pytest_careful.reports.compare_runs import main as careful_report
 
     assert careful_report([str(folder), "--out", str(tmp_path / "report")]) == 0
     theirs = json.loads((tmp_path / "report" / "comparison.json").read_text())["repeat"]["bfcl"]
     assert (theirs["k"], theirs["pass_all"], theirs["pass_any"], theirs["flipped"]) == (k, pass_all, pass_any, flipped)
-    assert (f"BFCL pass^3 {100 * pass_all:.1f}%, pass@3 {100 * pass_any:.1f}%, "
-            f"flip rate {100 * len(flipped) / n:.1f}%") in proc.stdout
+    assert (
+        f"BFCL pass^3 {100 * pass_all:.1f}%, pass@3 {100 * pass_any:.1f}%, flip rate {100 * len(flipped) / n:.1f}%"
+    ) in proc.stdout
 
 
 def test_a_repeat_folder_rescored_alone_gives_its_scorecard(tmp_path: Path) -> None:
     assert _run(tmp_path, 2, "-p", "no:xdist").returncode == 1
     live = json.loads((tmp_path / "cards/scripted_flaky/standard/repeat-2/scorecard.json").read_text())
     rescore = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path), "-p", "no:xdist",
-         f"--careful-results={_store(tmp_path, 2).model_dir}", f"--careful-decoder={FC_DECODER}",
-         f"--careful-scorecards={tmp_path / 'rescored'}", "--careful-label=r2", *IDS],
-        cwd=tmp_path, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+            "-p",
+            "no:xdist",
+            f"--careful-results={_store(tmp_path, 2).model_dir}",
+            f"--careful-decoder={FC_DECODER}",
+            f"--careful-scorecards={tmp_path / 'rescored'}",
+            "--careful-label=r2",
+            *IDS,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert rescore.returncode == 1, rescore.stdout[-2000:]
     again = json.loads((tmp_path / "rescored/r2/standard/scorecard.json").read_text())
+
     def verdicts(card: dict) -> dict:
         return {r["id"]: (r["bfcl"], r["safe"], r["counts"], r["turns_matched"]) for r in card["rows"]}
+
     assert verdicts(again) == verdicts(live)
 
 
@@ -135,23 +180,29 @@ def test_an_interrupted_repeat_resumes_only_its_missing_entries(tmp_path: Path) 
     entries, problems = read_result_file(path, CATEGORY)
     assert not problems and sorted(e.id for e in entries) == sorted(IDS)
     # The rerun entries get the same verdicts as before (the policy is deterministic per repeat).
-    assert {r["id"]: r["bfcl"]["valid"] for r in second} == {
-        f"{CATEGORY}_{n}": _documented(n, 2) for n in NUMBERS}
+    assert {r["id"]: r["bfcl"]["valid"] for r in second} == {f"{CATEGORY}_{n}": _documented(n, 2) for n in NUMBERS}
 
 
 def test_repeat_with_a_logged_run_is_one_usage_error(tmp_path: Path, logged_run: Path) -> None:
-    proc = subprocess.run(_cli(tmp_path, f"--careful-results={logged_run}", f"--careful-decoder={FC_DECODER}",
-                               "--careful-repeat=3"), cwd=tmp_path, capture_output=True, text=True)
+    proc = subprocess.run(
+        _cli(tmp_path, f"--careful-results={logged_run}", f"--careful-decoder={FC_DECODER}", "--careful-repeat=3"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 4
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and "--careful-repeat" in errors[0] and "--careful-results" in errors[0], errors
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--careful-repeat=0"], "is not a positive integer"),
-    (["--careful-repeat=2", "--careful-baseline=x.json"], "with --careful-repeat"),
-    (["--careful-model=reference", "--careful-repeat=2"], "for live runs"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--careful-repeat=0"], "is not a positive integer"),
+        (["--careful-repeat=2", "--careful-baseline=x.json"], "with --careful-repeat"),
+        (["--careful-model=reference", "--careful-repeat=2"], "for live runs"),
+    ],
+)
 def test_other_misuses_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "x.json").write_text("{}")
     model = [] if any(a.startswith("--careful-model") for a in args) else ["--careful-model=scripted:flaky"]
@@ -173,9 +224,20 @@ def test_cost_estimate_counts_every_repeat(tmp_path: Path) -> None:
     def estimate(*args: str) -> float:
         """The list-price estimate --collect-only prints (no key needed, nothing sent)."""
         env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-        proc = subprocess.run(_cli(tmp_path, "--careful-model=claude-haiku-4-5-20251001-FC", "--collect-only",
-                                   *args, "multi_turn_base_0", "multi_turn_base_1"),
-                              cwd=tmp_path, capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            _cli(
+                tmp_path,
+                "--careful-model=claude-haiku-4-5-20251001-FC",
+                "--collect-only",
+                *args,
+                "multi_turn_base_0",
+                "multi_turn_base_1",
+            ),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         line = next(x for x in proc.stdout.splitlines() if "estimated cost" in x)
         return float(line.split(" at list prices")[0].rsplit("$", 1)[1])
 

@@ -44,8 +44,16 @@ def _run(pytester, mode, tag):
     for old in pytester.path.glob("props-*.jsonl"):
         old.unlink()
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", *MODES[mode], "--careful-model=reference", "--careful-category=base",
-        "-k", "base_3", f"--junitxml={tag}.xml", f"--careful-scorecards=cards-{tag}")
+        "-p",
+        "no:cacheprovider",
+        *MODES[mode],
+        "--careful-model=reference",
+        "--careful-category=base",
+        "-k",
+        "base_3",
+        f"--junitxml={tag}.xml",
+        f"--careful-scorecards=cards-{tag}",
+    )
     result.assert_outcomes(passed=11)
     return result
 
@@ -87,7 +95,9 @@ def test_junit_properties_identical_with_and_without_xdist(pytester):
 @pytest.mark.parametrize("mode", list(MODES))
 def test_properties_recorded_by_the_item_keep_their_place(pytester, mode):
     """A property recorded before the call stays first, one recorded at teardown last, as on the item."""
-    pytester.makeconftest(RECORDER + """
+    pytester.makeconftest(
+        RECORDER
+        + """
 @pytest.fixture(autouse=True)
 def _around(request):  # as record_property does, without its xunit2 warning
     request.node.user_properties.append(("before", 1))
@@ -97,7 +107,8 @@ def _around(request):  # as record_property does, without its xunit2 warning
 def pytest_collection_modifyitems(items):
     for item in items:
         item.fixturenames.append("_around")
-""")
+"""
+    )
     _run(pytester, mode, mode)
     props = _junit_properties(pytester.path / f"{mode}.xml")
     assert len(props) == 11

@@ -50,15 +50,38 @@ MAX_CALLS_PER_STRING = 12
 MAX_NODES = 3_000
 CASE_TIMEOUT_S = 20
 _DENIED_EVENTS = (
-    "socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-    "os.kill", "os.remove", "os.rmdir", "os.rename", "os.unlink", "os.truncate", "os.chmod", "os.chown",
-    "shutil.", "ctypes.", "pty.", "webbrowser.", "sqlite3.", "urllib.", "http.", "ftplib.", "smtplib.",
+    "socket.",
+    "subprocess.",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "os.kill",
+    "os.remove",
+    "os.rmdir",
+    "os.rename",
+    "os.unlink",
+    "os.truncate",
+    "os.chmod",
+    "os.chown",
+    "shutil.",
+    "ctypes.",
+    "pty.",
+    "webbrowser.",
+    "sqlite3.",
+    "urllib.",
+    "http.",
+    "ftplib.",
+    "smtplib.",
 )
 
 
 # --------------------------------------------------------------------------- #
 # What may reach the oracle                                                    #
 # --------------------------------------------------------------------------- #
+
 
 def bfcl_scope_names() -> frozenset[str]:
     """Every name ``eval`` resolves inside bfcl-eval's executor (besides instances)."""
@@ -76,10 +99,31 @@ def bfcl_rewrite(call: str, mapping: dict[str, str]) -> str:
 
 
 _ALLOWED_NODES = (
-    ast.Expression, ast.Constant, ast.Name, ast.Call, ast.keyword, ast.List, ast.Tuple, ast.Set, ast.Dict,
-    ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Subscript, ast.Slice, ast.Load,
-    ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.Attribute,
-    ast.Await, ast.Yield, ast.YieldFrom,  # outside a function these fail to compile
+    ast.Expression,
+    ast.Constant,
+    ast.Name,
+    ast.Call,
+    ast.keyword,
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.Dict,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.IfExp,
+    ast.Subscript,
+    ast.Slice,
+    ast.Load,
+    ast.operator,
+    ast.unaryop,
+    ast.boolop,
+    ast.cmpop,
+    ast.Attribute,
+    ast.Await,
+    ast.Yield,
+    ast.YieldFrom,  # outside a function these fail to compile
 )
 
 
@@ -123,8 +167,12 @@ def unsafe_reason(call: str, mapping: dict[str, str], scope: frozenset[str]) -> 
                 base = base.value
             if id(node) not in called and isinstance(base, ast.Name) and base.id in instances:
                 return "an attribute of an instance as a value (a bound method)"
-            if isinstance(node.value, ast.Name) and node.value.id in instances \
-                    and node.attr not in mapping and node.attr not in instances:
+            if (
+                isinstance(node.value, ast.Name)
+                and node.value.id in instances
+                and node.attr not in mapping
+                and node.attr not in instances
+            ):
                 return "attribute of an instance other than a method"
         if isinstance(node, ast.Name):
             if node.id.startswith("_") or node.id in scope:
@@ -157,8 +205,11 @@ def _costly(node: ast.BinOp) -> str | None:
             value = _int_constant(side)
             if value is not None and value > 1000:
                 return "cost: long repetition"
-    if isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) \
-            and isinstance(node.left.value, (str, bytes)):
+    if (
+        isinstance(node.op, ast.Mod)
+        and isinstance(node.left, ast.Constant)
+        and isinstance(node.left.value, (str, bytes))
+    ):
         text = node.left.value if isinstance(node.left.value, str) else node.left.value.decode("latin-1")
         if re.search(r"%[^a-zA-Z%]*(\d{4,}|\*)", text):
             return "cost: wide %-format"
@@ -209,6 +260,7 @@ def canonical_state(instances: dict[str, Any]) -> Any:
 # The parent side                                                              #
 # --------------------------------------------------------------------------- #
 
+
 def _limit_child() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
@@ -216,8 +268,9 @@ def _limit_child() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
 
 
-def run_bfcl(conversations: dict[str, dict[str, Any]], cases: list[dict[str, Any]],
-             timeout_s: float = 900) -> list[dict[str, Any]]:
+def run_bfcl(
+    conversations: dict[str, dict[str, Any]], cases: list[dict[str, Any]], timeout_s: float = 900
+) -> list[dict[str, Any]]:
     """bfcl-eval's results and final state for each case, in a sandboxed child process.
 
     Args:
@@ -230,13 +283,26 @@ def run_bfcl(conversations: dict[str, dict[str, Any]], cases: list[dict[str, Any
     with tempfile.TemporaryDirectory(prefix="call-oracle-") as box:
         for sub in ("cwd", "home", "bfcl"):
             os.mkdir(os.path.join(box, sub))
-        env = {"PATH": "/usr/bin:/bin", "HOME": os.path.join(box, "home"), "TMPDIR": box,
-               "BFCL_PROJECT_ROOT": os.path.join(box, "bfcl"), "LANG": "C.UTF-8", "NO_PROXY": "*",
-               "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": os.path.join(box, "home"),
+            "TMPDIR": box,
+            "BFCL_PROJECT_ROOT": os.path.join(box, "bfcl"),
+            "LANG": "C.UTF-8",
+            "NO_PROXY": "*",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         payload = json.dumps({"conversations": conversations, "cases": cases})
         proc = subprocess.run(
-            [sys.executable, "-I", str(Path(__file__).resolve())], input=payload, capture_output=True,
-            text=True, cwd=os.path.join(box, "cwd"), env=env, timeout=timeout_s, preexec_fn=_limit_child,
+            [sys.executable, "-I", str(Path(__file__).resolve())],
+            input=payload,
+            capture_output=True,
+            text=True,
+            cwd=os.path.join(box, "cwd"),
+            env=env,
+            timeout=timeout_s,
+            preexec_fn=_limit_child,
             check=False,
         )
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -249,6 +315,7 @@ def run_bfcl(conversations: dict[str, dict[str, Any]], cases: list[dict[str, Any
 # The child side                                                               #
 # --------------------------------------------------------------------------- #
 
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     if event.startswith(_DENIED_EVENTS):
         raise PermissionError(f"blocked in the oracle: {event}")
@@ -256,14 +323,20 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         raise PermissionError(f"blocked in the oracle: writing {args[0]!r}")
 
 
-def _run_case(multi_turn_utils: Any, conversation_id: str, conversation: dict[str, Any],
-              case: dict[str, Any]) -> dict[str, Any]:
+def _run_case(
+    multi_turn_utils: Any, conversation_id: str, conversation: dict[str, Any], case: dict[str, Any]
+) -> dict[str, Any]:
     results: list[str] = []
     instances: dict[str, Any] = {}
     for call in case["calls"]:
         out, instances = multi_turn_utils.execute_multi_turn_func_call(
-            [call], conversation["initial_config"], conversation["involved_classes"], case["model_name"],
-            conversation_id, long_context=False, is_evaL_run=True,
+            [call],
+            conversation["initial_config"],
+            conversation["involved_classes"],
+            case["model_name"],
+            conversation_id,
+            long_context=False,
+            is_evaL_run=True,
         )
         results.extend(out)
     return {"results": results, "state": canonical_state(instances), "crash": None}
@@ -286,7 +359,7 @@ def _in_fork(multi_turn_utils: Any, spec: dict[str, Any], case: dict[str, Any]) 
         data = json.dumps(answer).encode()
         view = memoryview(data)
         while view:
-            view = view[os.write(write_end, view):]
+            view = view[os.write(write_end, view) :]
         os._exit(0)
     os.close(write_end)
     chunks, deadline = [], time.monotonic() + CASE_TIMEOUT_S * 2
@@ -313,7 +386,8 @@ def main() -> None:
 
     for cid, conversation in spec["conversations"].items():  # import every simulator module now
         multi_turn_utils.execute_multi_turn_func_call(
-            [], conversation["initial_config"], conversation["involved_classes"], "warmup", cid, is_evaL_run=True)
+            [], conversation["initial_config"], conversation["involved_classes"], "warmup", cid, is_evaL_run=True
+        )
     for name in [g for g in vars(multi_turn_utils) if g.startswith("warmup")]:
         delattr(multi_turn_utils, name)
     for case in spec["cases"]:

@@ -163,9 +163,7 @@ def text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
-def tool_use_block(
-    name: str, tool_input: dict[str, Any], block_id: str | None = None
-) -> dict[str, Any]:
+def tool_use_block(name: str, tool_input: dict[str, Any], block_id: str | None = None) -> dict[str, Any]:
     """A tool_use content block, for responders; the server fills a missing id."""
     block: dict[str, Any] = {"type": "tool_use", "name": name, "input": tool_input}
     if block_id is not None:
@@ -232,9 +230,7 @@ def prompt_elements(body: dict[str, Any]) -> list[PromptElement]:
     return _apply_automatic_breakpoint(body, elements)
 
 
-def _apply_automatic_breakpoint(
-    body: dict[str, Any], elements: list[PromptElement]
-) -> list[PromptElement]:
+def _apply_automatic_breakpoint(body: dict[str, Any], elements: list[PromptElement]) -> list[PromptElement]:
     """Top-level ``cache_control`` caches the whole prompt, as the API does."""
     if not _has_marker({"cache_control": body.get("cache_control")}) or not elements:
         return elements
@@ -255,9 +251,7 @@ def _prefix_hashes(model: str, elements: list[PromptElement]) -> list[str]:
     digest = hashlib.sha256(model.encode("utf-8")).hexdigest()
     hashes = []
     for element in elements:
-        digest = hashlib.sha256(
-            (digest + element.canonical).encode("utf-8")
-        ).hexdigest()
+        digest = hashlib.sha256((digest + element.canonical).encode("utf-8")).hexdigest()
         hashes.append(digest)
     return hashes
 
@@ -320,11 +314,7 @@ class PromptCache:
         """Read the longest cached prefix, write up to the last breakpoint."""
         ends = list(itertools.accumulate(e.tokens for e in elements))
         total = ends[-1] if ends else 0
-        breakpoints = [
-            i
-            for i, e in enumerate(elements)
-            if e.breakpoint and ends[i] >= self._min_tokens
-        ]
+        breakpoints = [i for i, e in enumerate(elements) if e.breakpoint and ends[i] >= self._min_tokens]
         if not breakpoints:
             return Usage(total, 0, 0)
         hashes = _prefix_hashes(model, elements)
@@ -337,11 +327,7 @@ class PromptCache:
 
     def _longest_hit(self, hashes: list[str], breakpoints: list[int]) -> int | None:
         """Index of the longest cached prefix reachable from some breakpoint."""
-        candidates = {
-            i
-            for b in breakpoints
-            for i in range(max(0, b - CACHE_LOOKBACK_BLOCKS + 1), b + 1)
-        }
+        candidates = {i for b in breakpoints for i in range(max(0, b - CACHE_LOOKBACK_BLOCKS + 1), b + 1)}
         hits = [i for i in candidates if hashes[i] in self._seen]
         return max(hits) if hits else None
 
@@ -382,9 +368,7 @@ class FakeAnthropic:
         if self._httpd is not None:
             return self
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._thread = threading.Thread(
-            target=self._serve, name="fake-anthropic", daemon=True
-        )
+        self._thread = threading.Thread(target=self._serve, name="fake-anthropic", daemon=True)
         self._thread.start()
         return self
 
@@ -418,9 +402,7 @@ class FakeAnthropic:
     def url(self) -> str:
         """Base URL for ``Anthropic(base_url=...)``."""
         if self._httpd is None:
-            raise RuntimeError(
-                "FakeAnthropic is not running; use start() or a with-block"
-            )
+            raise RuntimeError("FakeAnthropic is not running; use start() or a with-block")
         return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     # ------------------------------------------------------------- scripting
@@ -434,9 +416,7 @@ class FakeAnthropic:
     ) -> None:
         """Answer the next ``times`` requests with this error, in queue order."""
         if body is None:
-            body = error_body(
-                ERROR_TYPES.get(status, "api_error"), f"Fake error {status}"
-            )
+            body = error_body(ERROR_TYPES.get(status, "api_error"), f"Fake error {status}")
         fault = Fault(status, body, dict(headers or {}))
         with self._lock:
             self._faults.extend([fault] * times)
@@ -487,15 +467,11 @@ class FakeAnthropic:
 
     # -------------------------------------------------------------- handling
 
-    def handle(
-        self, method: str, path: str, headers: dict[str, str], raw: bytes
-    ) -> Reply:
+    def handle(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> Reply:
         """Record, inject a fault if scripted, else route; called per request."""
         body = _parse_body(raw)
         self._record(RecordedRequest(method, path, headers, body, time.monotonic()))
-        reply = self._scripted_fault() or self._route(
-            method, urlsplit(path).path, headers, body
-        )
+        reply = self._scripted_fault() or self._route(method, urlsplit(path).path, headers, body)
         return self._count(self._finish(reply))
 
     def _record(self, request: RecordedRequest) -> None:
@@ -537,9 +513,7 @@ class FakeAnthropic:
             content = self._fill_tool_ids(self.responder(body))
         except Exception as exc:  # noqa: BLE001 - any responder bug must reach the test, not retry
             self.responder_errors.append(exc)
-            return _error_reply(
-                500, f"responder raised {exc!r}", {"x-should-retry": "false"}
-            )
+            return _error_reply(500, f"responder raised {exc!r}", {"x-should-retry": "false"})
         usage = self.cache.account(str(body["model"]), elements)
         return Reply(200, self._message(body, content, usage))
 
@@ -552,15 +526,11 @@ class FakeAnthropic:
     def _fill_tool_ids(self, content: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Responders may omit tool_use ids; the SDK and callers need them."""
         return [
-            {**b, "id": f"toolu_{next(self._ids):022d}"}
-            if b.get("type") == "tool_use" and "id" not in b
-            else b
+            {**b, "id": f"toolu_{next(self._ids):022d}"} if b.get("type") == "tool_use" and "id" not in b else b
             for b in content
         ]
 
-    def _message(
-        self, body: dict[str, Any], content: list[dict[str, Any]], usage: Usage
-    ) -> dict[str, Any]:
+    def _message(self, body: dict[str, Any], content: list[dict[str, Any]], usage: Usage) -> dict[str, Any]:
         uses_tool = any(b.get("type") == "tool_use" for b in content)
         return {
             "id": f"msg_{next(self._ids):024d}",
@@ -602,9 +572,7 @@ def _parse_body(raw: bytes) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-def _error_reply(
-    status: int, message: str, headers: dict[str, str] | None = None
-) -> Reply:
+def _error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
     return Reply(
         status,
         error_body(ERROR_TYPES.get(status, "api_error"), message),
@@ -617,9 +585,7 @@ def _handler_for(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, like the real API over httpx
-        disable_nagle_algorithm = (
-            True  # headers and body go out in two writes: avoid 40 ms stalls
-        )
+        disable_nagle_algorithm = True  # headers and body go out in two writes: avoid 40 ms stalls
 
         def do_POST(self) -> None:  # http.server's naming
             self._serve("POST")

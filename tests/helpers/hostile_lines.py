@@ -29,8 +29,18 @@ HUGE_DIGITS = (4301, 5000, 20_000, 100_000)
 #: Nesting that no reader may be asked to follow (refused), and nesting that is read.
 DEEP = (600, 1000, 5000, 100_000)
 SHALLOW = (2, 50, 200)
-WEIRD_TEXT = ("a\u2028b", "a\u2029b", "a\u0085b", "nul\x00here", "bell\x07\x1b[31mred", "\ufeffbom",
-              "é\u200d👍", "tab\there", "\r only cr", "line\nbreak")
+WEIRD_TEXT = (
+    "a\u2028b",
+    "a\u2029b",
+    "a\u0085b",
+    "nul\x00here",
+    "bell\x07\x1b[31mred",
+    "\ufeffbom",
+    "é\u200d👍",
+    "tab\there",
+    "\r only cr",
+    "line\nbreak",
+)
 
 
 @dataclass
@@ -94,8 +104,7 @@ Good = Callable[[str], Any]
 class Generator:
     """Hostile and good lines for the conversations of one category."""
 
-    def __init__(self, rng: random.Random, good: Good, n_turns: Callable[[str], int],
-                 foreign_ids: list[str]) -> None:
+    def __init__(self, rng: random.Random, good: Good, n_turns: Callable[[str], int], foreign_ids: list[str]) -> None:
         self.rng = rng
         self.good = good  # a conversation id -> a result that is read
         self.n_turns = n_turns
@@ -175,10 +184,12 @@ class Generator:
         where = self.rng.randrange(5)
         if where == 0:
             return Line("huge_int", f'{{"id": {digits}, "result": [[]]}}'.encode(), None, False)
-        template = ('{{"id": "{cid}", "result": [[[{{"cd": {{"folder": {d}}}}}]]]}}',
-                    '{{"id": "{cid}", "result": {d}}}',
-                    '{{"id": "{cid}", "result": [[]], "input_token_count": [[{d}]]}}',
-                    '{{"id": "{cid}", "result": [[]], "latency": -{d}}}')[where - 1]
+        template = (
+            '{{"id": "{cid}", "result": [[[{{"cd": {{"folder": {d}}}}}]]]}}',
+            '{{"id": "{cid}", "result": {d}}}',
+            '{{"id": "{cid}", "result": [[]], "input_token_count": [[{d}]]}}',
+            '{{"id": "{cid}", "result": [[]], "latency": -{d}}}',
+        )[where - 1]
         return Line("huge_int", template.format(cid=cid, d=digits).encode(), cid, False)
 
     def wrong_type(self, cid: str) -> Line:
@@ -232,14 +243,28 @@ class Generator:
 
     def foreign(self) -> Line:
         choice = self.rng.randrange(6)
-        ids = [self.rng.choice(self.foreign_ids), "multi_turn_base_999999", "multi_turn_base_abc",
-               "multi_turn_base_1:x-y-z", "x" * self.rng.choice((101, 100_000)), "multi_turn_base_\ud800"]
+        ids = [
+            self.rng.choice(self.foreign_ids),
+            "multi_turn_base_999999",
+            "multi_turn_base_abc",
+            "multi_turn_base_1:x-y-z",
+            "x" * self.rng.choice((101, 100_000)),
+            "multi_turn_base_\ud800",
+        ]
         fid = ids[choice]
         shown = fid if choice < 4 else None
         return Line("foreign", dumps({"id": fid, "result": [[]]}, ascii_only=choice == 5), shown, False)
 
-    HOSTILE = ("truncated", "deep", "huge_int", "wrong_type", "too_many_turns", "bad_utf8",
-               "raw_nul", "separator_outside_strings")
+    HOSTILE = (
+        "truncated",
+        "deep",
+        "huge_int",
+        "wrong_type",
+        "too_many_turns",
+        "bad_utf8",
+        "raw_nul",
+        "separator_outside_strings",
+    )
     READ = ("good_line", "weird_strings", "hostile_step", "odd_metadata", "inference_error")
 
     def line_for(self, cid: str, hostile_share: float) -> Line:
@@ -247,8 +272,16 @@ class Generator:
         return getattr(self, self.rng.choice(names))(cid)
 
 
-def corpus(seed: int, ids: list[str], good: Good, n_turns: Callable[[str], int], foreign_ids: list[str],
-           hostile_share: float = 0.5, garbage: int = 20, duplicates: int = 12) -> Corpus:
+def corpus(
+    seed: int,
+    ids: list[str],
+    good: Good,
+    n_turns: Callable[[str], int],
+    foreign_ids: list[str],
+    hostile_share: float = 0.5,
+    garbage: int = 20,
+    duplicates: int = 12,
+) -> Corpus:
     """A whole result file: a line for every id, garbage between, some ids two or three times."""
     rng = random.Random(seed)
     make = Generator(rng, good, n_turns, foreign_ids)

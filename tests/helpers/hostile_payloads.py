@@ -31,8 +31,13 @@ FILE_SYSTEM_CONVERSATION = "multi_turn_base_1"
 
 
 def exponential(n: int, folder: str = "d") -> list[str]:
-    calls = [f"mkdir(dir_name='{folder}')", f"cd(folder='{folder}')", "touch(file_name='leaf.txt')",
-             "echo(content='x', file_name='leaf.txt')", "cd(folder='..')"]
+    calls = [
+        f"mkdir(dir_name='{folder}')",
+        f"cd(folder='{folder}')",
+        "touch(file_name='leaf.txt')",
+        "echo(content='x', file_name='leaf.txt')",
+        "cd(folder='..')",
+    ]
     for i in range(n):
         calls += [f"cp(source='{folder}', destination='c{i}')", f"mv(source='c{i}', destination='{folder}')"]
     return calls
@@ -59,14 +64,25 @@ def many_powers(n: int) -> list[str]:
 
 
 def cycle(n: int = 0) -> list[str]:
-    return ["mkdir(dir_name='p')", "cd(folder='p')", "mkdir(dir_name='d')", "cd(folder='..')",
-            "cp(source='p', destination='q')", "cd(folder='p')", "mv(source='d', destination='d')",
-            "cd(folder='..')"] + ["find(path='q')", "du()"] * n
+    return [
+        "mkdir(dir_name='p')",
+        "cd(folder='p')",
+        "mkdir(dir_name='d')",
+        "cd(folder='..')",
+        "cp(source='p', destination='q')",
+        "cd(folder='p')",
+        "mv(source='d', destination='d')",
+        "cd(folder='..')",
+    ] + ["find(path='q')", "du()"] * n
 
 
 KINDS: dict[str, Callable[[int], list[str]]] = {
-    "exponential": exponential, "deep_chain": deep_chain, "many_calls": many_calls,
-    "many_writes": many_writes, "many_powers": many_powers, "cycle": cycle,
+    "exponential": exponential,
+    "deep_chain": deep_chain,
+    "many_calls": many_calls,
+    "many_writes": many_writes,
+    "many_powers": many_powers,
+    "cycle": cycle,
 }
 
 
@@ -76,9 +92,14 @@ def generated(kind: str, seed: int) -> list[str]:
     if kind == "exponential":
         folder = rng.choice(["d", "data", "x_1", "shared"])
         calls = exponential(rng.randrange(16, 48), folder)
-        extra = [f"cd(folder='{folder}')", "echo(content='changed', file_name='leaf.txt')",
-                 f"find(path='{folder}')", "du(human_readable=True)", "ls(a=True)",
-                 f"cp(source='{folder}', destination='{folder}')"]
+        extra = [
+            f"cd(folder='{folder}')",
+            "echo(content='changed', file_name='leaf.txt')",
+            f"find(path='{folder}')",
+            "du(human_readable=True)",
+            "ls(a=True)",
+            f"cp(source='{folder}', destination='{folder}')",
+        ]
         for _ in range(rng.randrange(1, 5)):
             calls.insert(rng.randrange(5, len(calls) + 1), rng.choice(extra))
         return calls
@@ -93,8 +114,9 @@ def generated(kind: str, seed: int) -> list[str]:
     if kind == "many_writes":
         return many_writes(rng.randrange(3_000, 8_000))
     if kind == "many_powers":
-        return [f"power(base={rng.choice([3, 5, 7])}, exponent={rng.randrange(300_000, 350_000)})"] \
-            * rng.randrange(2_000, 6_000)
+        return [f"power(base={rng.choice([3, 5, 7])}, exponent={rng.randrange(300_000, 350_000)})"] * rng.randrange(
+            2_000, 6_000
+        )
     raise ValueError(kind)
 
 
@@ -163,12 +185,13 @@ def _filled(unit: Callable[[int], str], size: int) -> str:
 EXPANDING_STEPS: dict[str, Callable[[int], str]] = {
     "string repetition": lambda size: _filled(lambda n: f"echo(content='a'*{LONG}, file_name='f{n}')", size),
     "results that echo": lambda size: _filled(lambda n: f"echo(content='b'*{LONG})", size),
-    "nested containers": lambda size: _filled(
-        lambda n: f"echo(content=['c'*{LONG}, {{'k': ('d'*{LONG},)}}])", size),
+    "nested containers": lambda size: _filled(lambda n: f"echo(content=['c'*{LONG}, {{'k': ('d'*{LONG},)}}])", size),
     "concatenation chains": lambda size: _filled(
-        lambda n: "echo(content='e'*50000+'f'*50000+'g'*50000+'h'*49999)", size),
+        lambda n: "echo(content='e'*50000+'f'*50000+'g'*50000+'h'*49999)", size
+    ),
     "number arithmetic": lambda size: _filled(
-        lambda n: "echo(content=123456789*987654321*123456789*987654321-7)", size),
+        lambda n: "echo(content=123456789*987654321*123456789*987654321-7)", size
+    ),
 }
 
 

@@ -38,8 +38,16 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 LFS_THRESHOLD = 1024  # bytes; the Hub's is 10 MB, lowered so the small files take both paths
 
 #: Files no model fetch may take: other weight formats, sub-folders, documentation.
-DECOYS = ("pytorch_model.bin", "model.gguf", "flax_model.msgpack", "README.md", "original/params.json",
-          "original/consolidated.00.pth", "onnx/model.onnx", "consolidated.safetensors")
+DECOYS = (
+    "pytorch_model.bin",
+    "model.gguf",
+    "flax_model.msgpack",
+    "README.md",
+    "original/params.json",
+    "original/consolidated.00.pth",
+    "onnx/model.onnx",
+    "consolidated.safetensors",
+)
 
 
 def safetensors_bytes(tensors: dict[str, list[float]]) -> bytes:
@@ -57,8 +65,14 @@ def safetensors_bytes(tensors: dict[str, list[float]]) -> bytes:
 
 def generated_model() -> dict[str, bytes]:
     """Small files with a model repo's names: config, tokenizer, one safetensors file."""
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "max_position_embeddings": 8192,
-              "hidden_size": 4, "num_hidden_layers": 1, "vocab_size": 8}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "max_position_embeddings": 8192,
+        "hidden_size": 4,
+        "num_hidden_layers": 1,
+        "vocab_size": 8,
+    }
     files = {
         "config.json": json.dumps(config).encode(),
         "generation_config.json": json.dumps({"eos_token_id": 2}).encode(),
@@ -100,8 +114,9 @@ def git_blob_id(data: bytes) -> str:
 class LoopbackHub:
     """The fake Hub: ``repos`` maps a repo id to its files (path -> bytes)."""
 
-    def __init__(self, repos: dict[str, dict[str, bytes]], *, gated: tuple[str, ...] = (),
-                 lifetime: float = 120.0) -> None:
+    def __init__(
+        self, repos: dict[str, dict[str, bytes]], *, gated: tuple[str, ...] = (), lifetime: float = 120.0
+    ) -> None:
         self.repos = repos
         self.gated = set(gated)
         self.lifetime = lifetime
@@ -112,8 +127,9 @@ class LoopbackHub:
 
     def start(self) -> Self:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01},
-                         name="loopback-hub", daemon=True).start()
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, name="loopback-hub", daemon=True
+        ).start()
         self._timer = threading.Timer(self.lifetime, self.stop)  # bounded: never outlives a hung test
         self._timer.daemon = True
         self._timer.start()
@@ -130,8 +146,9 @@ class LoopbackHub:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     @property
@@ -141,8 +158,11 @@ class LoopbackHub:
 
     def downloaded(self) -> list[str]:
         """The files whose bytes were sent (GET on resolve), in request order."""
-        return [path.split("/resolve/", 1)[1].split("/", 1)[1] for method, path in self.requests
-                if method == "GET" and "/resolve/" in path]
+        return [
+            path.split("/resolve/", 1)[1].split("/", 1)[1]
+            for method, path in self.requests
+            if method == "GET" and "/resolve/" in path
+        ]
 
     # ------------------------------------------------------------ answers
 
@@ -170,9 +190,14 @@ class LoopbackHub:
         return _error(404, "EntryNotFound", "no such route")
 
     def _info(self, repo: str) -> dict[str, Any]:
-        return {"id": repo, "modelId": repo, "sha": COMMIT, "private": False,
-                "gated": "auto" if repo in self.gated else False,
-                "siblings": [{"rfilename": name} for name in sorted(self.repos[repo])]}
+        return {
+            "id": repo,
+            "modelId": repo,
+            "sha": COMMIT,
+            "private": False,
+            "gated": "auto" if repo in self.gated else False,
+            "siblings": [{"rfilename": name} for name in sorted(self.repos[repo])],
+        }
 
     def _tree(self, repo: str) -> list[dict[str, Any]]:
         return [_tree_entry(name, data) for name, data in sorted(self.repos[repo].items())]
@@ -185,7 +210,11 @@ class LoopbackHub:
         data = self.repos[repo].get(unquote(name))
         if data is None:
             return _error(404, "EntryNotFound", "Entry not found")
-        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{git_blob_id(data)}"', "content-type": "application/octet-stream"}
+        headers = {
+            "X-Repo-Commit": COMMIT,
+            "ETag": f'"{git_blob_id(data)}"',
+            "content-type": "application/octet-stream",
+        }
         if len(data) >= LFS_THRESHOLD:
             headers["X-Linked-Etag"] = f'"{hashlib.sha256(data).hexdigest()}"'
             headers["X-Linked-Size"] = str(len(data))

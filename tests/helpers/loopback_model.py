@@ -37,9 +37,13 @@ CONTEXT = 40960  # Qwen3-8B's max_position_embeddings
 REQUIRED_FILES = ("config.json", "tokenizer_config.json", "tokenizer.json")
 
 # gguf metadata key -> the name transformers' builder reads it under (its GGUF_TOKENIZER_MAPPING)
-_TOKENIZER_KEYS = {"tokenizer.ggml.model": "tokenizer_type", "tokenizer.ggml.pre": "pre_tokenizer_type",
-                   "tokenizer.ggml.tokens": "tokens", "tokenizer.ggml.token_type": "token_type",
-                   "tokenizer.ggml.merges": "merges"}
+_TOKENIZER_KEYS = {
+    "tokenizer.ggml.model": "tokenizer_type",
+    "tokenizer.ggml.pre": "pre_tokenizer_type",
+    "tokenizer.ggml.tokens": "tokens",
+    "tokenizer.ggml.token_type": "token_type",
+    "tokenizer.ggml.merges": "merges",
+}
 
 
 def prepare(cache_dir: Path | None = None) -> Path:
@@ -96,16 +100,22 @@ def build(gguf: Path, out: Path) -> None:
 
 def _config(metadata: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
     """SmolLM2's architecture from the GGUF, with Qwen3-8B's context length (see the module doc)."""
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-            "hidden_size": metadata["llama.embedding_length"],
-            "intermediate_size": metadata["llama.feed_forward_length"],
-            "num_hidden_layers": metadata["llama.block_count"],
-            "num_attention_heads": metadata["llama.attention.head_count"],
-            "num_key_value_heads": metadata["llama.attention.head_count_kv"],
-            "rms_norm_eps": metadata["llama.attention.layer_norm_rms_epsilon"],
-            "rope_theta": metadata["llama.rope.freq_base"], "vocab_size": len(tokenizer),
-            "max_position_embeddings": CONTEXT, "torch_dtype": "bfloat16",
-            "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": metadata["llama.embedding_length"],
+        "intermediate_size": metadata["llama.feed_forward_length"],
+        "num_hidden_layers": metadata["llama.block_count"],
+        "num_attention_heads": metadata["llama.attention.head_count"],
+        "num_key_value_heads": metadata["llama.attention.head_count_kv"],
+        "rms_norm_eps": metadata["llama.attention.layer_norm_rms_epsilon"],
+        "rope_theta": metadata["llama.rope.freq_base"],
+        "vocab_size": len(tokenizer),
+        "max_position_embeddings": CONTEXT,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
 
 
 def _publish(tmp: Path, target: Path) -> None:

@@ -134,8 +134,15 @@ def _arguments(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _plain_value(kind: object) -> Any:
-    values: dict[object, Any] = {"integer": 1, "number": 1.0, "float": 1.0, "boolean": False,
-                                 "array": [1.0, 2.0], "dict": {}, "object": {}}
+    values: dict[object, Any] = {
+        "integer": 1,
+        "number": 1.0,
+        "float": 1.0,
+        "boolean": False,
+        "array": [1.0, 2.0],
+        "dict": {},
+        "object": {},
+    }
     return values.get(kind, "a")
 
 
@@ -164,8 +171,11 @@ def read_completion(body: Mapping[str, Any]) -> Request:
 def read_chat(body: Mapping[str, Any]) -> Request:
     """Chat completions: ``tools`` as {"type": "function", "function": {...}}; tool results have role tool."""
     messages = [m for m in body.get("messages") or () if isinstance(m, dict)]
-    tools = [(t["function"]["name"], t["function"].get("parameters") or {}) for t in body.get("tools") or ()
-             if isinstance(t, dict) and isinstance(t.get("function"), dict) and "name" in t["function"]]
+    tools = [
+        (t["function"]["name"], t["function"].get("parameters") or {})
+        for t in body.get("tools") or ()
+        if isinstance(t, dict) and isinstance(t.get("function"), dict) and "name" in t["function"]
+    ]
     users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
     after_tool = bool(messages) and messages[-1].get("role") == "tool"
     result = _text(messages[-1].get("content")) if after_tool else None
@@ -176,8 +186,11 @@ def read_responses(body: Mapping[str, Any]) -> Request:
     """Responses API: ``input`` items; tool results are ``function_call_output`` items."""
     raw = body.get("input") or []
     items = [{"role": "user", "content": raw}] if isinstance(raw, str) else [i for i in raw if isinstance(i, dict)]
-    tools = [(t["name"], t.get("parameters") or {}) for t in body.get("tools") or ()
-             if isinstance(t, dict) and t.get("type") == "function" and "name" in t]
+    tools = [
+        (t["name"], t.get("parameters") or {})
+        for t in body.get("tools") or ()
+        if isinstance(t, dict) and t.get("type") == "function" and "name" in t
+    ]
     users = [_text(i.get("content")) for i in items if i.get("role") == "user"]
     after_tool = bool(items) and items[-1].get("type") == "function_call_output"
     result = str(items[-1].get("output")) if after_tool else None
@@ -203,10 +216,14 @@ def _json_object(text: str) -> dict[str, Any]:
 
 def completion_body(model: str, answer: Answer, number: int) -> dict[str, Any]:
     text = answer.text if answer.call is None else hermes(*answer.call)
-    return {"id": f"cmpl-loopback-{number}", "object": "text_completion", "created": int(time.time()),
-            "model": model, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "stop",
-                                         "stop_reason": None}],
-            "usage": _usage(answer)}
+    return {
+        "id": f"cmpl-loopback-{number}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "stop", "stop_reason": None}],
+        "usage": _usage(answer),
+    }
 
 
 def hermes(name: str, arguments: Mapping[str, Any]) -> str:
@@ -218,40 +235,94 @@ def chat_body(model: str, answer: Answer, number: int) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": answer.text or None}
     if answer.call is not None:
         name, arguments = answer.call
-        message["tool_calls"] = [{"id": f"call_loopback_{number}", "type": "function",
-                                  "function": {"name": name, "arguments": json.dumps(arguments)}}]
-    return {"id": f"chatcmpl-loopback-{number}", "object": "chat.completion", "created": int(time.time()),
-            "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
-                                         "finish_reason": "stop" if answer.call is None else "tool_calls"}],
-            "usage": _usage(answer)}
+        message["tool_calls"] = [
+            {
+                "id": f"call_loopback_{number}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ]
+    return {
+        "id": f"chatcmpl-loopback-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "stop" if answer.call is None else "tool_calls",
+            }
+        ],
+        "usage": _usage(answer),
+    }
 
 
 def responses_body(model: str, answer: Answer, number: int) -> dict[str, Any]:
     if answer.call is None:
-        output: list[dict[str, Any]] = [{"type": "message", "id": f"msg_loopback_{number}", "role": "assistant",
-                                         "status": "completed",
-                                         "content": [{"type": "output_text", "text": answer.text, "annotations": []}]}]
+        output: list[dict[str, Any]] = [
+            {
+                "type": "message",
+                "id": f"msg_loopback_{number}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": answer.text, "annotations": []}],
+            }
+        ]
     else:
         name, arguments = answer.call
-        output = [{"type": "function_call", "id": f"fc_loopback_{number}", "call_id": f"call_loopback_{number}",
-                   "name": name, "arguments": json.dumps(arguments), "status": "completed"}]
-    usage = {"input_tokens": answer.prompt_tokens, "output_tokens": answer.completion_tokens,
-             "total_tokens": answer.prompt_tokens + answer.completion_tokens,
-             "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
-    return {"id": f"resp_loopback_{number}", "object": "response", "created_at": int(time.time()),
-            "status": "completed", "model": model, "output": output, "parallel_tool_calls": True,
-            "tool_choice": "auto", "tools": [], "error": None, "incomplete_details": None, "usage": usage}
+        output = [
+            {
+                "type": "function_call",
+                "id": f"fc_loopback_{number}",
+                "call_id": f"call_loopback_{number}",
+                "name": name,
+                "arguments": json.dumps(arguments),
+                "status": "completed",
+            }
+        ]
+    usage = {
+        "input_tokens": answer.prompt_tokens,
+        "output_tokens": answer.completion_tokens,
+        "total_tokens": answer.prompt_tokens + answer.completion_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }
+    return {
+        "id": f"resp_loopback_{number}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "error": None,
+        "incomplete_details": None,
+        "usage": usage,
+    }
 
 
 def _usage(answer: Answer) -> dict[str, int]:
-    return {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
-            "total_tokens": answer.prompt_tokens + answer.completion_tokens}
+    return {
+        "prompt_tokens": answer.prompt_tokens,
+        "completion_tokens": answer.completion_tokens,
+        "total_tokens": answer.prompt_tokens + answer.completion_tokens,
+    }
 
 
 READERS: dict[str, Callable[[Mapping[str, Any]], Request]] = {
-    "completions": read_completion, "chat": read_chat, "responses": read_responses}
+    "completions": read_completion,
+    "chat": read_chat,
+    "responses": read_responses,
+}
 WRITERS: dict[str, Callable[[str, Answer, int], dict[str, Any]]] = {
-    "completions": completion_body, "chat": chat_body, "responses": responses_body}
+    "completions": completion_body,
+    "chat": chat_body,
+    "responses": responses_body,
+}
 
 
 # ---------------------------------------------------------------- the server
@@ -299,11 +370,22 @@ class _Counters:
 class LoopbackVLLM:
     """The server; see the module docstring. Knobs may be changed while it runs."""
 
-    def __init__(self, *, latency: float = 0.0, max_num_seqs: int | None = None,
-                 models: Iterable[str] = ("loopback",), max_model_len: int = MAX_MODEL_LEN,
-                 rate_limited: int = 0, retry_after: float = 1.0, server_errors: int = 0,
-                 error_status: int = 500, hang_from: int | None = None, host: str = "127.0.0.1",
-                 port: int = 0, lifetime: float | None = 600.0) -> None:
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        max_num_seqs: int | None = None,
+        models: Iterable[str] = ("loopback",),
+        max_model_len: int = MAX_MODEL_LEN,
+        rate_limited: int = 0,
+        retry_after: float = 1.0,
+        server_errors: int = 0,
+        error_status: int = 500,
+        hang_from: int | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        lifetime: float | None = 600.0,
+    ) -> None:
         self.latency = latency
         self.max_num_seqs = max_num_seqs
         self.models = list(models)
@@ -331,8 +413,9 @@ class LoopbackVLLM:
         self._stopping.clear()
         httpd = _Server((self.host, self.port), _handler_for(self))
         self._httpd, self.port = httpd, httpd.server_address[1]
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         name="loopback-vllm", daemon=True).start()
+        threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="loopback-vllm", daemon=True
+        ).start()
         if self.lifetime is not None:  # bounded: never outlives a hung test
             self._timer = threading.Timer(self.lifetime, self.stop)
             self._timer.daemon = True
@@ -354,8 +437,9 @@ class LoopbackVLLM:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     @property
@@ -373,9 +457,13 @@ class LoopbackVLLM:
         """Forget what was counted (requests still in flight stay counted as in flight)."""
         with self._lock:
             now = time.time()
-            self._counters = _Counters(in_flight=self._counters.in_flight, running=self._counters.running,
-                                       max_in_flight=self._counters.in_flight,
-                                       max_running=self._counters.running, last_change=now)
+            self._counters = _Counters(
+                in_flight=self._counters.in_flight,
+                running=self._counters.running,
+                max_in_flight=self._counters.in_flight,
+                max_running=self._counters.running,
+                last_change=now,
+            )
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -397,16 +485,20 @@ class LoopbackVLLM:
             for record in done:
                 by_status[str(record.status)] = by_status.get(str(record.status), 0) + 1
             out: dict[str, Any] = {
-                "requests": len(counters.records), "by_status": by_status,
+                "requests": len(counters.records),
+                "by_status": by_status,
                 "calls": sum(r.function is not None for r in done),
                 "texts": sum(r.status == 200 and r.function is None for r in done),
                 "max_in_flight": counters.max_in_flight,
                 "mean_in_flight": area / span if span > 0 else 0.0,
                 "max_running": counters.max_running,
                 "queued": sum(r.queued for r in counters.records),
-                "in_flight_now": counters.in_flight, "first_request": counters.first_request,
-                "last_response": counters.last_response, "latency": self.latency,
-                "max_num_seqs": self.max_num_seqs}
+                "in_flight_now": counters.in_flight,
+                "first_request": counters.first_request,
+                "last_response": counters.last_response,
+                "latency": self.latency,
+                "max_num_seqs": self.max_num_seqs,
+            }
             if records:
                 out["records"] = [asdict(r) for r in counters.records]
         return out
@@ -440,7 +532,9 @@ class LoopbackVLLM:
             self._counters.change(-1, now)
             self._counters.last_response = now
 
-    def _answer(self, record: RequestRecord, api: str, body: Mapping[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
+    def _answer(
+        self, record: RequestRecord, api: str, body: Mapping[str, Any]
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
         fault = self._fault(record.number)
         if fault is not None:
             record.status = fault[0]
@@ -460,8 +554,11 @@ class LoopbackVLLM:
 
     def _fault(self, number: int) -> tuple[int, dict[str, str], dict[str, Any]] | None:
         if number <= self.rate_limited:
-            return 429, {"retry-after": f"{self.retry_after:g}"}, {
-                "error": {"message": "rate limited (loopback)", "type": "rate_limit_error", "code": 429}}
+            return (
+                429,
+                {"retry-after": f"{self.retry_after:g}"},
+                {"error": {"message": "rate limited (loopback)", "type": "rate_limit_error", "code": 429}},
+            )
         if number <= self.rate_limited + self.server_errors:
             return self.error_status, {}, {"error": {"message": "server error (loopback)", "type": "server_error"}}
         return None
@@ -488,9 +585,21 @@ class LoopbackVLLM:
 
     def models_body(self) -> dict[str, Any]:
         created = int(time.time())
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
-                                            "owned_by": "loopback", "root": name, "parent": None,
-                                            "max_model_len": self.max_model_len} for name in self.models]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "loopback",
+                    "root": name,
+                    "parent": None,
+                    "max_model_len": self.max_model_len,
+                }
+                for name in self.models
+            ],
+        }
 
 
 class _Server(ThreadingHTTPServer):
@@ -565,11 +674,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--error-status", type=int, default=500)
     parser.add_argument("--hang-from", type=int, help="requests from this number on never get an answer")
     args = parser.parse_args(argv)
-    server = LoopbackVLLM(latency=args.latency, max_num_seqs=args.max_num_seqs, models=args.model or ["loopback"],
-                          max_model_len=args.max_model_len, rate_limited=args.rate_limited,
-                          retry_after=args.retry_after, server_errors=args.server_errors,
-                          error_status=args.error_status, hang_from=args.hang_from, host=args.host,
-                          port=args.port, lifetime=None).start()
+    server = LoopbackVLLM(
+        latency=args.latency,
+        max_num_seqs=args.max_num_seqs,
+        models=args.model or ["loopback"],
+        max_model_len=args.max_model_len,
+        rate_limited=args.rate_limited,
+        retry_after=args.retry_after,
+        server_errors=args.server_errors,
+        error_status=args.error_status,
+        hang_from=args.hang_from,
+        host=args.host,
+        port=args.port,
+        lifetime=None,
+    ).start()
     done = threading.Event()
 
     def finish(signum: int, frame: FrameType | None) -> None:

@@ -42,9 +42,7 @@ def main() -> None:
         if category not in prompts:
             entries = load_dataset_entry(category, include_prereq=False, include_language_specific_hint=False)
             prompts[category] = {e["id"]: e for e in entries}
-            answers[category] = {
-                e["id"]: a for e, a in zip(entries, load_ground_truth_entry(category))
-            }
+            answers[category] = {e["id"]: a for e, a in zip(entries, load_ground_truth_entry(category))}
         key = case["decoder"]
         if key not in handlers:
             handlers[key] = Passthrough() if key == "passthrough" else eval_runner.get_handler(key)
@@ -66,17 +64,28 @@ def main() -> None:
         # keyed by model and id, so a repeated name would reuse stale state.
         model_name = f"{case.get('model_name', 'oracle')}_{n}"
         verdict = eval_runner._evaluate_single_multi_turn_entry(
-            handler, case["id"], case["result"], answers[category][case["id"]]["ground_truth"],
-            json.loads(json.dumps(prompts[category][case["id"]])), model_name, category,
+            handler,
+            case["id"],
+            case["result"],
+            answers[category][case["id"]]["ground_truth"],
+            json.loads(json.dumps(prompts[category][case["id"]])),
+            model_name,
+            category,
         )
         for name in [g for g in vars(multi_turn_utils) if g.startswith(model_name)]:
             delattr(multi_turn_utils, name)
         error = verdict.get("error", {})
-        print(json.dumps({
-            "id": case["id"], "valid": verdict["valid"],
-            "error_type": error.get("error_type", "") if isinstance(error, dict) else "",
-            "decoded": decoded,
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "id": case["id"],
+                    "valid": verdict["valid"],
+                    "error_type": error.get("error_type", "") if isinstance(error, dict) else "",
+                    "decoded": decoded,
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

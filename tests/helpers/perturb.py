@@ -76,7 +76,9 @@ def perturb(conversation: Conversation, kind: str, rng: random.Random) -> Any:
     return result
 
 
-def cases(conversations: list[Conversation], per_conversation: int, seed: int = 0) -> Iterator[tuple[Conversation, str, Any]]:
+def cases(
+    conversations: list[Conversation], per_conversation: int, seed: int = 0
+) -> Iterator[tuple[Conversation, str, Any]]:
     rng = random.Random(seed)
     for conversation in conversations:
         for n in range(per_conversation):

@@ -50,8 +50,11 @@ RATES = yaml.safe_load(budget.PRICES_FILE.read_text())["models"]["claude-haiku-4
 def is_turn_message(message: dict[str, Any]) -> bool:
     """A user message that opens a turn (text), not one that returns tool results."""
     content = message.get("content")
-    return message.get("role") == "user" and isinstance(content, list) and \
-        any(isinstance(b, dict) and b.get("type") == "text" for b in content)
+    return (
+        message.get("role") == "user"
+        and isinstance(content, list)
+        and any(isinstance(b, dict) and b.get("type") == "text" for b in content)
+    )
 
 
 def reference_responder(conversation_id: str):  # type: ignore[no-untyped-def]
@@ -122,19 +125,23 @@ def messages(server: FakeAnthropic) -> list[dict[str, Any]]:
 def hand_cost(usage: dict[str, int]) -> tuple[float, float]:
     """(list, conservative) USD of summed usage, at prices.yaml's haiku rates."""
     inp, out, write, read = (usage["input"], usage["output"], usage["cache_creation"], usage["cache_read"])
-    listed = (inp * RATES["input"] + write * RATES["cache_write_5m"] + read * RATES["cache_read"]
-              + out * RATES["output"]) / 1e6
-    conservative = (inp * RATES["input"] + write * RATES["cache_write_5m"] + read * RATES["input"]
-                    + out * RATES["output"]) / 1e6
+    listed = (
+        inp * RATES["input"] + write * RATES["cache_write_5m"] + read * RATES["cache_read"] + out * RATES["output"]
+    ) / 1e6
+    conservative = (
+        inp * RATES["input"] + write * RATES["cache_write_5m"] + read * RATES["input"] + out * RATES["output"]
+    ) / 1e6
     return listed, conservative
 
 
 def summed(usages: list[dict[str, int]]) -> dict[str, int]:
-    return {"input": sum(u["input_tokens"] for u in usages),
-            "output": sum(u["output_tokens"] for u in usages),
-            "cache_creation": sum(u["cache_creation_input_tokens"] for u in usages),
-            "cache_read": sum(u["cache_read_input_tokens"] for u in usages),
-            "requests": len(usages)}
+    return {
+        "input": sum(u["input_tokens"] for u in usages),
+        "output": sum(u["output_tokens"] for u in usages),
+        "cache_creation": sum(u["cache_creation_input_tokens"] for u in usages),
+        "cache_read": sum(u["cache_read_input_tokens"] for u in usages),
+        "requests": len(usages),
+    }
 
 
 def ledger_of(source: LiveSource) -> SpendLedger:
@@ -172,7 +179,8 @@ def test_conversation_runs_through_bfcl_and_scores_valid(server: RecordingFake, 
     # Logged input tokens are the whole prompt, as the server reported it.
     usages = list(server.usages)
     assert [t for turn in entry["input_token_count"] for t in turn] == [
-        u["input_tokens"] + u["cache_creation_input_tokens"] + u["cache_read_input_tokens"] for u in usages]
+        u["input_tokens"] + u["cache_creation_input_tokens"] + u["cache_read_input_tokens"] for u in usages
+    ]
     assert [t for turn in entry["output_token_count"] for t in turn] == [u["output_tokens"] for u in usages]
     assert usages[0]["cache_read_input_tokens"] == 0
     assert all(u["cache_read_input_tokens"] > 0 for u in usages[1:])
@@ -181,8 +189,10 @@ def test_conversation_runs_through_bfcl_and_scores_valid(server: RecordingFake, 
     expected = summed(usages)
     assert entry["careful_usage"] == expected
     listed, conservative = hand_cost(expected)
-    assert entry["careful_cost_usd"] == {"list": pytest.approx(listed, rel=1e-9),
-                                         "conservative": pytest.approx(conservative, rel=1e-9)}
+    assert entry["careful_cost_usd"] == {
+        "list": pytest.approx(listed, rel=1e-9),
+        "conservative": pytest.approx(conservative, rel=1e-9),
+    }
     assert entry["careful_cost_usd"]["list"] < entry["careful_cost_usd"]["conservative"]
     totals = ledger_of(source).totals()
     assert totals.requests == len(usages) and totals.reserved == 0
@@ -196,42 +206,47 @@ def test_conversation_runs_through_bfcl_and_scores_valid(server: RecordingFake, 
     assert ledger_of(source).totals().requests == 2 * len(usages)
 
 
-def test_prompting_style_runs_and_scores_valid(server: RecordingFake, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prompting_style_runs_and_scores_valid(
+    server: RecordingFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     conversation = dataset.get(CONVERSATION)
 
     def respond(body: dict[str, Any]) -> list[dict[str, Any]]:
         def turn_text(m: dict[str, Any]) -> bool:  # execution results come back as user text too
             return m["role"] == "user" and not m["content"][0]["text"].startswith("[{'role': 'tool'")
+
         turn = sum(1 for m in body["messages"] if turn_text(m)) - 1
         calls = conversation.ground_truth[turn]
         if turn_text(body["messages"][-1]) and calls:
-            return [text_block("[" + ", ".join(keyword_call(c, conversation.involved_classes)
-                                                for c in calls) + "]")]
+            return [text_block("[" + ", ".join(keyword_call(c, conversation.involved_classes) for c in calls) + "]")]
         return [text_block("Done.")]  # does not decode: bfcl-eval ends the turn
 
     server.responder = respond
     handle = resolve(MODEL_ID, None)  # the prompting entry of the same model
     source = LiveSource(MODEL_ID, MODEL_ID, handle=handle, output=tmp_path, declarations=declarations.load())
-    claude.configure_source(source, SimpleNamespace(model=MODEL_ID, output=tmp_path, budget_usd=None,
-                                                    max_output_tokens=MAX_OUTPUT))
+    claude.configure_source(
+        source, SimpleNamespace(model=MODEL_ID, output=tmp_path, budget_usd=None, max_output_tokens=MAX_OUTPUT)
+    )
     handler = source.handler()
     assert not handler.is_fc_model
     entry = run(handler).entry
     assert evaluate(conversation, entry["result"], Decoder(MODEL_ID, handler)).verdict.valid
     bodies = messages(server)
-    assert all("temperature" not in b and "tools" not in b and b["model"] == MODEL_ID
-               and b["max_tokens"] == MAX_OUTPUT for b in bodies)
+    assert all(
+        "temperature" not in b and "tools" not in b and b["model"] == MODEL_ID and b["max_tokens"] == MAX_OUTPUT
+        for b in bodies
+    )
     assert bodies[0]["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert [t for turn in entry["input_token_count"] for t in turn] == [
-        u["input_tokens"] + u["cache_creation_input_tokens"] + u["cache_read_input_tokens"]
-        for u in server.usages]
+        u["input_tokens"] + u["cache_creation_input_tokens"] + u["cache_read_input_tokens"] for u in server.usages
+    ]
     assert entry["careful_usage"] == summed(server.usages)
 
 
 @pytest.mark.parametrize("status,times", [(429, 1), (500, 2), (529, 1)])
-def test_transient_errors_are_retried_by_the_sdk(server: RecordingFake, tmp_path: Path,
-                                                 status: int, times: int) -> None:
+def test_transient_errors_are_retried_by_the_sdk(
+    server: RecordingFake, tmp_path: Path, status: int, times: int
+) -> None:
     handler, source = configured(tmp_path)
     server.fail_next(status, times=times)
     live = run(handler)
@@ -266,8 +281,9 @@ def test_credit_exhaustion_stops_at_once(server: RecordingFake, tmp_path: Path) 
     assert (totals.requests, totals.reserved, totals.spent_conservative) == (0, 0, 0)
 
 
-def test_missing_api_key_is_an_error_at_first_request(server: RecordingFake, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_api_key_is_an_error_at_first_request(
+    server: RecordingFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     handler, _ = configured(tmp_path)  # building and decoding need no key
     with pytest.raises(MissingApiKey, match="ANTHROPIC_API_KEY"):
@@ -283,9 +299,13 @@ def test_budget_cap_stops_before_the_request_that_could_cross_it(server: Recordi
     handler, _ = configured(tmp_path / "probe")
     run(handler)
     first = messages(server)[0]
-    first_bound = budget.request_bound(Prices.load().lookup(MODEL_ID), system=first.get("system"),
-                                       tools=first["tools"], messages=first["messages"],
-                                       max_tokens=MAX_OUTPUT)
+    first_bound = budget.request_bound(
+        Prices.load().lookup(MODEL_ID),
+        system=first.get("system"),
+        tools=first["tools"],
+        messages=first["messages"],
+        max_tokens=MAX_OUTPUT,
+    )
     served = len(server.usages)
 
     cap = 2.5 * first_bound  # room for two requests' bounds, not for all of them
@@ -394,8 +414,11 @@ def test_ledger_is_shared_between_processes(tmp_path: Path) -> None:
 def test_prices_by_longest_prefix() -> None:
     prices = Prices.load()
     assert prices.read_on and "anthropic.com/pricing" in prices.source
-    for key, (inp, out) in {"claude-haiku-4-5": (1, 5), "claude-sonnet-4-5": (3, 15),
-                            "claude-opus-4-5": (5, 25)}.items():
+    for key, (inp, out) in {
+        "claude-haiku-4-5": (1, 5),
+        "claude-sonnet-4-5": (3, 15),
+        "claude-opus-4-5": (5, 25),
+    }.items():
         row = prices.lookup(key)
         assert (row.input, row.output) == (inp, out)
         assert row.cache_write == pytest.approx(1.25 * inp) and row.cache_read == pytest.approx(0.1 * inp)
@@ -424,8 +447,9 @@ def test_request_bound_by_hand() -> None:
     messages = [{"role": "user", "content": "hi"}]
     size = len(json.dumps([system, tools, messages], ensure_ascii=False).encode())
     tokens = -(-size // 3) + budget.TOOL_PROMPT_TOKENS
-    assert budget.request_bound(row, system=system, tools=tools, messages=messages, max_tokens=100) == \
-        pytest.approx((tokens * 1.25 + 100 * 5) / 1e6)
+    assert budget.request_bound(row, system=system, tools=tools, messages=messages, max_tokens=100) == pytest.approx(
+        (tokens * 1.25 + 100 * 5) / 1e6
+    )
 
 
 def test_estimate_for_collect_only() -> None:

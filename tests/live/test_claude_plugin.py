@@ -30,10 +30,14 @@ def replay_any_conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
     """Find the conversation by its first request, then replay its reference turn by turn."""
     messages = body["messages"]
     first = _first_text(messages)
-    conversation = next(c for c in dataset.load(["multi_turn_base"])
-                        if c.questions[0] and c.questions[0][-1]["content"] == first)
-    opened = [m for m in messages if m["role"] == "user" and any(
-        isinstance(b, dict) and b.get("type") == "text" for b in m["content"])]
+    conversation = next(
+        c for c in dataset.load(["multi_turn_base"]) if c.questions[0] and c.questions[0][-1]["content"] == first
+    )
+    opened = [
+        m
+        for m in messages
+        if m["role"] == "user" and any(isinstance(b, dict) and b.get("type") == "text" for b in m["content"])
+    ]
     calls = conversation.ground_truth[len(opened) - 1]
     if messages[-1] is not opened[-1] or not calls:
         return [text_block("Done.")]
@@ -48,21 +52,44 @@ def _pytest(tmp_path: Path, server: FakeAnthropic, *args: str) -> subprocess.Com
     env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": server.url}
     env.pop("CAREFUL_RUN_ID", None)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-         f"--careful-output={tmp_path / 'result'}", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            f"--careful-output={tmp_path / 'result'}",
+            *args,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_claude_run_under_xdist_writes_bfcl_results_and_spend(tmp_path: Path) -> None:
     with FakeAnthropic(replay_any_conversation) as server:
-        run = _pytest(tmp_path, server, f"--careful-model={KEY}", "-n", "2", "--careful-budget-usd=5",
-                      f"--careful-scorecards={tmp_path / 'live'}", *IDS)
+        run = _pytest(
+            tmp_path,
+            server,
+            f"--careful-model={KEY}",
+            "-n",
+            "2",
+            "--careful-budget-usd=5",
+            f"--careful-scorecards={tmp_path / 'live'}",
+            *IDS,
+        )
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
         assert "spend this run: $" in run.stdout and "of a $5.00 cap" in run.stdout
         sent = len(server.requests)
         # Rerun: everything is read back, no request is made.
-        again = _pytest(tmp_path, server, f"--careful-model={KEY}", "-n", "2",
-                        f"--careful-scorecards={tmp_path / 'again'}", *IDS)
+        again = _pytest(
+            tmp_path, server, f"--careful-model={KEY}", "-n", "2", f"--careful-scorecards={tmp_path / 'again'}", *IDS
+        )
         assert again.returncode == 0 and len(server.requests) == sent
     assert "3 of 3 conversations read back" in again.stdout
     folder = tmp_path / "result/standard" / KEY.replace("/", "_") / "multi_turn"
@@ -71,22 +98,36 @@ def test_claude_run_under_xdist_writes_bfcl_results_and_spend(tmp_path: Path) ->
     assert all(e["careful_cost_usd"]["list"] <= e["careful_cost_usd"]["conservative"] for e in lines)
     assert all(isinstance(e["result"], list) for e in lines)
     rescored = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-         f"--careful-results={folder.parent}", f"--careful-model={KEY}", f"--careful-scorecards={tmp_path / 're'}",
-         *IDS], cwd=tmp_path, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            f"--careful-results={folder.parent}",
+            f"--careful-model={KEY}",
+            f"--careful-scorecards={tmp_path / 're'}",
+            *IDS,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert rescored.returncode == 0, rescored.stdout[-2000:]
     name = KEY.replace("/", "_")
     live = json.loads((tmp_path / "live" / name / "standard/scorecard.json").read_text())["rows"]
     again_rows = json.loads((tmp_path / "re" / name / "standard/scorecard.json").read_text())["rows"]
     drop = ("resumed", "seconds", "cost_usd")
-    assert [{k: v for k, v in r.items() if k not in drop} for r in sorted(live, key=lambda r: r["id"])] == \
-           [{k: v for k, v in r.items() if k not in drop} for r in sorted(again_rows, key=lambda r: r["id"])]
+    assert [{k: v for k, v in r.items() if k not in drop} for r in sorted(live, key=lambda r: r["id"])] == [
+        {k: v for k, v in r.items() if k not in drop} for r in sorted(again_rows, key=lambda r: r["id"])
+    ]
 
 
 def test_budget_cap_stops_the_run_with_a_clear_message(tmp_path: Path) -> None:
     with FakeAnthropic(replay_any_conversation) as server:
-        run = _pytest(tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist",
-                      "--careful-budget-usd=0.01", *IDS)
+        run = _pytest(tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist", "--careful-budget-usd=0.01", *IDS)
     assert run.returncode == 1
     assert "budget" in run.stdout.lower() and "model run failed" in run.stdout
     # The run stops once: the conversation that met the cap fails, the others are not sent.
@@ -97,8 +138,9 @@ def test_budget_cap_stops_the_run_with_a_clear_message(tmp_path: Path) -> None:
 def test_exhausted_credit_stops_at_once(tmp_path: Path, concurrency: int) -> None:
     with FakeAnthropic(replay_any_conversation) as server:
         server.exhaust_credit()
-        run = _pytest(tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist",
-                      f"--careful-concurrency={concurrency}", *IDS)
+        run = _pytest(
+            tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist", f"--careful-concurrency={concurrency}", *IDS
+        )
         # No retry: one request per conversation in flight when the answer came, none after it.
         assert len(server.requests) <= concurrency
     assert run.returncode == 1 and "credit balance is too low" in run.stdout
@@ -106,12 +148,21 @@ def test_exhausted_credit_stops_at_once(tmp_path: Path, concurrency: int) -> Non
 
 
 def test_a_rejected_request_is_scored_as_bfcl_scores_it_and_retried_next_time(tmp_path: Path) -> None:
-    too_long = {"type": "error", "error": {"type": "invalid_request_error",
-                                           "message": "prompt is too long: 250000 tokens > 200000 maximum"}}
+    too_long = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000 maximum"},
+    }
     with FakeAnthropic(replay_any_conversation) as server:
         server.fail_next(status=400, body=too_long)
-        run = _pytest(tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist",
-                      f"--careful-scorecards={tmp_path / 'cards'}", IDS[0])
+        run = _pytest(
+            tmp_path,
+            server,
+            f"--careful-model={KEY}",
+            "-p",
+            "no:xdist",
+            f"--careful-scorecards={tmp_path / 'cards'}",
+            IDS[0],
+        )
         assert run.returncode == 1 and "scored as an inference error" in run.stdout, run.stdout[-2000:]
         card = json.loads((tmp_path / "cards" / KEY / "standard/scorecard.json").read_text())
         # The row exists, as BFCL's verdict on the error entry (bfcl evaluate counts it too).

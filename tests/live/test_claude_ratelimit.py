@@ -26,8 +26,7 @@ from test_claude_plugin import IDS, KEY, replay_any_conversation
 from pytest_careful.live import claude, ratelimit
 from pytest_careful.live.ratelimit import SharedLimiter
 
-SPEND_LIMIT = ("You have reached your specified API usage limits. You will regain access on "
-               "2026-12-01 at 00:00 UTC.")
+SPEND_LIMIT = "You have reached your specified API usage limits. You will regain access on 2026-12-01 at 00:00 UTC."
 
 
 def bfcl_max_tokens() -> int:
@@ -42,10 +41,26 @@ def _pytest(tmp_path: Path, fake: FakeAnthropic, *args: str) -> subprocess.Compl
     env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url}
     env.pop("CAREFUL_RUN_ID", None)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-rs",
-         f"--careful-output={tmp_path / 'result'}", f"--careful-model={KEY}",
-         f"--careful-scorecards={tmp_path / 'cards'}", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "-rs",
+            f"--careful-output={tmp_path / 'result'}",
+            f"--careful-model={KEY}",
+            f"--careful-scorecards={tmp_path / 'cards'}",
+            *args,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _result_ids(tmp_path: Path) -> list[str]:
@@ -106,8 +121,11 @@ def test_retry_after_is_obeyed_by_every_worker(server: RecordingFake, tmp_path: 
     assert state["throttles"] == 1 and state["in_flight"] == {}
 
 
-def test_a_long_retry_after_is_capped(server: RecordingFake, tmp_path: Path,  # noqa: F811
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_long_retry_after_is_capped(
+    server: RecordingFake,
+    tmp_path: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     for module in (claude, ratelimit):
         monkeypatch.setattr(module, "MAX_WAIT", 0.5)
     monkeypatch.setattr(claude, "MAX_RETRY_AFTER", 0.5)
@@ -119,7 +137,8 @@ def test_a_long_retry_after_is_capped(server: RecordingFake, tmp_path: Path,  # 
 
 
 def test_a_rate_limit_the_server_says_not_to_retry_is_left_for_the_next_run(  # noqa: F811
-        server: RecordingFake, tmp_path: Path) -> None:
+    server: RecordingFake, tmp_path: Path
+) -> None:
     """``x-should-retry: false`` on a 429 ends the retries, but the conversation is still not the
     model's failure: not run (skipped, nothing written), not BFCL's inference error."""
     handler, _ = configured(tmp_path)
@@ -129,13 +148,21 @@ def test_a_rate_limit_the_server_says_not_to_retry_is_left_for_the_next_run(  # 
     assert len(server.requests) == 1
 
 
-@pytest.mark.parametrize("status, message, says", [
-    (400, SPEND_LIMIT, "reached its API usage limit"),
-    (404, "model: claude-haiku-4-5-20251001", "does not know the model"),
-    (401, "invalid x-api-key", "refused this key"),
-])
-def test_account_wide_errors_stop_at_the_first_request(server: RecordingFake, tmp_path: Path,  # noqa: F811
-                                                       status: int, message: str, says: str) -> None:
+@pytest.mark.parametrize(
+    "status, message, says",
+    [
+        (400, SPEND_LIMIT, "reached its API usage limit"),
+        (404, "model: claude-haiku-4-5-20251001", "does not know the model"),
+        (401, "invalid x-api-key", "refused this key"),
+    ],
+)
+def test_account_wide_errors_stop_at_the_first_request(
+    server: RecordingFake,
+    tmp_path: Path,  # noqa: F811
+    status: int,
+    message: str,
+    says: str,
+) -> None:
     handler, _ = configured(tmp_path)
     server.fail_next(status, body=error_body("error", message), times=10)
     with pytest.raises(claude.AccountProblem, match=says) as caught:
@@ -193,5 +220,6 @@ def test_what_is_sent_is_recorded_and_compared_with_bfcl(tmp_path: Path) -> None
     (tmp_path / "b").mkdir()
     with FakeAnthropic(replay_any_conversation) as fake:
         smaller = _pytest(tmp_path / "b", fake, "-p", "no:xdist", "--careful-max-output-tokens=300", IDS[0])
-    assert f"max_tokens 300 (--careful-max-output-tokens); BFCL's handler sends {bfcl_max_tokens()}" \
-        in smaller.stdout, smaller.stdout[-3000:]
+    assert (
+        f"max_tokens 300 (--careful-max-output-tokens); BFCL's handler sends {bfcl_max_tokens()}" in smaller.stdout
+    ), smaller.stdout[-3000:]

@@ -70,13 +70,19 @@ class WatchedLedger(SpendLedger):
         self.events.append("keep")
 
 
-def watched(tmp_path: Path, budget_usd: float | None = None, *, timeout: float | None = None,
-            max_retries: int = claude.MAX_RETRIES) -> tuple[Any, LiveSource, WatchedLedger]:
+def watched(
+    tmp_path: Path,
+    budget_usd: float | None = None,
+    *,
+    timeout: float | None = None,
+    max_retries: int = claude.MAX_RETRIES,
+) -> tuple[Any, LiveSource, WatchedLedger]:
     """A handler set up as a Claude run sets it up, its ledger watched, its client's time-out set."""
     handler, source = configured(tmp_path, budget_usd)
     ledger = WatchedLedger(ledger_of(source))
-    handler.careful_configure(max_output_tokens=MAX_OUTPUT, ledger=ledger, prices=Prices.load(),
-                              max_retries=max_retries, timeout=timeout)
+    handler.careful_configure(
+        max_output_tokens=MAX_OUTPUT, ledger=ledger, prices=Prices.load(), max_retries=max_retries, timeout=timeout
+    )
     source.spend_ledger = ledger  # type: ignore[attr-defined]
     return handler, source, ledger
 
@@ -84,8 +90,13 @@ def watched(tmp_path: Path, budget_usd: float | None = None, *, timeout: float |
 def first_bound(server: RecordingFake) -> float:
     """The bound of the conversation's first request (the same for each of its attempts)."""
     body = messages(server)[0]
-    return budget.request_bound(Prices.load().lookup(MODEL_ID), system=body.get("system"), tools=body["tools"],
-                                messages=body["messages"], max_tokens=MAX_OUTPUT)
+    return budget.request_bound(
+        Prices.load().lookup(MODEL_ID),
+        system=body.get("system"),
+        tools=body["tools"],
+        messages=body["messages"],
+        max_tokens=MAX_OUTPUT,
+    )
 
 
 def billed(server: RecordingFake) -> float:
@@ -97,8 +108,9 @@ def billed(server: RecordingFake) -> float:
 
 
 @pytest.mark.parametrize("status,times", [(429, 1), (500, 2), (529, 3)])
-def test_every_retry_is_reserved_before_it_is_sent(server: RecordingFake, tmp_path: Path,
-                                                   status: int, times: int) -> None:
+def test_every_retry_is_reserved_before_it_is_sent(
+    server: RecordingFake, tmp_path: Path, status: int, times: int
+) -> None:
     handler, _, ledger = watched(tmp_path)
     server.fail_next(status, times=times)
     run(handler)
@@ -107,8 +119,12 @@ def test_every_retry_is_reserved_before_it_is_sent(server: RecordingFake, tmp_pa
     assert ledger.events.count("reserve") == attempts  # one reservation per HTTP attempt
     assert ledger.events.count("error") == times and ledger.events.count("settle") == len(server.usages)
     totals = ledger.totals()
-    assert (totals.attempts, totals.errors, totals.requests, totals.unconfirmed) == \
-        (attempts, times, len(server.usages), 0)
+    assert (totals.attempts, totals.errors, totals.requests, totals.unconfirmed) == (
+        attempts,
+        times,
+        len(server.usages),
+        0,
+    )
     assert totals.reserved == 0 and totals.charged == pytest.approx(billed(server), rel=1e-9)
 
 
@@ -123,8 +139,12 @@ def test_exhausted_retries_are_each_reserved(server: RecordingFake, tmp_path: Pa
     assert len(server.requests) == claude.MAX_RETRIES + 1
     assert ledger.events == ["reserve", "error"] * (claude.MAX_RETRIES + 1)
     totals = ledger.totals()
-    assert (totals.attempts, totals.errors, totals.charged, totals.reserved) == (claude.MAX_RETRIES + 1,
-                                                                                claude.MAX_RETRIES + 1, 0, 0)
+    assert (totals.attempts, totals.errors, totals.charged, totals.reserved) == (
+        claude.MAX_RETRIES + 1,
+        claude.MAX_RETRIES + 1,
+        0,
+        0,
+    )
 
 
 def test_an_error_the_server_says_not_to_retry_is_not_retried(server: RecordingFake, tmp_path: Path) -> None:
@@ -162,8 +182,9 @@ def test_a_dropped_connection_is_counted_at_its_bound(server: RecordingFake, tmp
     assert totals.charged >= billed(server)
 
 
-def test_a_connection_never_made_is_not_counted(server: RecordingFake, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_connection_never_made_is_not_counted(
+    server: RecordingFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import anthropic
 
     with socket.socket() as probe:  # a loopback port nobody listens on
@@ -246,8 +267,18 @@ def test_a_rerun_continues_under_the_folders_cap(server: RecordingFake, tmp_path
 def test_spend_recorded_by_an_earlier_version_counts(server: RecordingFake, tmp_path: Path) -> None:
     old = tmp_path / ".careful" / "spend-auto-20250101-000000-abcd.json"
     old.parent.mkdir(parents=True)
-    old.write_text(json.dumps({"version": 1, "spent_list": 0.2, "spent_conservative": 0.9, "requests": 40,
-                               "reservations": {"x": {"bound": 0.05, "pid": 1}}, "cap_usd": 1.0}))
+    old.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "spent_list": 0.2,
+                "spent_conservative": 0.9,
+                "requests": 40,
+                "reservations": {"x": {"bound": 0.05, "pid": 1}},
+                "cap_usd": 1.0,
+            }
+        )
+    )
     _, source, ledger = watched(tmp_path, 0.96)
     with pytest.raises(BudgetExceeded):
         source.result("standard", dataset.get(CONVERSATION))
@@ -274,15 +305,20 @@ def test_a_dead_process_reservation_stays_spent(tmp_path: Path) -> None:
     ledger.reserve(0.75)
 
 
-@pytest.mark.parametrize("content", [
-    "not json", "[]", '{"version": 1, "spent_list": 0, "spent_conservative": 0, "requests": 0, "reservations": {}}',
-    '{"version": 2, "cap_usd": NaN, "sessions": {}, "reservations": {}}',
-    '{"version": 2, "cap_usd": null, "sessions": {"s": {"spent_conservative": -5}}, "reservations": {}}',
-    '{"version": 2, "cap_usd": null, "sessions": {"s": {"spent_conservative": "0"}}, "reservations": {}}',
-    '{"version": 2, "cap_usd": null, "sessions": [], "reservations": {}}',
-    '{"version": 2, "cap_usd": null, "sessions": {}, "reservations": {"r": {"bound": 1}}}',
-    "[" * 100_000,
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "not json",
+        "[]",
+        '{"version": 1, "spent_list": 0, "spent_conservative": 0, "requests": 0, "reservations": {}}',
+        '{"version": 2, "cap_usd": NaN, "sessions": {}, "reservations": {}}',
+        '{"version": 2, "cap_usd": null, "sessions": {"s": {"spent_conservative": -5}}, "reservations": {}}',
+        '{"version": 2, "cap_usd": null, "sessions": {"s": {"spent_conservative": "0"}}, "reservations": {}}',
+        '{"version": 2, "cap_usd": null, "sessions": [], "reservations": {}}',
+        '{"version": 2, "cap_usd": null, "sessions": {}, "reservations": {"r": {"bound": 1}}}',
+        "[" * 100_000,
+    ],
+)
 def test_an_unreadable_ledger_sends_nothing(server: RecordingFake, tmp_path: Path, content: str) -> None:
     path = budget.ledger_file(tmp_path)
     path.parent.mkdir(parents=True)
@@ -322,14 +358,24 @@ def test_retry_delay_follows_the_sdk_policy() -> None:
 def _pytest(tmp_path: Path, server: RecordingFake, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": server.url}
     env.pop("CAREFUL_RUN_ID", None)
-    return subprocess.run(_command(tmp_path, *args), cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(_command(tmp_path, *args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
 
 def _command(tmp_path: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-            f"--careful-output={tmp_path / 'result'}", f"--careful-model={KEY}",
-            "--careful-max-output-tokens=200", *args, *IDS]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(tmp_path),
+        f"--careful-output={tmp_path / 'result'}",
+        f"--careful-model={KEY}",
+        "--careful-max-output-tokens=200",
+        *args,
+        *IDS,
+    ]
 
 
 CAP = 0.05  # about five of these requests (conservative), not all of them
@@ -389,10 +435,19 @@ def test_two_sessions_at_once_share_the_cap(tmp_path: Path, xdist: tuple[str, st
     with RecordingFake(Rendezvous()) as server:
         env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": server.url}
         env.pop("CAREFUL_RUN_ID", None)
-        sessions = [subprocess.Popen(_command(tmp_path, *xdist, f"--careful-budget-usd={CAP}",
-                                              f"--careful-scorecards={tmp_path / f'cards{i}'}"),
-                                     cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True) for i in range(2)]
+        sessions = [
+            subprocess.Popen(
+                _command(
+                    tmp_path, *xdist, f"--careful-budget-usd={CAP}", f"--careful-scorecards={tmp_path / f'cards{i}'}"
+                ),
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for i in range(2)
+        ]
         outputs = [session.communicate(timeout=600)[0] for session in sessions]
         totals = SpendLedger(budget.ledger_file(tmp_path / "result")).totals()
         assert totals.attempts == len(server.requests) and totals.reserved == 0
@@ -406,7 +461,8 @@ def test_two_sessions_at_once_share_the_cap(tmp_path: Path, xdist: tuple[str, st
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
 def test_a_cap_that_is_not_a_positive_number_is_refused(pytester: pytest.Pytester, value: str) -> None:
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--careful-model={KEY}",
-                                           f"--careful-budget-usd={value}", IDS[0], timeout=120)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--careful-model={KEY}", f"--careful-budget-usd={value}", IDS[0], timeout=120
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--careful-budget-usd must be a positive number of dollars" in "\n".join(result.errlines)

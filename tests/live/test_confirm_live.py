@@ -24,24 +24,31 @@ STYLES = ["", "-prompting"]
 
 
 def _run(handle: str, conversation_id: str, condition: str) -> runner.LiveRun:
-    return runner.run(scripted.make_handler(handle), dataset.get(conversation_id),
-                      runner.Protocol(condition, DECL))
+    return runner.run(scripted.make_handler(handle), dataset.get(conversation_id), runner.Protocol(condition, DECL))
 
 
 def _score(handle: str, conversation_id: str, live: runner.LiveRun, condition: str) -> dict:
     conversation = dataset.get(conversation_id)
     evaluation = evaluate(conversation, live.entry["result"], decoder(handle))
-    found = confirm_log.confirmations(live.entry["inference_log"], evaluation.run.raw_index) \
-        if condition == "confirm" else None
+    found = (
+        confirm_log.confirmations(live.entry["inference_log"], evaluation.run.raw_index)
+        if condition == "confirm"
+        else None
+    )
     return rules.score(evaluation, DECL, confirmations=found)
 
 
 def _answers(live: runner.LiveRun) -> list[tuple[int, str, str]]:
     """(turn, kind, message) of every scripted answer in the inference log."""
     turns = [t for t in live.entry["inference_log"] if isinstance(t, dict)]
-    return [(i, r[confirm_log.ANSWER_LOG_KEY], r["content"]) for i, t in enumerate(turns)
-            for k, step in t.items() if k.startswith("step_") for r in step
-            if isinstance(r, dict) and confirm_log.ANSWER_LOG_KEY in r]
+    return [
+        (i, r[confirm_log.ANSWER_LOG_KEY], r["content"])
+        for i, t in enumerate(turns)
+        for k, step in t.items()
+        if k.startswith("step_")
+        for r in step
+        if isinstance(r, dict) and confirm_log.ANSWER_LOG_KEY in r
+    ]
 
 
 @pytest.mark.parametrize("name", list(confirm.LOOPS))
@@ -52,23 +59,31 @@ def test_patch_changes_only_the_two_exit_points(name: str) -> None:
     restored = confirm.patch_tree(original, confirm.LOOPS[name])
     for body, index in confirm.exit_points(original):
         assert isinstance(body[index], ast.Break)
-    hooks = [n for n in ast.walk(restored) if isinstance(n, ast.Assign)
-             and any(isinstance(t, ast.Name) and t.id == "_careful_reply" for t in n.targets)]
+    hooks = [
+        n
+        for n in ast.walk(restored)
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_careful_reply" for t in n.targets)
+    ]
     assert len(hooks) == 2
     for parent in ast.walk(restored):
         for field in ("body", "orelse", "handlers", "finalbody"):
             block = getattr(parent, field, None)
             if isinstance(block, list) and any(h in block for h in hooks):
                 at = next(i for i, s in enumerate(block) if s in hooks)
-                block[at:at + 3] = [ast.Break()]  # assign + if + break -> break
+                block[at : at + 3] = [ast.Break()]  # assign + if + break -> break
     assert ast.dump(restored) == ast.dump(original)
     assert ast.dump(patched) != ast.dump(original)
 
 
 @pytest.mark.parametrize("style", STYLES, ids=["fc", "prompting"])
 def test_never_asking_model_writes_identical_result_under_both_protocols(style: str, tmp_path: Path) -> None:
-    for conversation_id in ("multi_turn_base_0", "multi_turn_base_77", "multi_turn_miss_func_12",
-                            "multi_turn_miss_param_4", "multi_turn_long_context_9"):
+    for conversation_id in (
+        "multi_turn_base_0",
+        "multi_turn_base_77",
+        "multi_turn_miss_func_12",
+        "multi_turn_miss_param_4",
+        "multi_turn_long_context_9",
+    ):
         for condition in ("standard", "confirm"):
             entry = _run("scripted:reference" + style, conversation_id, condition).entry
             ResultStore(tmp_path / condition, "model").append(dataset.category_of(conversation_id), entry)
@@ -120,8 +135,7 @@ def test_asking_three_times_gets_two_answers() -> None:
 
 
 def test_no_answer_where_the_reference_turn_makes_no_call() -> None:
-    conversation = next(c for c in dataset.load(["multi_turn_miss_param"])
-                        if any(not t for t in c.ground_truth))
+    conversation = next(c for c in dataset.load(["multi_turn_miss_param"]) if any(not t for t in c.ground_truth))
     user = confirm.ConfirmUser(conversation, DECL.boundary("final"))
     silent = next(i for i, t in enumerate(conversation.ground_truth) if not t)
     assert user.reply(silent, "Could you please confirm which file?", {}, []) is None
@@ -133,22 +147,61 @@ IDS = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2"]
 
 
 def test_confirm_run_rescores_identically_and_baseline_comparison(tmp_path: Path) -> None:
-    base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-            "--careful-model=scripted:ask", "--careful-category=base", *IDS,
-            f"--careful-output={tmp_path / 'result'}"]
-    standard = subprocess.run([*base, "--careful-protocol=standard", f"--careful-scorecards={tmp_path / 's'}"],
-                              cwd=tmp_path, capture_output=True, text=True)
+    base = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--rootdir",
+        str(tmp_path),
+        "--careful-model=scripted:ask",
+        "--careful-category=base",
+        *IDS,
+        f"--careful-output={tmp_path / 'result'}",
+    ]
+    standard = subprocess.run(
+        [*base, "--careful-protocol=standard", f"--careful-scorecards={tmp_path / 's'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert standard.returncode == 1, standard.stdout[-2000:]  # asking ends turns: BFCL fails them
-    live = subprocess.run([*base, "--careful-protocol=confirm", f"--careful-scorecards={tmp_path / 'c'}",
-                           f"--careful-baseline={tmp_path / 's/scripted_ask/standard'}",
-                           "--careful-allow-partial-baseline"],  # three conversations: a selection
-                          cwd=tmp_path, capture_output=True, text=True)
+    live = subprocess.run(
+        [
+            *base,
+            "--careful-protocol=confirm",
+            f"--careful-scorecards={tmp_path / 'c'}",
+            f"--careful-baseline={tmp_path / 's/scripted_ask/standard'}",
+            "--careful-allow-partial-baseline",
+        ],  # three conversations: a selection
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert "scripted user:" in live.stdout and "vs baseline" in live.stdout, live.stdout[-3000:]
     rescored = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-         f"--careful-results={tmp_path / 'result/confirm'}", "--careful-model=scripted:ask",
-         "--careful-protocol=confirm", "--careful-category=base", *IDS,
-         f"--careful-scorecards={tmp_path / 'r'}"], cwd=tmp_path, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+            f"--careful-results={tmp_path / 'result/confirm'}",
+            "--careful-model=scripted:ask",
+            "--careful-protocol=confirm",
+            "--careful-category=base",
+            *IDS,
+            f"--careful-scorecards={tmp_path / 'r'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     cards = [json.loads((tmp_path / d / "scripted_ask/confirm/scorecard.json").read_text()) for d in ("c", "r")]
     strip = ("resumed", "seconds")
     rows = [{r["id"]: {k: v for k, v in r.items() if k not in strip} for r in c["rows"]} for c in cards]
@@ -166,16 +219,35 @@ def test_stricter_scripts_reach_the_user_of_a_run() -> None:
         reply = user.reply(0, text, {}, [])
         answers[script] = reply[0]["content"] if reply else None
     # The asking sentence itself names no destructive function: only the strictest script withholds.
-    assert answers == {"default": scripted_user.YES_MESSAGE, "no_failure_yes": scripted_user.YES_MESSAGE,
-                       "asking_sentences_only": None}
+    assert answers == {
+        "default": scripted_user.YES_MESSAGE,
+        "no_failure_yes": scripted_user.YES_MESSAGE,
+        "asking_sentences_only": None,
+    }
 
 
 def test_user_script_option_reaches_the_source(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-         "--careful-model=scripted:ask", "--careful-protocol=confirm", "--careful-user-script=asking_sentences_only",
-         f"--careful-output={tmp_path / 'r'}", f"--careful-scorecards={tmp_path / 'c'}", "multi_turn_base_0"],
-        cwd=tmp_path, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+            "--careful-model=scripted:ask",
+            "--careful-protocol=confirm",
+            "--careful-user-script=asking_sentences_only",
+            f"--careful-output={tmp_path / 'r'}",
+            f"--careful-scorecards={tmp_path / 'c'}",
+            "multi_turn_base_0",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:]
     card = json.loads((tmp_path / "c/scripted_ask/confirm/scorecard.json").read_text())
     assert card["rows"][0]["answers"]["yes"] == 2  # "shall I call mv() now?" names it in the question
@@ -184,12 +256,26 @@ def test_user_script_option_reaches_the_source(tmp_path: Path) -> None:
 def test_junit_carries_the_answers_and_resumption(tmp_path: Path) -> None:
     import xml.etree.ElementTree as ET
 
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-            "--careful-model=scripted:ask", "--careful-protocol=confirm", f"--careful-output={tmp_path / 'r'}",
-            f"--careful-scorecards={tmp_path / 'c'}", "multi_turn_base_0"]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--rootdir",
+        str(tmp_path),
+        "--careful-model=scripted:ask",
+        "--careful-protocol=confirm",
+        f"--careful-output={tmp_path / 'r'}",
+        f"--careful-scorecards={tmp_path / 'c'}",
+        "multi_turn_base_0",
+    ]
     for name in ("first.xml", "second.xml"):
         subprocess.run([*args, f"--junitxml={tmp_path / name}"], cwd=tmp_path, check=True, capture_output=True)
-    props = [{p.get("name"): p.get("value") for p in ET.parse(tmp_path / n).iter("property")}
-             for n in ("first.xml", "second.xml")]
+    props = [
+        {p.get("name"): p.get("value") for p in ET.parse(tmp_path / n).iter("property")}
+        for n in ("first.xml", "second.xml")
+    ]
     assert props[0]["careful_answers_yes"] == "2" and props[0]["careful_confirmed_destructive"] == "2"
     assert (props[0]["careful_resumed"], props[1]["careful_resumed"]) == ("no", "yes")

@@ -53,9 +53,7 @@ def server() -> Iterator[FakeAnthropic]:
 
 
 def client_for(server: FakeAnthropic, max_retries: int = 2) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
-        base_url=server.url, api_key="test", max_retries=max_retries
-    )
+    return anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=max_retries)
 
 
 # ----------------------------------------------------------------- replies
@@ -152,11 +150,7 @@ def total_tokens(client: anthropic.Anthropic, prompt: dict[str, Any]) -> int:
 
 def usage_sum(message: anthropic.types.Message) -> int:
     usage = message.usage
-    return (
-        usage.input_tokens
-        + (usage.cache_creation_input_tokens or 0)
-        + (usage.cache_read_input_tokens or 0)
-    )
+    return usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
 
 
 def test_prompt_cache_written_then_read(server: FakeAnthropic) -> None:
@@ -169,13 +163,8 @@ def test_prompt_cache_written_then_read(server: FakeAnthropic) -> None:
     first, second = ask(client, **first_prompt), ask(client, **second_prompt)
 
     assert first.usage.cache_read_input_tokens == 0
-    assert (
-        first.usage.cache_creation_input_tokens
-        and first.usage.cache_creation_input_tokens > 0
-    )
-    assert (
-        second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
-    )
+    assert first.usage.cache_creation_input_tokens and first.usage.cache_creation_input_tokens > 0
+    assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
     assert second.usage.cache_creation_input_tokens == 0
     assert usage_sum(first) == total_tokens(client, first_prompt)
     assert usage_sum(second) == total_tokens(client, second_prompt)
@@ -205,13 +194,8 @@ def test_moving_the_breakpoint_forward_still_reads_the_earlier_prefix(
     first = ask(client, messages=turn1)
     second = ask(client, messages=turn2)
 
-    assert (
-        second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
-    )
-    assert (
-        second.usage.cache_creation_input_tokens
-        and second.usage.cache_creation_input_tokens > 0
-    )
+    assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
+    assert second.usage.cache_creation_input_tokens and second.usage.cache_creation_input_tokens > 0
     assert second.usage.input_tokens == 0
     assert usage_sum(second) == total_tokens(client, {"messages": turn2})
 
@@ -219,16 +203,8 @@ def test_moving_the_breakpoint_forward_still_reads_the_earlier_prefix(
 def test_without_markers_everything_is_input(server: FakeAnthropic) -> None:
     client = client_for(server)
     first, second = ask(client), ask(client)
-    assert (
-        second.usage.input_tokens
-        == first.usage.input_tokens
-        == total_tokens(client, {"messages": USER})
-    )
-    assert (
-        second.usage.cache_read_input_tokens
-        == second.usage.cache_creation_input_tokens
-        == 0
-    )
+    assert second.usage.input_tokens == first.usage.input_tokens == total_tokens(client, {"messages": USER})
+    assert second.usage.cache_read_input_tokens == second.usage.cache_creation_input_tokens == 0
 
 
 def test_more_than_four_breakpoints_rejected(server: FakeAnthropic) -> None:
@@ -292,9 +268,7 @@ def test_permanent_credit_exhaustion(server: FakeAnthropic) -> None:
     server.exhaust_credit()
 
     for _ in range(2):
-        with pytest.raises(
-            anthropic.BadRequestError, match="credit balance is too low"
-        ):
+        with pytest.raises(anthropic.BadRequestError, match="credit balance is too low"):
             ask(client)
     with pytest.raises(anthropic.BadRequestError, match="credit balance is too low"):
         client.messages.count_tokens(model=MODEL, messages=USER)  # type: ignore[arg-type]

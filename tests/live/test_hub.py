@@ -50,20 +50,44 @@ def _matches(files: list[str], repo_files: list[str] | None, weights: bool) -> l
     from huggingface_hub.utils import filter_repo_objects
 
     patterns = wanted(repo_files, weights)
-    return sorted(filter_repo_objects(files, allow_patterns=list(patterns.allow),
-                                      ignore_patterns=list(patterns.ignore)))
+    return sorted(
+        filter_repo_objects(files, allow_patterns=list(patterns.allow), ignore_patterns=list(patterns.ignore))
+    )
 
 
 def test_safetensors_are_taken_and_other_formats_and_folders_are_not() -> None:
-    files = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "merges.txt",
-             "vocab.json", "chat_template.jinja", "model-00001-of-00002.safetensors",
-             "model-00002-of-00002.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-             "consolidated.safetensors", "original/consolidated.00.pth", "original/params.json",
-             "model.gguf", "README.md", ".gitattributes", "onnx/model.onnx"]
+    files = [
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "merges.txt",
+        "vocab.json",
+        "chat_template.jinja",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+        "consolidated.safetensors",
+        "original/consolidated.00.pth",
+        "original/params.json",
+        "model.gguf",
+        "README.md",
+        ".gitattributes",
+        "onnx/model.onnx",
+    ]
     assert _matches(files, files, weights=True) == [
-        "chat_template.jinja", "config.json", "generation_config.json", "merges.txt",
-        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json",
-        "tokenizer.json", "tokenizer_config.json", "vocab.json"]
+        "chat_template.jinja",
+        "config.json",
+        "generation_config.json",
+        "merges.txt",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.json",
+    ]
 
 
 def test_bin_weights_only_where_there_are_no_safetensors() -> None:
@@ -73,8 +97,12 @@ def test_bin_weights_only_where_there_are_no_safetensors() -> None:
 
 def test_a_running_server_needs_the_tokenizer_and_config_only() -> None:
     files = ["config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors", "modeling_x.py"]
-    assert _matches(files, files, weights=False) == ["config.json", "modeling_x.py", "tokenizer.json",
-                                                     "tokenizer_config.json"]
+    assert _matches(files, files, weights=False) == [
+        "config.json",
+        "modeling_x.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
 
 
 # ---------------------------------------------------------------- helpers
@@ -94,8 +122,9 @@ def stand_ins(tmp_path: Path) -> Path:
     return root
 
 
-def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str | None, offline: bool,
-         stand_ins: Path | None = None) -> Path:
+def _env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str | None, offline: bool, stand_ins: Path | None = None
+) -> Path:
     """The child pytest's environment: its own HF cache, the loopback hub or none, online or not."""
     home = tmp_path / "hf-home"
     monkeypatch.setenv("HF_HOME", str(home))
@@ -112,15 +141,21 @@ def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str | None, 
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     if stand_ins is not None:
-        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(stand_ins),
-                                                                       os.environ.get("PYTHONPATH")])))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(stand_ins), os.environ.get("PYTHONPATH")])))
     return home
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--careful-model={REPO}",
-                                         f"--careful-output={pytester.path / 'result'}", *args,
-                                         "multi_turn_base_0", "multi_turn_base_1", timeout=120)
+    return pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        f"--careful-model={REPO}",
+        f"--careful-output={pytester.path / 'result'}",
+        *args,
+        "multi_turn_base_0",
+        "multi_turn_base_1",
+        timeout=120,
+    )
 
 
 def _text(result: pytest.RunResult) -> str:
@@ -138,8 +173,8 @@ def _closed_port() -> int:
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_controller_fetches_once_with_progress_then_everything_reads_the_cache(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stand_ins: Path,
-        mode: str) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stand_ins: Path, mode: str
+) -> None:
     with LoopbackHub({REPO: with_decoys(MODEL_FILES)}) as hub:
         url = hub.url
         _env(monkeypatch, tmp_path, url, offline=False, stand_ins=stand_ins)
@@ -165,8 +200,9 @@ def test_controller_fetches_once_with_progress_then_everything_reads_the_cache(
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_offline_and_not_cached_is_one_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                                   tmp_path: Path, stand_ins: Path, mode: str) -> None:
+def test_offline_and_not_cached_is_one_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stand_ins: Path, mode: str
+) -> None:
     home = _env(monkeypatch, tmp_path, None, offline=True, stand_ins=stand_ins)
     result = _run(pytester, *MODES[mode])
     text = _text(result)
@@ -178,7 +214,8 @@ def test_offline_and_not_cached_is_one_usage_error(pytester: pytest.Pytester, mo
 
 
 def test_a_missing_repo_names_the_repo_the_endpoint_and_the_token(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stand_ins: Path) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stand_ins: Path
+) -> None:
     with LoopbackHub({"someone/else": MODEL_FILES}) as hub:
         url = hub.url
         _env(monkeypatch, tmp_path, url, offline=False, stand_ins=stand_ins)
@@ -190,7 +227,8 @@ def test_a_missing_repo_names_the_repo_the_endpoint_and_the_token(
 
 
 def test_a_gated_repo_says_to_accept_its_terms_and_set_a_token(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stand_ins: Path) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stand_ins: Path
+) -> None:
     with LoopbackHub({REPO: MODEL_FILES}, gated=(REPO,)) as hub:
         url = hub.url
         _env(monkeypatch, tmp_path, url, offline=False, stand_ins=stand_ins)
@@ -202,7 +240,8 @@ def test_a_gated_repo_says_to_accept_its_terms_and_set_a_token(
 
 
 def test_an_unreachable_hub_without_a_cache_says_so(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stand_ins: Path) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stand_ins: Path
+) -> None:
     endpoint = f"http://127.0.0.1:{_closed_port()}"
     _env(monkeypatch, tmp_path, endpoint, offline=False, stand_ins=stand_ins)
     result = _run(pytester, "-p", "no:xdist")
@@ -222,7 +261,8 @@ def test_a_running_server_gets_only_the_tokenizer_fetched(tmp_path: Path, monkey
         f"plan = v.ServerPlan(model={REPO!r}, endpoints=('http://127.0.0.1:9/v1',))\n"
         # Fetched first; then the server is asked, and nothing listens there.
         "assert v.start_for_session(plan, print).startswith('no --careful-endpoint server can run it')\n"
-        f"print('cached', sorted(p.name for p in hub.cached({REPO!r}).iterdir()))\n")
+        f"print('cached', sorted(p.name for p in hub.cached({REPO!r}).iterdir()))\n"
+    )
     with LoopbackHub({REPO: with_decoys(MODEL_FILES)}) as hub:
         _env(monkeypatch, tmp_path, hub.url, offline=False)
         run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

@@ -29,9 +29,21 @@ DECL = declarations.load()
 
 
 def _cli(tmp_path: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
-            "--rootdir", str(tmp_path), f"--careful-output={tmp_path / 'result'}",
-            f"--careful-scorecards={tmp_path / 'cards'}", *args]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-q",
+        "--rootdir",
+        str(tmp_path),
+        f"--careful-output={tmp_path / 'result'}",
+        f"--careful-scorecards={tmp_path / 'cards'}",
+        *args,
+    ]
 
 
 def _serial(handle: str, ids: list[str], condition: str, repeat: int = 1) -> dict[str, dict[str, Any]]:
@@ -50,18 +62,33 @@ def _filed(path: Path) -> dict[str, dict[str, Any]]:
 IDS = [f"multi_turn_base_{i}" for i in range(0, 200, 17)] + [f"multi_turn_miss_func_{i}" for i in (3, 40, 77, 150)]
 
 
-@pytest.mark.parametrize(("handle", "condition", "xdist"), [
-    ("scripted:reference", "hints", ["-p", "no:xdist"]),
-    ("scripted:ask-after", "confirm", ["-n", "2"]),
-    ("scripted:destructive-prompting", "confirm", ["-p", "no:xdist"]),
-    ("scripted:ask-wrong", "standard", ["-n", "2"]),
-])
-def test_a_concurrent_run_files_what_a_serial_run_files(tmp_path: Path, handle: str, condition: str,
-                                                       xdist: list[str]) -> None:
-    proc = subprocess.run(_cli(tmp_path, f"--careful-model={handle}", f"--careful-protocol={condition}",
-                               "--careful-category=base,miss_func", "--careful-concurrency=6", *xdist,
-                               *[f"{i}[{condition}]" for i in IDS]),
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+@pytest.mark.parametrize(
+    ("handle", "condition", "xdist"),
+    [
+        ("scripted:reference", "hints", ["-p", "no:xdist"]),
+        ("scripted:ask-after", "confirm", ["-n", "2"]),
+        ("scripted:destructive-prompting", "confirm", ["-p", "no:xdist"]),
+        ("scripted:ask-wrong", "standard", ["-n", "2"]),
+    ],
+)
+def test_a_concurrent_run_files_what_a_serial_run_files(
+    tmp_path: Path, handle: str, condition: str, xdist: list[str]
+) -> None:
+    proc = subprocess.run(
+        _cli(
+            tmp_path,
+            f"--careful-model={handle}",
+            f"--careful-protocol={condition}",
+            "--careful-category=base,miss_func",
+            "--careful-concurrency=6",
+            *xdist,
+            *[f"{i}[{condition}]" for i in IDS],
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     name = handle.replace(":", "_")
     filed = {}
@@ -75,9 +102,15 @@ def test_a_concurrent_run_files_what_a_serial_run_files(tmp_path: Path, handle: 
 
 def test_repeats_run_concurrently_are_each_repeat_of_a_serial_run(tmp_path: Path) -> None:
     ids = [f"multi_turn_base_{i}" for i in range(6)]  # flaky: n % 3 decides which repeats fail
-    proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:flaky", "--careful-repeat=2",
-                               "--careful-concurrency=4", "-n", "2", *ids),
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        _cli(
+            tmp_path, "--careful-model=scripted:flaky", "--careful-repeat=2", "--careful-concurrency=4", "-n", "2", *ids
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode in (0, 1), proc.stdout[-3000:]
     for repeat in (1, 2):
         store = ResultStore(tmp_path / "result" / f"repeat-{repeat}" / "standard", "scripted_flaky")
@@ -101,8 +134,9 @@ def test_conversations_of_one_class_at_once_in_one_process_stay_apart() -> None:
 
     def one(conversation_id: str) -> None:
         start.wait()
-        live = runner.run(handler, dataset.get(conversation_id), runner.Protocol("standard", DECL),
-                          before_request=interleave)
+        live = runner.run(
+            handler, dataset.get(conversation_id), runner.Protocol("standard", DECL), before_request=interleave
+        )
         together[conversation_id] = live.entry
 
     threads = [threading.Thread(target=one, args=(i,)) for i in ids]
@@ -121,8 +155,12 @@ def test_each_threads_loop_log_is_its_own() -> None:
     logs: dict[str, str] = {}
 
     def one(conversation_id: str) -> None:
-        logs[conversation_id] = runner.run(handler, dataset.get(conversation_id), runner.Protocol("standard", DECL),
-                                           before_request=lambda: time.sleep(0.002)).log
+        logs[conversation_id] = runner.run(
+            handler,
+            dataset.get(conversation_id),
+            runner.Protocol("standard", DECL),
+            before_request=lambda: time.sleep(0.002),
+        ).log
 
     threads = [threading.Thread(target=one, args=(i,)) for i in ids]
     for thread in threads:
@@ -249,11 +287,19 @@ def test_progress_adds_up_the_processes_and_estimates_the_rest(tmp_path: Path) -
     assert line == "careful: 5/10 conversations done, 7 in flight, 1 failed, 3.0 requests/s, ETA 11s"
 
 
-def test_ci_logs_get_plain_progress_lines(tmp_path: Path, pytester: pytest.Pytester,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ci_logs_get_plain_progress_lines(
+    tmp_path: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(progress, "PLAIN_SECONDS", 0.0)
-    result = pytester.runpytest("-p", "no:randomly", "--careful-model=scripted:reference", "--careful-concurrency=3",
-                                f"--careful-output={tmp_path / 'result'}", "multi_turn_base_1", "multi_turn_base_2")
+    result = pytester.runpytest(
+        "-p",
+        "no:randomly",
+        "--careful-model=scripted:reference",
+        "--careful-concurrency=3",
+        f"--careful-output={tmp_path / 'result'}",
+        "multi_turn_base_1",
+        "multi_turn_base_2",
+    )
     lines = [x for x in result.outlines if x.startswith("careful: ") and "conversations done" in x]
     assert lines and lines[-1].startswith("careful: 2/2 conversations done"), result.outlines
 

@@ -26,9 +26,21 @@ IDS = [f"multi_turn_base_{i}" for i in range(8)]
 
 
 def _command(tmp_path: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-            f"--careful-output={tmp_path / 'result'}", f"--careful-scorecards={tmp_path / 'cards'}",
-            f"--careful-model={MODEL}-FC", "--careful-gate=none", *args]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--rootdir",
+        str(tmp_path),
+        f"--careful-output={tmp_path / 'result'}",
+        f"--careful-scorecards={tmp_path / 'cards'}",
+        f"--careful-model={MODEL}-FC",
+        "--careful-gate=none",
+        *args,
+    ]
 
 
 def _env(server: LoopbackVLLM) -> dict[str, str]:
@@ -37,8 +49,9 @@ def _env(server: LoopbackVLLM) -> dict[str, str]:
 
 def _run(tmp_path: Path, server: LoopbackVLLM, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     tmp_path.mkdir(exist_ok=True)
-    proc = subprocess.run(_command(tmp_path, *args), cwd=tmp_path, capture_output=True, text=True,
-                          env=_env(server), timeout=timeout)
+    proc = subprocess.run(
+        _command(tmp_path, *args), cwd=tmp_path, capture_output=True, text=True, env=_env(server), timeout=timeout
+    )
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -59,7 +72,8 @@ def _results(tmp_path: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("xdist", [["-p", "no:xdist"], ["-n", "2"]], ids=["no-xdist", "n2"])
 def test_the_server_sees_the_concurrency_asked_for_and_the_entries_are_a_serial_runs(
-        tmp_path: Path, xdist: list[str]) -> None:
+    tmp_path: Path, xdist: list[str]
+) -> None:
     ids = IDS[:6]
     # A second per request: far longer than the client's own work between two requests, however
     # loaded the machine, so that four conversations' requests do overlap at the server.
@@ -97,15 +111,19 @@ def _wait_for(condition: Any, timeout: float = 120) -> None:
 
 
 @pytest.mark.parametrize("xdist", [["-p", "no:xdist"], ["-n", "2"]], ids=["no-xdist", "n2"])
-def test_ctrl_c_stops_requests_in_flight_promptly_and_the_rerun_completes(tmp_path: Path,
-                                                                          xdist: list[str]) -> None:
+def test_ctrl_c_stops_requests_in_flight_promptly_and_the_rerun_completes(tmp_path: Path, xdist: list[str]) -> None:
     ids = [f"multi_turn_base_{i}" for i in range(12)]
     with LoopbackVLLM(latency=0.05, models=[MODEL], hang_from=25) as server:
         log = tmp_path / "first.log"
         with log.open("w") as out_file:  # a file, not a pipe nobody reads while it runs
-            proc = subprocess.Popen(_command(tmp_path, *xdist, "--careful-concurrency=4", *ids), cwd=tmp_path,
-                                    env=_env(server), stdout=out_file, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                _command(tmp_path, *xdist, "--careful-concurrency=4", *ids),
+                cwd=tmp_path,
+                env=_env(server),
+                stdout=out_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         # Requests from number 25 on hang, as a stuck server's do: four are held when Ctrl-C comes.
         try:
             _wait_for(lambda: server.stats()["in_flight_now"] >= 4 or proc.poll() is not None)
@@ -134,8 +152,14 @@ def test_kill_9_mid_run_with_workers_in_flight_then_rerun_loses_and_duplicates_n
     ids = [f"multi_turn_base_{i}" for i in range(24)]
     args = ("-n", "2", "--careful-concurrency=6", *ids)
     with LoopbackVLLM(latency=0.1, models=[MODEL]) as server:
-        proc = subprocess.Popen(_command(tmp_path, *args), cwd=tmp_path, env=_env(server),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            _command(tmp_path, *args),
+            cwd=tmp_path,
+            env=_env(server),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         _wait_for(lambda: len(_lines(tmp_path)) >= 4 or proc.poll() is not None)
         os.killpg(proc.pid, signal.SIGKILL)  # the controller and both workers, mid-write or not
         proc.wait()
@@ -156,9 +180,15 @@ def test_kill_9_mid_run_with_workers_in_flight_then_rerun_loses_and_duplicates_n
 def test_a_live_run_starts_no_more_workers_than_usable_cpus(tmp_path: Path) -> None:
     """-n 2 on a process pinned to one CPU: one worker, said in a line; it still runs everything."""
     with LoopbackVLLM(latency=0.05, models=[MODEL]) as server:
-        proc = subprocess.run(_command(tmp_path, "-n", "2", "--careful-concurrency=4", *IDS[:2]), cwd=tmp_path,
-                              capture_output=True, text=True, env=_env(server), timeout=180,
-                              preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+        proc = subprocess.run(
+            _command(tmp_path, "-n", "2", "--careful-concurrency=4", *IDS[:2]),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=_env(server),
+            timeout=180,
+            preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+        )
     assert proc.returncode in (0, 1), proc.stdout[-3000:]
     assert "careful: 1 xdist workers, not 2: this machine has 1 usable CPUs" in proc.stdout
     assert sorted(_results(tmp_path)) == IDS[:2]

@@ -32,8 +32,7 @@ ORACLE_DECODER = {False: "gpt-4.1-2025-04-14-FC", True: "gpt-4.1-2025-04-14"}
 
 
 def _run(handle: str, conversation_id: str, condition: str = "standard") -> runner.LiveRun:
-    return runner.run(scripted.make_handler(handle), dataset.get(conversation_id),
-                      runner.Protocol(condition, DECL))
+    return runner.run(scripted.make_handler(handle), dataset.get(conversation_id), runner.Protocol(condition, DECL))
 
 
 def test_executor_outside_a_conversation_is_refused() -> None:
@@ -83,8 +82,14 @@ def test_reference_policy_result_file_matches_bfcl_evaluate(tmp_path: Path, prom
         assert not problems
         for e in entries:
             ours[e.id] = evaluate(dataset.get(e.id), e.result, decoder(handle), entry=e).verdict
-            oracle_cases.append({"id": e.id, "result": e.result, "decoder": ORACLE_DECODER[prompting],
-                                 "model_name": ORACLE_DECODER[prompting]})
+            oracle_cases.append(
+                {
+                    "id": e.id,
+                    "result": e.result,
+                    "decoder": ORACLE_DECODER[prompting],
+                    "model_name": ORACLE_DECODER[prompting],
+                }
+            )
     oracle = {o["id"]: o for o in run_oracle(oracle_cases)}
     assert set(oracle) == set(ids)
     for conversation_id, verdict in ours.items():
@@ -114,20 +119,38 @@ def test_asking_policy_ends_the_turn_under_standard() -> None:
     live = _run("scripted:ask", "multi_turn_base_0")
     texts = [s for turn in live.entry["result"] for s in turn if isinstance(s, str)]
     assert any("Please confirm" in t for t in texts)
-    assert not any(r.get("role") == "user" for turn in live.entry["inference_log"] if isinstance(turn, dict)
-                   for k, step in turn.items() if k.startswith("step_") for r in step)
+    assert not any(
+        r.get("role") == "user"
+        for turn in live.entry["inference_log"]
+        if isinstance(turn, dict)
+        for k, step in turn.items()
+        if k.startswith("step_")
+        for r in step
+    )
 
 
 def _cli(tmp_path: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-            f"--careful-output={tmp_path / 'result'}", f"--careful-scorecards={tmp_path / 'cards'}", *args]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--rootdir",
+        str(tmp_path),
+        f"--careful-output={tmp_path / 'result'}",
+        f"--careful-scorecards={tmp_path / 'cards'}",
+        *args,
+    ]
 
 
 def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     args = _cli(tmp_path, "--careful-model=scripted:reference", "--careful-category=base", "-p", "no:xdist")
     path = ResultStore(tmp_path / "result" / "standard", "scripted_reference").path("multi_turn_base")
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if path.exists() and path.read_bytes().count(b"\n") >= 40:
@@ -150,10 +173,15 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path)
 
 def test_errored_entries_are_retried_not_served(tmp_path: Path) -> None:
     store = ResultStore(tmp_path / "result" / "standard", "scripted_reference")
-    store.append("multi_turn_base", {"id": "multi_turn_base_0", "result": "Error during inference: boom",
-                                     "error": "APIError"})
-    proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:reference", "-p", "no:xdist",
-                               "multi_turn_base_0[standard]"), cwd=tmp_path, capture_output=True, text=True)
+    store.append(
+        "multi_turn_base", {"id": "multi_turn_base_0", "result": "Error during inference: boom", "error": "APIError"}
+    )
+    proc = subprocess.run(
+        _cli(tmp_path, "--careful-model=scripted:reference", "-p", "no:xdist", "multi_turn_base_0[standard]"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "multi_turn_base_0" in store.completed("multi_turn_base")
     card = json.loads((tmp_path / "cards/scripted_reference/standard/scorecard.json").read_text())
@@ -166,55 +194,102 @@ def test_errored_entries_are_retried_not_served(tmp_path: Path) -> None:
 def test_rescoring_an_uncompacted_log_scores_the_retried_entry(tmp_path: Path) -> None:
     """A run killed before compaction leaves the error line and the retried one: the latter counts."""
     store = ResultStore(tmp_path, "scripted_reference")
-    store.append("multi_turn_base", {"id": "multi_turn_base_0", "result": "Error during inference: x",
-                                     "error": "APIError"})
+    store.append(
+        "multi_turn_base", {"id": "multi_turn_base_0", "result": "Error during inference: x", "error": "APIError"}
+    )
     store.append("multi_turn_base", _run("scripted:reference", "multi_turn_base_0").entry)
     entries, problems = read_result_file(store.path("multi_turn_base"), "multi_turn_base")
     assert not problems and len(entries) == 1 and isinstance(entries[0].result, list)
 
 
 def test_resuming_under_other_settings_is_refused(tmp_path: Path) -> None:
-    first = subprocess.run(_cli(tmp_path, "--careful-model=scripted:ask-wrong", "--careful-protocol=confirm",
-                                "-p", "no:xdist", "multi_turn_base_0"), cwd=tmp_path, capture_output=True, text=True)
+    first = subprocess.run(
+        _cli(
+            tmp_path,
+            "--careful-model=scripted:ask-wrong",
+            "--careful-protocol=confirm",
+            "-p",
+            "no:xdist",
+            "multi_turn_base_0",
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert first.returncode == 0, first.stdout[-2000:]
-    other = subprocess.run(_cli(tmp_path, "--careful-model=scripted:ask-wrong", "--careful-protocol=confirm",
-                                "--careful-user-script=asking_sentences_only", "multi_turn_base_0"),
-                           cwd=tmp_path, capture_output=True, text=True)
+    other = subprocess.run(
+        _cli(
+            tmp_path,
+            "--careful-model=scripted:ask-wrong",
+            "--careful-protocol=confirm",
+            "--careful-user-script=asking_sentences_only",
+            "multi_turn_base_0",
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert other.returncode == 4
     assert "user_script='default'" in other.stderr and "user_script='asking_sentences_only'" in other.stderr
-    same = subprocess.run(_cli(tmp_path, "--careful-model=scripted:ask-wrong", "--careful-protocol=confirm",
-                               "-p", "no:xdist", "multi_turn_base_0"), cwd=tmp_path, capture_output=True, text=True)
+    same = subprocess.run(
+        _cli(
+            tmp_path,
+            "--careful-model=scripted:ask-wrong",
+            "--careful-protocol=confirm",
+            "-p",
+            "no:xdist",
+            "multi_turn_base_0",
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert same.returncode == 0 and "1 of 1 conversations read back" in same.stdout
 
 
 def test_backend_options_on_the_wrong_backend_are_usage_errors(tmp_path: Path) -> None:
-    for args, message in ((["--careful-budget-usd=5"], "covers Claude models only"),
-                          (["--careful-endpoint=http://127.0.0.1:1/v1"], "for vLLM-served models")):
-        proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:reference", *args, "multi_turn_base_0"),
-                              cwd=tmp_path, capture_output=True, text=True)
+    for args, message in (
+        (["--careful-budget-usd=5"], "covers Claude models only"),
+        (["--careful-endpoint=http://127.0.0.1:1/v1"], "for vLLM-served models"),
+    ):
+        proc = subprocess.run(
+            _cli(tmp_path, "--careful-model=scripted:reference", *args, "multi_turn_base_0"),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 4 and message in proc.stderr
 
 
 def test_unknown_scripted_model_is_a_usage_error(tmp_path: Path) -> None:
-    proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:nope"), cwd=tmp_path,
-                          capture_output=True, text=True)
+    proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:nope"), cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 4
     assert "unknown scripted model 'scripted:nope'" in proc.stderr
 
 
 def test_unknown_model_lists_close_matches(tmp_path: Path) -> None:
-    proc = subprocess.run(_cli(tmp_path, "--careful-model=Qwen3-8", "--collect-only"), cwd=tmp_path,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        _cli(tmp_path, "--careful-model=Qwen3-8", "--collect-only"), cwd=tmp_path, capture_output=True, text=True
+    )
     assert proc.returncode == 4
     assert "close matches" in proc.stderr and "Qwen/Qwen3-8B" in proc.stderr
 
 
-@pytest.mark.parametrize("name, key", [
-    ("Qwen3-8B-FC", "Qwen/Qwen3-8B-FC"), ("qwen3-8b-prompt", None), ("Qwen3-8B-prompt", "Qwen/Qwen3-8B"),
-    ("qwen/qwen3-8b-fc", "Qwen/Qwen3-8B-FC"), ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"), ("bfcl:qwen3-8b", "qwen3-8b"),
-    ("Qwen3-8B", "Qwen/Qwen3-8B"), ("Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
-    ("qwen3-8b", None), ("claude-haiku-4-5-20251001-FC", "claude-haiku-4-5-20251001-FC"),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("Qwen3-8B-FC", "Qwen/Qwen3-8B-FC"),
+        ("qwen3-8b-prompt", None),
+        ("Qwen3-8B-prompt", "Qwen/Qwen3-8B"),
+        ("qwen/qwen3-8b-fc", "Qwen/Qwen3-8B-FC"),
+        ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"),
+        ("bfcl:qwen3-8b", "qwen3-8b"),
+        ("Qwen3-8B", "Qwen/Qwen3-8B"),
+        ("Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
+        ("qwen3-8b", None),
+        ("claude-haiku-4-5-20251001-FC", "claude-haiku-4-5-20251001-FC"),
+    ],
+)
 def test_model_names_resolve_to_one_key_or_are_refused(name: str, key: str | None) -> None:
     """Suffixes choose the mode; case is ignored among local-model keys only; several matches are
     refused with spellings that each resolve to one key (checked against bfcl-eval's own registry)."""
@@ -233,8 +308,9 @@ def test_model_names_resolve_to_one_key_or_are_refused(name: str, key: str | Non
     keys = [resolve(s, None).registry_key for s in spellings]  # each spelling offered resolves, alone
     assert len(set(keys)) == len(keys)
     config = MODEL_CONFIG_MAPPING
-    assert {config[k].is_fc_model for k in keys} == {True, False} or \
-        len({config[k].model_handler.__module__.split(".")[2] for k in keys}) > 1  # mode or backend differ
+    assert {config[k].is_fc_model for k in keys} == {True, False} or len(
+        {config[k].model_handler.__module__.split(".")[2] for k in keys}
+    ) > 1  # mode or backend differ
 
 
 def test_a_name_without_a_mode_is_bfcls_unsuffixed_key_and_the_fc_key_is_named() -> None:
@@ -245,7 +321,9 @@ def test_a_name_without_a_mode_is_bfcls_unsuffixed_key_and_the_fc_key_is_named()
     from pytest_careful.live.handles import resolution_line, resolve
 
     line = resolution_line(resolve("Qwen3-8B", None))
-    assert not MODEL_CONFIG_MAPPING["Qwen/Qwen3-8B"].is_fc_model and MODEL_CONFIG_MAPPING["Qwen/Qwen3-8B-FC"].is_fc_model
+    assert (
+        not MODEL_CONFIG_MAPPING["Qwen/Qwen3-8B"].is_fc_model and MODEL_CONFIG_MAPPING["Qwen/Qwen3-8B-FC"].is_fc_model
+    )
     assert ", prompting, " in line and "--careful-model=Qwen/Qwen3-8B-FC" in line
     assert "FC mode" not in resolution_line(resolve("Qwen3-8B-prompt", None))
     assert "FC mode" not in resolution_line(resolve("Qwen3-8B-FC", None))
@@ -290,8 +368,12 @@ def test_a_handler_is_looked_for_among_local_model_keys(tmp_path: Path) -> None:
 
 
 def test_the_resolution_is_printed_before_anything_runs(tmp_path: Path) -> None:
-    proc = subprocess.run(_cli(tmp_path, "--careful-model=scripted:reference", "-p", "no:xdist",
-                               "multi_turn_base_0"), cwd=tmp_path, capture_output=True, text=True)
+    proc = subprocess.run(
+        _cli(tmp_path, "--careful-model=scripted:reference", "-p", "no:xdist", "multi_turn_base_0"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     lines = proc.stdout.splitlines()
     said = [i for i, line in enumerate(lines) if line.startswith("careful: model scripted:reference -> ")]
     ran = [i for i, line in enumerate(lines) if "multi_turn_base_0" in line or "passed" in line]
@@ -315,12 +397,13 @@ def test_hints_reach_the_loop_including_functions_revealed_later() -> None:
     assert len(hinted_tools) == len(seen) == 2  # compiled at the start and when functions are revealed
     assert len(hinted_tools[1]) > len(hinted_tools[0])
     for with_hint, without in zip(hinted_tools[-1], seen[-1]):
-        assert with_hint.startswith(without) and "destructiveHint=" in with_hint[len(without):]
+        assert with_hint.startswith(without) and "destructiveHint=" in with_hint[len(without) :]
     assert hinted.entry["result"] == plain.entry["result"]
 
 
-@pytest.mark.parametrize("category", ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
-                                      "multi_turn_long_context"])
+@pytest.mark.parametrize(
+    "category", ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]
+)
 def test_live_entries_are_what_bfcl_generate_loads(category: str) -> None:
     """The loop gets the entry ``bfcl generate`` gives it (language hint included), for every conversation."""
     from bfcl_eval.utils import load_dataset_entry
@@ -336,8 +419,9 @@ def test_vllm_model_without_vllm_installed_is_a_usage_error(tmp_path: Path) -> N
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here")
-    proc = subprocess.run(_cli(tmp_path, "--careful-model=Qwen3-8B-FC", "multi_turn_base_0"), cwd=tmp_path,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        _cli(tmp_path, "--careful-model=Qwen3-8B-FC", "multi_turn_base_0"), cwd=tmp_path, capture_output=True, text=True
+    )
     assert proc.returncode == 4
     assert "runs on vLLM, but" in proc.stdout + proc.stderr and "--careful-endpoint" in proc.stdout + proc.stderr
 
@@ -346,9 +430,13 @@ def test_vllm_model_without_vllm_installed_is_a_usage_error(tmp_path: Path) -> N
 def test_api_model_without_its_key_is_one_usage_error(tmp_path: Path, xdist: list[str]) -> None:
     """Every conversation would fail alike: the controller says so once, before any item runs."""
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    proc = subprocess.run(_cli(tmp_path, "--careful-model=gpt-4.1-2025-04-14-FC", *xdist,
-                               "multi_turn_base_0", "multi_turn_base_1"),
-                          cwd=tmp_path, capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        _cli(tmp_path, "--careful-model=gpt-4.1-2025-04-14-FC", *xdist, "multi_turn_base_0", "multi_turn_base_1"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 4 and "Traceback" not in output and "INTERNALERROR" not in output
     assert output.count("cannot set up gpt-4.1-2025-04-14-FC's handler") == 1 and "OPENAI_API_KEY" in output

@@ -69,8 +69,9 @@ def _qwen_handler(url: str) -> Any:
     # imports every handler: seconds).
     from bfcl_eval.model_handler.local_inference.qwen_fc import QwenFCHandler
 
-    handler = QwenFCHandler(model_name="Qwen/Qwen3-8B", temperature=0.001, registry_name="Qwen/Qwen3-8B-FC",
-                            is_fc_model=True)
+    handler = QwenFCHandler(
+        model_name="Qwen/Qwen3-8B", temperature=0.001, registry_name="Qwen/Qwen3-8B-FC", is_fc_model=True
+    )
     handler.client = openai.OpenAI(base_url=url, api_key="EMPTY")
     handler.tokenizer = type("Words", (), {"tokenize": staticmethod(str.split)})()
     handler.max_context_length, handler.model_path_or_id = 40960, "loopback"
@@ -103,17 +104,28 @@ def test_qwen_fc_handler_reads_hermes_answers_as_calls_that_run() -> None:
 def test_the_same_request_gets_the_same_call() -> None:
     def tool(name: str, *required: str) -> dict[str, Any]:
         properties = {arg: {"type": "string"} for arg in required}
-        return {"type": "function", "function": {"name": name, "parameters": {
-            "type": "object", "properties": properties, "required": list(required)}}}
+        return {
+            "type": "function",
+            "function": {
+                "name": name,
+                "parameters": {"type": "object", "properties": properties, "required": list(required)},
+            },
+        }
 
     tools = [tool("rm", "file_name"), tool("ls"), tool("pwd"), tool("cat", "file_name"), tool("touch", "file_name")]
     asked: list[Any] = [{"role": "user", "content": "Tidy my folder"}]
     with LoopbackVLLM() as server:
         chat: Any = openai.OpenAI(base_url=server.url, api_key="unused").chat.completions  # dict messages
         calls = [chat.create(model="m", messages=asked, tools=tools).choices[0].message.tool_calls for _ in range(2)]
-        after = chat.create(model="m", tools=tools, messages=[
-            *asked, {"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in calls[0]]},
-            {"role": "tool", "tool_call_id": calls[0][0].id, "content": "{}"}])
+        after = chat.create(
+            model="m",
+            tools=tools,
+            messages=[
+                *asked,
+                {"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in calls[0]]},
+                {"role": "tool", "tool_call_id": calls[0][0].id, "content": "{}"},
+            ],
+        )
     first, second = (c[0].function for c in calls)
     assert first.name == second.name and first.name in {"ls", "pwd"}  # read-only, no argument needed (cat's)
     assert after.choices[0].message.tool_calls is None and after.choices[0].message.content
@@ -170,10 +182,29 @@ def test_the_plugin_scores_an_openai_fc_model_served_through_openai_base_url(tmp
     with LoopbackVLLM(latency=0.01, models=["gpt-4.1-2025-04-14"]) as server:
         env = {**os.environ, "OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "sk-loopback"}
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "--rootdir",
-             str(tmp_path), f"--careful-output={tmp_path / 'result'}", f"--careful-scorecards={tmp_path / 'cards'}",
-             "--careful-model=gpt-4.1-2025-04-14-FC", "multi_turn_base_1", "multi_turn_base_2"],
-            cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:xdist",
+                "-q",
+                "--rootdir",
+                str(tmp_path),
+                f"--careful-output={tmp_path / 'result'}",
+                f"--careful-scorecards={tmp_path / 'cards'}",
+                "--careful-model=gpt-4.1-2025-04-14-FC",
+                "multi_turn_base_1",
+                "multi_turn_base_2",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         stats = server.stats()
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     [card] = (tmp_path / "cards").rglob("scorecard.json")

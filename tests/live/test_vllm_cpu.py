@@ -35,26 +35,52 @@ def model_dir() -> Path:
     return smollm2.prepare()
 
 
-def _pytest(tmp_path: Path, *args: str, timeout: float = 900,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _pytest(
+    tmp_path: Path, *args: str, timeout: float = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     # Live runs write under tmp_path; a rescore (--careful-results) writes nothing, and refuses the option.
     output = [] if any(a.startswith("--careful-results") for a in args) else [f"--careful-output={tmp_path / 'result'}"]
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-         "-o", "addopts=", *output, *args],
-        cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "-o",
+            "addopts=",
+            *output,
+            *args,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
     rows = json.loads(path.read_text())["rows"]
-    return sorted(({k: v for k, v in r.items() if k not in ("resumed", "seconds", "model")} for r in rows),
-                  key=lambda r: r["id"])
+    return sorted(
+        ({k: v for k, v in r.items() if k not in ("resumed", "seconds", "model")} for r in rows), key=lambda r: r["id"]
+    )
 
 
 def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Path) -> None:
-    live = _pytest(tmp_path, f"--careful-model={model_dir}", f"--careful-handler={HANDLER}",
-                   "--careful-vllm-arg=--enforce-eager", "--careful-gate=none", "-n", "2",
-                   f"--careful-scorecards={tmp_path / 'live'}", *IDS)
+    live = _pytest(
+        tmp_path,
+        f"--careful-model={model_dir}",
+        f"--careful-handler={HANDLER}",
+        "--careful-vllm-arg=--enforce-eager",
+        "--careful-gate=none",
+        "-n",
+        "2",
+        f"--careful-scorecards={tmp_path / 'live'}",
+        *IDS,
+    )
     log = tmp_path / "result/.careful/vllm-server.log"
     _only_context_overflows(live, log)
     assert "vLLM server ready" in live.stdout and log.stat().st_size > 0
@@ -84,8 +110,14 @@ def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Pat
         assert all(isinstance(t, int) and t > 1000 for turn in entry["input_token_count"] for t in turn)
         assert entry["inference_log"], "the loop's log is kept"
     # The file, rescored as a logged run, gives the same rows.
-    rescored = _pytest(tmp_path, f"--careful-results={files[0].parent.parent}", f"--careful-model={HANDLER}",
-                       "--careful-gate=none", f"--careful-scorecards={tmp_path / 're'}", *IDS)
+    rescored = _pytest(
+        tmp_path,
+        f"--careful-results={files[0].parent.parent}",
+        f"--careful-model={HANDLER}",
+        "--careful-gate=none",
+        f"--careful-scorecards={tmp_path / 're'}",
+        *IDS,
+    )
     assert rescored.returncode in (0, 1), rescored.stdout[-3000:]
     card = f"{str(model_dir).replace('/', '_')}/standard/scorecard.json"
     assert _rows(tmp_path / "live" / card) == _rows(tmp_path / "re" / f"{name}/standard/scorecard.json")
@@ -95,8 +127,17 @@ def test_one_process_keeps_two_conversations_in_flight_on_the_real_engine(tmp_pa
     """No xdist: the one process sends both conversations at once, and the engine says so itself
     (its periodic stats line, every half second here: ``Running: N reqs, Waiting: M reqs``)."""
     env = {**os.environ, "VLLM_LOG_STATS_INTERVAL": "0.5"}
-    live = _pytest(tmp_path, f"--careful-model={model_dir}", f"--careful-handler={HANDLER}",
-                   "--careful-vllm-arg=--enforce-eager", "--careful-gate=none", "-p", "no:xdist", *IDS, env=env)
+    live = _pytest(
+        tmp_path,
+        f"--careful-model={model_dir}",
+        f"--careful-handler={HANDLER}",
+        "--careful-vllm-arg=--enforce-eager",
+        "--careful-gate=none",
+        "-p",
+        "no:xdist",
+        *IDS,
+        env=env,
+    )
     log = tmp_path / "result/.careful/vllm-server.log"
     _only_context_overflows(live, log)
     seen = [int(a) + int(b) for a, b in re.findall(r"Running: (\d+) reqs, Waiting: (\d+) reqs", log.read_text())]
@@ -115,8 +156,14 @@ def test_a_hub_model_is_fetched_once_then_served_from_the_cache(tmp_path: Path) 
     files = smollm2_or_generated()
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home")}
     env.pop("HF_HUB_OFFLINE", None)
-    args = (f"--careful-model={HANDLER}", "--careful-vllm-arg=--enforce-eager", "--careful-gate=none",
-            "-n", "2", IDS[0])
+    args = (
+        f"--careful-model={HANDLER}",
+        "--careful-vllm-arg=--enforce-eager",
+        "--careful-gate=none",
+        "-n",
+        "2",
+        IDS[0],
+    )
     with LoopbackHub({HANDLER: with_decoys(files)}, lifetime=900) as hub:
         live = _pytest(tmp_path, *args, env={**env, "HF_ENDPOINT": hub.url})
     log = tmp_path / "result/.careful/vllm-server.log"
@@ -133,8 +180,11 @@ def _only_context_overflows(proc: subprocess.CompletedProcess[str], log: Path) -
     failed = re.findall(r"^FAILED (\S+)", proc.stdout, re.M)
     # Each failure's own section (pytest's "___ <id> ___" header up to the next header), untruncated.
     sections = dict(re.findall(r"^_{3,} (\S+) _{3,}$(.*?)(?=^_{3,} |^=+ )", proc.stdout, re.M | re.S))
-    ok = proc.returncode == 0 or (proc.returncode == 1 and bool(failed) and
-                                  all("maximum context length" in sections.get(node, "") for node in failed))
+    ok = proc.returncode == 0 or (
+        proc.returncode == 1
+        and bool(failed)
+        and all("maximum context length" in sections.get(node, "") for node in failed)
+    )
     assert ok, proc.stdout[-3000:] + proc.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")
 
 
@@ -176,14 +226,26 @@ server.serve_forever()
 @pytest.mark.parametrize("concurrency", ["1", "default"])
 def test_a_dead_server_stops_the_run_once(tmp_path: Path, model_dir: Path, concurrency: str) -> None:
     # An OpenAI-compatible endpoint that answers two completions (one conversation's two turns), then exits.
-    server = subprocess.Popen([sys.executable, "-c", DYING_SERVER, str(model_dir), "2"],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", DYING_SERVER, str(model_dir), "2"], stdout=subprocess.PIPE, text=True
+    )
     assert server.stdout is not None
     url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
     one = ["--careful-concurrency=1"] if concurrency == "1" else []
-    run = _pytest(tmp_path, f"--careful-model={model_dir}", f"--careful-handler={HANDLER}",
-                  f"--careful-endpoint={url}", "--careful-gate=none", "-p", "no:xdist", *one,
-                  "multi_turn_base_105", "multi_turn_base_132", "multi_turn_base_120", timeout=300)
+    run = _pytest(
+        tmp_path,
+        f"--careful-model={model_dir}",
+        f"--careful-handler={HANDLER}",
+        f"--careful-endpoint={url}",
+        "--careful-gate=none",
+        "-p",
+        "no:xdist",
+        *one,
+        "multi_turn_base_105",
+        "multi_turn_base_132",
+        "multi_turn_base_120",
+        timeout=300,
+    )
     assert run.returncode == 1, run.stdout[-3000:]
     assert "stopped answering" in run.stdout or "is not answering" in run.stdout
     # The run stops once: the one that met the dead server fails, the rest are skipped (not scored, not
@@ -205,15 +267,26 @@ def test_two_servers_one_dies_mid_run_the_rest_runs_on_the_other(tmp_path: Path,
     process moves to the second, which runs the rest (stand-in servers: no engine needed)."""
     servers, urls = [], []
     for budget in ("2", "1000"):  # completions each answers before it exits
-        server = subprocess.Popen([sys.executable, "-c", DYING_SERVER, str(model_dir), budget],
-                                  stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [sys.executable, "-c", DYING_SERVER, str(model_dir), budget], stdout=subprocess.PIPE, text=True
+        )
         assert server.stdout is not None
         servers.append(server)
         urls.append(f"http://127.0.0.1:{server.stdout.readline().strip()}/v1")
     try:
-        run = _pytest(tmp_path, f"--careful-model={model_dir}", f"--careful-handler={HANDLER}",
-                      f"--careful-endpoint={urls[0]},{urls[1]}", "--careful-gate=none", "-p", "no:xdist",
-                      "multi_turn_base_105", "multi_turn_base_132", "multi_turn_base_120", timeout=300)
+        run = _pytest(
+            tmp_path,
+            f"--careful-model={model_dir}",
+            f"--careful-handler={HANDLER}",
+            f"--careful-endpoint={urls[0]},{urls[1]}",
+            "--careful-gate=none",
+            "-p",
+            "no:xdist",
+            "multi_turn_base_105",
+            "multi_turn_base_132",
+            "multi_turn_base_120",
+            timeout=300,
+        )
         assert servers[0].wait(timeout=10) == 0  # the first one died
         assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout[-3000:]
         assert servers[1].poll() is None  # the other one served the rest
@@ -228,23 +301,33 @@ RATE_LIMITING_SERVER = DYING_SERVER.replace("os._exit(0)  # the server dies mid-
     "        LEFT[0] -= 1\n        if LEFT[0] >= 0:\n"
     "            self.send_response(429); self.send_header('retry-after', '0')\n"
     "            self.send_header('content-length', '2')\n"
-    "            self.end_headers(); self.wfile.write(b'{}'); return\n")
+    "            self.end_headers(); self.wfile.write(b'{}'); return\n",
+)
 
 
 def test_a_rate_limited_conversation_is_skipped_and_run_next_time(tmp_path: Path, model_dir: Path) -> None:
     """A gateway answering 429 past the SDK's retries (3 attempts): not run, nothing written, not scored
     as the model's inference error; the rerun (the gateway lets it through now) runs it (stand-in server)."""
-    server = subprocess.Popen([sys.executable, "-c", RATE_LIMITING_SERVER, str(model_dir), "3"],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", RATE_LIMITING_SERVER, str(model_dir), "3"], stdout=subprocess.PIPE, text=True
+    )
     assert server.stdout is not None
     url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
-    args = (f"--careful-model={model_dir}", f"--careful-handler={HANDLER}", f"--careful-endpoint={url}",
-            "-p", "no:xdist", IDS[0])
+    args = (
+        f"--careful-model={model_dir}",
+        f"--careful-handler={HANDLER}",
+        f"--careful-endpoint={url}",
+        "-p",
+        "no:xdist",
+        IDS[0],
+    )
     try:
         first = _pytest(tmp_path, *args, timeout=120)
         assert "1 skipped" in first.stdout and "answered 429 (rate limited)" in first.stdout, first.stdout[-3000:]
-        assert not list((tmp_path / "result").rglob("BFCL_v4_multi_turn_base_result.json")) or \
-            IDS[0] not in next((tmp_path / "result").rglob("BFCL_v4_multi_turn_base_result.json")).read_text()
+        assert (
+            not list((tmp_path / "result").rglob("BFCL_v4_multi_turn_base_result.json"))
+            or IDS[0] not in next((tmp_path / "result").rglob("BFCL_v4_multi_turn_base_result.json")).read_text()
+        )
         again = _pytest(tmp_path, *args, "--careful-gate=none", timeout=120)
         assert "1 passed" in again.stdout, again.stdout[-3000:]
     finally:

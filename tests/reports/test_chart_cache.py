@@ -17,12 +17,16 @@ from pytest_careful.reports import chart_cache, plots, scorecard
 def full_card(**provenance: Any) -> dict[str, Any]:
     """A card with a real provenance and fields the charts do not show."""
     out = card()
-    out["provenance"] = {**scorecard.provenance("gpt-oss-20b", "KEY-FC", "standard", "final", "strict", "decl",
-                                                "sampling"), "label": "gpt-oss-20b", **provenance}
+    out["provenance"] = {
+        **scorecard.provenance("gpt-oss-20b", "KEY-FC", "standard", "final", "strict", "decl", "sampling"),
+        "label": "gpt-oss-20b",
+        **provenance,
+    }
     out["rows"] = []
     for totals in out["totals"].values():
-        totals.update(strict_pass=1, steps_per_conversation=2.0, surplus_output_share=0.0,
-                      surplus_input_share=0.0, unscored=0)
+        totals.update(
+            strict_pass=1, steps_per_conversation=2.0, surplus_output_share=0.0, surplus_input_share=0.0, unscored=0
+        )
     return out
 
 
@@ -35,8 +39,7 @@ def _no_tables(monkeypatch):
 
 def _write(directory: Path, the_card: dict[str, Any], comparison: Any = None) -> dict[str, bytes]:
     scorecard.write(directory, the_card, comparison, page={"baseline": "base" if comparison else None})
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())
-            if p.suffix in (".png", ".svg")}
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.suffix in (".png", ".svg")}
 
 
 def test_reused_charts_are_the_bytes_a_fresh_draw_gives(tmp_path, monkeypatch):
@@ -49,7 +52,7 @@ def test_reused_charts_are_the_bytes_a_fresh_draw_gives(tmp_path, monkeypatch):
     fresh = _write(tmp_path / "b", full_card(date="2026-12-04"))
     assert fresh == first
     page = (tmp_path / "a" / "report.html").read_text()
-    assert first["accuracy.svg"].decode()[first["accuracy.svg"].decode().find("<svg"):] in page
+    assert first["accuracy.svg"].decode()[first["accuracy.svg"].decode().find("<svg") :] in page
 
 
 def test_the_reduced_inputs_draw_what_the_whole_card_draws():
@@ -59,13 +62,16 @@ def test_the_reduced_inputs_draw_what_the_whole_card_draws():
         assert plots.png(figure) == plots.chart_files(inputs["card"], inputs["comparison"], "base")[f"{name}.png"]
 
 
-@pytest.mark.parametrize("change", [
-    lambda c: c["totals"]["multi_turn_base"].update(bfcl_accuracy=0.5),
-    lambda c: c["totals"]["all"]["counts"].update(failed_calls=1),
-    lambda c: c["provenance"].update(label="other"),
-    lambda c: c["provenance"].update(protocol="confirm"),
-    lambda c: c.update(totals=dict(reversed(list(c["totals"].items())))),  # the drawing order
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: c["totals"]["multi_turn_base"].update(bfcl_accuracy=0.5),
+        lambda c: c["totals"]["all"]["counts"].update(failed_calls=1),
+        lambda c: c["provenance"].update(label="other"),
+        lambda c: c["provenance"].update(protocol="confirm"),
+        lambda c: c.update(totals=dict(reversed(list(c["totals"].items())))),  # the drawing order
+    ],
+)
 def test_anything_the_charts_show_redraws_them(tmp_path, change):
     _write(tmp_path, full_card())
     changed = full_card()
@@ -81,8 +87,17 @@ def test_a_comparison_and_its_counts_are_in_the_key():
     compared = chart_cache.key(chart_cache.inputs(full_card(), COMPARISON, "base"))
     other = copy.deepcopy(COMPARISON)
     other["all"]["lost"] += 1
-    assert len({plain, compared, chart_cache.key(chart_cache.inputs(full_card(), other, "base")),
-                chart_cache.key(chart_cache.inputs(full_card(), COMPARISON, "other-base"))}) == 4
+    assert (
+        len(
+            {
+                plain,
+                compared,
+                chart_cache.key(chart_cache.inputs(full_card(), other, "base")),
+                chart_cache.key(chart_cache.inputs(full_card(), COMPARISON, "other-base")),
+            }
+        )
+        == 4
+    )
 
 
 def test_the_drawing_code_and_libraries_are_in_the_key(tmp_path, monkeypatch):
@@ -95,8 +110,11 @@ def test_the_drawing_code_and_libraries_are_in_the_key(tmp_path, monkeypatch):
         assert chart_cache.key(inputs) != before
     real_version = chart_cache.importlib.metadata.version
     with monkeypatch.context() as m:
-        m.setattr(chart_cache.importlib.metadata, "version",
-                  lambda name: "99.0" if name == "matplotlib" else real_version(name))
+        m.setattr(
+            chart_cache.importlib.metadata,
+            "version",
+            lambda name: "99.0" if name == "matplotlib" else real_version(name),
+        )
         assert chart_cache.key(inputs) != before
     with monkeypatch.context() as m:
         m.setattr(chart_cache.rules, "RULES", chart_cache.rules.RULES + ("new_rule",))
@@ -126,8 +144,9 @@ def test_a_changed_chart_file_or_key_file_is_drawn_again(tmp_path, damage):
 def test_charts_ignore_the_users_matplotlib_settings(tmp_path):
     """Drawn under the default style: a matplotlibrc cannot make a reused chart differ from a fresh one."""
     default = plots.chart_files(full_card())
-    with matplotlib.rc_context({"axes.facecolor": "#ff0000", "lines.linewidth": 9, "axes.prop_cycle":
-                                cycler(color=["#00ff00"])}):
+    with matplotlib.rc_context(
+        {"axes.facecolor": "#ff0000", "lines.linewidth": 9, "axes.prop_cycle": cycler(color=["#00ff00"])}
+    ):
         assert plots.chart_files(full_card()) == default
 
 
@@ -137,9 +156,9 @@ def test_a_rerun_imports_no_matplotlib(pytester):
         "import sys\n"
         "def pytest_unconfigure(config):\n"
         "    if not hasattr(config, 'workerinput'):\n"
-        "        open('matplotlib-imported.txt', 'a').write(str('matplotlib' in sys.modules) + '\\n')\n")
-    args = ["-p", "no:cacheprovider", "-n", "2", "--careful-model=reference", "--careful-category=base",
-            "-k", "base_1"]
+        "        open('matplotlib-imported.txt', 'a').write(str('matplotlib' in sys.modules) + '\\n')\n"
+    )
+    args = ["-p", "no:cacheprovider", "-n", "2", "--careful-model=reference", "--careful-category=base", "-k", "base_1"]
     folder = pytester.path / "scorecards" / "reference" / "standard"
     pytester.runpytest_subprocess(*args).assert_outcomes(passed=111)
     first = {p.name: p.read_bytes() for p in folder.iterdir() if p.suffix in (".png", ".svg")}

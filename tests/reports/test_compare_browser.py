@@ -22,11 +22,27 @@ T, F = True, False
 
 def _card(verdicts: dict[str, bool], label: str) -> dict[str, Any]:
     """A minimal scorecard in the shape report.py writes (the fields careful-report reads)."""
-    rows = [{"id": cid, "category": "multi_turn_base", "bfcl": {"valid": ok}, "safe": ok, "strict": ok,
-             "reference_destructive": 0, "counts": {"collateral_destructive": 0, "asked": 0}}
-            for cid, ok in verdicts.items()]
-    prov = {"model": "<b>m</b>", "label": label, "protocol": "standard", "dataset": scorecard.dataset_digest(),
-            "declarations": "d", "boundary": "final", "detector": "strict"}
+    rows = [
+        {
+            "id": cid,
+            "category": "multi_turn_base",
+            "bfcl": {"valid": ok},
+            "safe": ok,
+            "strict": ok,
+            "reference_destructive": 0,
+            "counts": {"collateral_destructive": 0, "asked": 0},
+        }
+        for cid, ok in verdicts.items()
+    ]
+    prov = {
+        "model": "<b>m</b>",
+        "label": label,
+        "protocol": "standard",
+        "dataset": scorecard.dataset_digest(),
+        "declarations": "d",
+        "boundary": "final",
+        "detector": "strict",
+    }
     return {"provenance": prov, "rows": rows, "totals": {}}
 
 

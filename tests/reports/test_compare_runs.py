@@ -40,17 +40,39 @@ FORCED = {
 
 def _reference_result(cid: str) -> list[Any]:
     conversation = dataset.get(cid)
-    return [[[call_to_fc(c, conversation.involved_classes) for c in turn]] if turn else []
-            for turn in conversation.ground_truth]
+    return [
+        [[call_to_fc(c, conversation.involved_classes) for c in turn]] if turn else []
+        for turn in conversation.ground_truth
+    ]
 
 
 def _plugin(tmp: Path, results: Path, label: str) -> subprocess.Popen[bytes]:
     nodes = [f"multi_turn_base_{i}[standard]" for i in range(SELECTED)]
     return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:randomly", "-p", "no:xdist",
-         "--rootdir", str(tmp), f"--careful-results={results}", f"--careful-decoder={REAL_RUN_DECODER}",
-         "--careful-category=base", f"--careful-scorecards={tmp / 'cards'}", f"--careful-label={label}", *nodes],
-        cwd=tmp, stdout=(tmp / f"{label}.log").open("wb"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:xdist",
+            "--rootdir",
+            str(tmp),
+            f"--careful-results={results}",
+            f"--careful-decoder={REAL_RUN_DECODER}",
+            "--careful-category=base",
+            f"--careful-scorecards={tmp / 'cards'}",
+            f"--careful-label={label}",
+            *nodes,
+        ],
+        cwd=tmp,
+        stdout=(tmp / f"{label}.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _verdicts(card_path: Path) -> dict[str, tuple[bool, bool]]:
@@ -66,17 +88,26 @@ def repeats_dir(tmp_path_factory: pytest.TempPathFactory, real_run: Path) -> dic
     procs = {}
     for rep, forced in FORCED.items():
         by_id = {f"multi_turn_base_{i}": kind for i, kind in forced.items()}
-        changed = [{"id": e["id"], "result": _reference_result(e["id"])} if by_id.get(e["id"]) == "P"
-                   else {"id": e["id"], "result": "Error during inference: scripted failure"}
-                   if by_id.get(e["id"]) == "F" else e for e in lines]
+        changed = [
+            {"id": e["id"], "result": _reference_result(e["id"])}
+            if by_id.get(e["id"]) == "P"
+            else {"id": e["id"], "result": "Error during inference: scripted failure"}
+            if by_id.get(e["id"]) == "F"
+            else e
+            for e in lines
+        ]
         procs[rep] = _plugin(tmp, _write_results(tmp / rep / "gpt-oss-20b", changed), rep)
     for rep, proc in procs.items():
         assert proc.wait(timeout=120) in (0, 1), (tmp / f"{rep}.log").read_text()[-3000:]
     scored = {rep: _verdicts(tmp / "cards" / rep / "standard" / "scorecard.json") for rep in FORCED}
     expected = {}
     for rep, forced in FORCED.items():
-        expected[rep] = {cid: (forced[int(cid.rsplit("_", 1)[1])] == "P",) * 2
-                         if int(cid.rsplit("_", 1)[1]) in forced else scored["rep1"][cid] for cid in scored["rep1"]}
+        expected[rep] = {
+            cid: (forced[int(cid.rsplit("_", 1)[1])] == "P",) * 2
+            if int(cid.rsplit("_", 1)[1]) in forced
+            else scored["rep1"][cid]
+            for cid in scored["rep1"]
+        }
     assert len(expected["rep1"]) == SELECTED
     assert scored == expected  # forced ones came out as forced; the rest score the same every time
     return {"cards": tmp / "cards", "expected": expected, "tmp": tmp}
@@ -92,13 +123,14 @@ def _mcnemar_by_enumeration(gained: int, lost: int) -> Fraction:
     """Sum of the probabilities of every split no more likely than the observed one (Binomial(n, 1/2))."""
     n = gained + lost
     observed = comb(n, gained)
-    return Fraction(sum(comb(n, x) for x in range(n + 1) if comb(n, x) <= observed), 2 ** n)
+    return Fraction(sum(comb(n, x) for x in range(n + 1) if comb(n, x) <= observed), 2**n)
 
 
 def test_repeats_from_scored_runs_with_known_flips(repeats_dir: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = subprocess.run([str(SCRIPT), str(repeats_dir["cards"]), "--out", str(out)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(SCRIPT), str(repeats_dir["cards"]), "--out", str(out)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert "found 3 scorecards below it" in proc.stdout
     report = json.loads((out / "comparison.json").read_text(encoding="utf-8"))
@@ -187,8 +219,7 @@ def test_table5_columns_for_hints_and_confirm(card: dict[str, Any], tmp_path: Pa
     needing = sum(1 for r in confirm["rows"] if r["reference_destructive"] > 0)
     assert f"strict / {needing}" in header
     n = len(standard["rows"])
-    rows = {x.split("|")[2].strip(): [c.strip() for c in x.split("|")[1:-1]] for x in lines
-            if x.startswith("| m |")}
+    rows = {x.split("|")[2].strip(): [c.strip() for c in x.split("|")[1:-1]] for x in lines if x.startswith("| m |")}
     std_cells, conf_cells = rows["standard"], rows["confirm"]
     assert std_cells[2] == f"{100 * sum(r['bfcl']['valid'] for r in standard['rows']) / n:.1f}"
     assert std_cells[3:6] == ["–", "–", "–"]  # no miss_func, miss_param, long_context data
@@ -230,8 +261,9 @@ def test_two_models_get_no_rho_and_a_dash(card: dict[str, Any], tmp_path: Path) 
     assert "Spearman rho: – (needs standard runs of at least 3 models; there are 2)" in text
 
 
-def test_different_conversations_need_common_ids(card: dict[str, Any], tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_different_conversations_need_common_ids(
+    card: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _variant(tmp_path, "a", card, label="a")
     fewer = _variant(tmp_path, "b", card, label="b")
     fewer["rows"] = fewer["rows"][:6]
@@ -262,14 +294,33 @@ def _break(card: dict[str, Any], how: str) -> str:
     return json.dumps(card)
 
 
-@pytest.mark.parametrize("how", ["other dataset", "other declarations", "bad verdict", "bad count", "unknown id",
-                                 "duplicate id", "no model", "not json", "a list", "deeply nested", "no rows"])
-def test_unusable_scorecards_give_one_line_and_exit_2(card: dict[str, Any], tmp_path: Path, how: str,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "how",
+    [
+        "other dataset",
+        "other declarations",
+        "bad verdict",
+        "bad count",
+        "unknown id",
+        "duplicate id",
+        "no model",
+        "not json",
+        "a list",
+        "deeply nested",
+        "no rows",
+    ],
+)
+def test_unusable_scorecards_give_one_line_and_exit_2(
+    card: dict[str, Any], tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     _variant(tmp_path, "good", card)
     (tmp_path / "bad").mkdir()
-    texts = {"not json": "{nope", "a list": "[1, 2]", "deeply nested": "[" * 100_000 + "]" * 100_000,
-             "no rows": json.dumps({**card, "rows": []})}
+    texts = {
+        "not json": "{nope",
+        "a list": "[1, 2]",
+        "deeply nested": "[" * 100_000 + "]" * 100_000,
+        "no rows": json.dumps({**card, "rows": []}),
+    }
     text = texts.get(how) or _break(copy.deepcopy(card), how)
     (tmp_path / "bad" / "scorecard.json").write_text(text, encoding="utf-8")
     assert _run(tmp_path / "good", tmp_path / "bad", "--out", tmp_path / "out") == 2
@@ -280,8 +331,9 @@ def test_unusable_scorecards_give_one_line_and_exit_2(card: dict[str, Any], tmp_
 
 
 @pytest.mark.parametrize("args", [["missing"], ["one"], ["empty"]])
-def test_wrong_folders_exit_2(card: dict[str, Any], tmp_path: Path, args: list[str],
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_wrong_folders_exit_2(
+    card: dict[str, Any], tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     _variant(tmp_path, "one", card)
     (tmp_path / "empty").mkdir()
     assert _run(*(tmp_path / a for a in args), "--out", tmp_path / "out") == 2
@@ -304,8 +356,9 @@ def test_console_script_refuses_garbage_without_traceback(tmp_path: Path) -> Non
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "scorecard.json").write_bytes(b"\xff\xfe garbage")
-    proc = subprocess.run([str(SCRIPT), str(tmp_path), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(SCRIPT), str(tmp_path), "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"careful-report: {tmp_path / 'a' / 'scorecard.json'}: not a readable")
 
@@ -333,8 +386,9 @@ def test_careful_repeat_folders_are_named_and_grouped_as_repeats(card: dict[str,
     assert report["repeat"]["bfcl"]["flip_rate"] == pytest.approx(1 / len(card["rows"]))
 
 
-def test_out_folder_holding_a_scorecard_is_refused(card: dict[str, Any], tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_out_folder_holding_a_scorecard_is_refused(
+    card: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # --out = an input folder would overwrite that run's own report.html with the comparison page
     _variant(tmp_path, "a", card)
     _variant(tmp_path, "b", card)
@@ -360,15 +414,17 @@ def test_table5_rows_of_repeats_say_which_repeat(card: dict[str, Any], tmp_path:
     assert all(f">{m}</td>" in html for m in models)
 
 
-def test_control_characters_in_a_label_are_shown_escaped(card: dict[str, Any], tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_control_characters_in_a_label_are_shown_escaped(
+    card: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # An ESC sequence reached the terminal (the "read 2 scorecards" line), table.md and the page raw,
     # and a newline in a model name split its Table 5 row.
     for name in ("a", "b"):
         _variant(tmp_path, name, card, label=f"x\x1b[31m{name}", model="m\nn")
     assert _run(tmp_path, "--out", tmp_path / "out") == 0
-    written = [capsys.readouterr().out] + [(tmp_path / "out" / f).read_text(encoding="utf-8")
-                                           for f in ("table.md", "report.html", "comparison.json")]
+    written = [capsys.readouterr().out] + [
+        (tmp_path / "out" / f).read_text(encoding="utf-8") for f in ("table.md", "report.html", "comparison.json")
+    ]
     assert not any("\x1b" in text for text in written)
     assert "x\\x1b[31ma [standard]" in written[0]
     rows = [x for x in written[1].splitlines() if x.startswith("| m") and "31m" in x]

@@ -35,8 +35,11 @@ def card(real_run: Path) -> dict[str, Any]:
 
 def _state(card: dict[str, Any]) -> Any:
     """What load_baseline reads of the session: the declarations' digest and the partial switch."""
-    return SimpleNamespace(declarations=SimpleNamespace(digest=card["provenance"]["declarations"]),
-                           options=SimpleNamespace(allow_partial_baseline=True), baseline=None)
+    return SimpleNamespace(
+        declarations=SimpleNamespace(digest=card["provenance"]["declarations"]),
+        options=SimpleNamespace(allow_partial_baseline=True),
+        baseline=None,
+    )
 
 
 def _save(folder: Path, data: Any = None, *, text: str | None = None) -> Path:
@@ -85,12 +88,15 @@ def test_only_regular_files_are_read(card: dict[str, Any], tmp_path: Path, kind:
     folder = tmp_path / "run"
     folder.mkdir()
     path = folder / "scorecard.json"
-    {"fifo": lambda: os.mkfifo(path), "device": lambda: path.symlink_to("/dev/zero"),
-     "folder": lambda: path.mkdir()}[kind]()
-    code = ("import sys, pytest, json; from types import SimpleNamespace as N; from pathlib import Path; "
-            "from pytest_careful.harness import session_end as report\n"
-            "s = N(declarations=N(digest='x'), options=N(allow_partial_baseline=True), baseline=None)\n"
-            "try:\n    report.load_baseline(Path(sys.argv[1]), s)\nexcept pytest.UsageError as e:\n    print(e)")
+    {"fifo": lambda: os.mkfifo(path), "device": lambda: path.symlink_to("/dev/zero"), "folder": lambda: path.mkdir()}[
+        kind
+    ]()
+    code = (
+        "import sys, pytest, json; from types import SimpleNamespace as N; from pathlib import Path; "
+        "from pytest_careful.harness import session_end as report\n"
+        "s = N(declarations=N(digest='x'), options=N(allow_partial_baseline=True), baseline=None)\n"
+        "try:\n    report.load_baseline(Path(sys.argv[1]), s)\nexcept pytest.UsageError as e:\n    print(e)"
+    )
     proc = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.startswith(f"--careful-baseline: {path}") and "not a regular file" in proc.stdout
@@ -116,15 +122,18 @@ def test_control_characters_in_the_path_are_escaped(card: dict[str, Any], tmp_pa
     _one_clean_line(message)
 
 
-@pytest.mark.parametrize("how, words", [
-    ("duplicate id", "repeat another row's id"),
-    ("conflicting duplicate", "repeat another row's id"),
-    ("unknown id", "not a BFCL multi-turn conversation id"),
-    ("no rows", "no rows"),
-    ("top-level array", "a JSON array, not an object"),
-    ("top-level number", "a JSON number, not an object"),
-    ("no provenance", "no 'provenance'"),
-])
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("duplicate id", "repeat another row's id"),
+        ("conflicting duplicate", "repeat another row's id"),
+        ("unknown id", "not a BFCL multi-turn conversation id"),
+        ("no rows", "no rows"),
+        ("top-level array", "a JSON array, not an object"),
+        ("top-level number", "a JSON number, not an object"),
+        ("no provenance", "no 'provenance'"),
+    ],
+)
 def test_rows_and_shape_are_checked(card: dict[str, Any], tmp_path: Path, how: str, words: str) -> None:
     # Duplicate and unknown ids were taken silently (last row won; the gate later failed on "baseline
     # lacks ..." or passed on a verdict the user never saw); no rows passed to the end of the run.
@@ -153,10 +162,29 @@ def test_a_bad_baseline_stops_the_session_with_one_line(tmp_path: Path) -> None:
     # End to end: exit 4 before any conversation runs, one ERROR line, no traceback.
     path = _save(tmp_path / "base", text="[" * 10_000 + "]" * 10_000)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:randomly", "-p", "no:xdist",
-         "--rootdir", str(tmp_path), "--careful-model=reference", "multi_turn_base_1",
-         f"--careful-baseline={path}", f"--careful-scorecards={tmp_path / 'cards'}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:xdist",
+            "--rootdir",
+            str(tmp_path),
+            "--careful-model=reference",
+            "multi_turn_base_1",
+            f"--careful-baseline={path}",
+            f"--careful-scorecards={tmp_path / 'cards'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr and "INTERNALERROR" not in proc.stdout
     errors = [x for x in proc.stderr.splitlines() if x.startswith("ERROR:")]
@@ -171,8 +199,9 @@ def _report(*args: Any) -> int:
     return compare_runs.main([str(a) for a in args])
 
 
-def test_report_symlink_loop_is_one_line(card: dict[str, Any], tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_symlink_loop_is_one_line(
+    card: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # find_scorecards' Path.resolve() raised RuntimeError("Symlink loop"): a traceback, exit 1
     _save(tmp_path / "good", card)
     loop = tmp_path / "loop"
@@ -190,16 +219,21 @@ def test_report_reads_only_regular_files(card: dict[str, Any], tmp_path: Path, k
     (tmp_path / "bad").mkdir()
     path = tmp_path / "bad" / "scorecard.json"
     os.mkfifo(path) if kind == "fifo" else path.symlink_to("/dev/zero")
-    proc = subprocess.run([str(SCRIPT), str(tmp_path / "good"), str(tmp_path / "bad"), "--out",
-                           str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(SCRIPT), str(tmp_path / "good"), str(tmp_path / "bad"), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     named = path if kind == "fifo" else "/dev/zero"  # a scorecard named through a symlink is read (and named) once
     assert proc.stderr.startswith(f"careful-report: {named}") and "not a regular file" in proc.stderr
     assert proc.stderr.count("\n") == 1
 
 
-def test_report_messages_are_escaped_and_short(card: dict[str, Any], tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_messages_are_escaped_and_short(
+    card: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _save(tmp_path / "good", card)
     for key, value in (("dataset", ESC), ("declarations", "x" * 2_000_000)):
         bad = copy.deepcopy(card)
@@ -211,8 +245,9 @@ def test_report_messages_are_escaped_and_short(card: dict[str, Any], tmp_path: P
         _one_clean_line(err)
 
 
-def test_report_a_huge_label_is_cut_in_names(card: dict[str, Any], tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_a_huge_label_is_cut_in_names(
+    card: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A 5 MB label came back as a 5 MB terminal line and a 5 MB table cell
     for name in ("a", "b"):
         _save(tmp_path / name, {**card, "provenance": {**card["provenance"], "label": name + "L" * 5_000_000}})
@@ -225,17 +260,31 @@ def test_report_a_huge_label_is_cut_in_names(card: dict[str, Any], tmp_path: Pat
     assert report_json["runs"][0]["name"] != report_json["runs"][1]["name"]  # still told apart
 
 
-def test_report_hostile_strings_escaped_in_every_output(card: dict[str, Any], tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_hostile_strings_escaped_in_every_output(
+    card: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The folder names, the repeat heading (model, condition) and the notes reached the page and the
     # terminal with ESC, BEL and U+202E (which reverses the text after it) as they were.
     evil = "<script>alert(1)</script>\x1b]0;title\x07\u202e|x|\r"
     for name in ("a", "b"):
-        _save(tmp_path / "top" / (evil + name), {**card, "provenance": {
-            **card["provenance"], "label": evil + name, "model": evil, "boundary": evil, "protocol": evil}})
+        _save(
+            tmp_path / "top" / (evil + name),
+            {
+                **card,
+                "provenance": {
+                    **card["provenance"],
+                    "label": evil + name,
+                    "model": evil,
+                    "boundary": evil,
+                    "protocol": evil,
+                },
+            },
+        )
     assert _report(tmp_path / "top", "--out", tmp_path / "out") == 0
-    texts = {"terminal": capsys.readouterr().out,
-             **{f: (tmp_path / "out" / f).read_text(encoding="utf-8") for f in ("table.md", "report.html")}}
+    texts = {
+        "terminal": capsys.readouterr().out,
+        **{f: (tmp_path / "out" / f).read_text(encoding="utf-8") for f in ("table.md", "report.html")},
+    }
     for where, text in texts.items():  # a terminal does not run <script>; it does act on ESC and BEL
         assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text and "\r" not in text, where
     assert "<script>" not in texts["table.md"] + texts["report.html"] and "&lt;script&gt;" in texts["report.html"]

@@ -27,12 +27,22 @@ from pytest_careful.scoring import rules
 
 CONVERSATION = "multi_turn_base_1"  # GorillaFileSystem only: mkdir/echo change visible state
 #: Script and markup, quotes, a textarea's end, template syntax, unicode, controls, bidi, a lone surrogate.
-HOSTILE = ("<script>window.__pwned=1</script>\"'></textarea><img src=x onerror=\"window.__pwned=2\">"
-           "{{ 7*7 }}{% if true %}jinja{% endif %} ünïcødé 🚀 中文 \x00\x07\x1b[31m\u202e\u2028\ud800 "
-           "</script><!-- <style>body{display:none}</style>")
+HOSTILE = (
+    '<script>window.__pwned=1</script>"\'></textarea><img src=x onerror="window.__pwned=2">'
+    "{{ 7*7 }}{% if true %}jinja{% endif %} ünïcødé 🚀 中文 \x00\x07\x1b[31m\u202e\u2028\ud800 "
+    "</script><!-- <style>body{display:none}</style>"
+)
 #: What of HOSTILE must show as text (its controls shown escaped).
-VISIBLE = ("<script>window.__pwned=1</script>", "</textarea><img src=x onerror=", "{{ 7*7 }}",
-           "{% if true %}jinja{% endif %}", "ünïcødé 🚀 中文", "\\x1b[31m", "\\u202e", "<!-- <style>")
+VISIBLE = (
+    "<script>window.__pwned=1</script>",
+    "</textarea><img src=x onerror=",
+    "{{ 7*7 }}",
+    "{% if true %}jinja{% endif %}",
+    "ünïcødé 🚀 中文",
+    "\\x1b[31m",
+    "\\u202e",
+    "<!-- <style>",
+)
 BIG = 1_000_000
 
 
@@ -50,11 +60,24 @@ def hostile_result(conversation: dataset.Conversation) -> list[list[Any]]:
         steps: list[Any] = []
         if index == 0:
             steps.append(HOSTILE)  # a step without a call: the model's text
-            steps.append(fc_step([("touch", {"file_name": "x.txt"}),
-                                  ("echo", {"content": HOSTILE + "A" * BIG, "file_name": "x.txt"})]))
+            steps.append(
+                fc_step(
+                    [
+                        ("touch", {"file_name": "x.txt"}),
+                        ("echo", {"content": HOSTILE + "A" * BIG, "file_name": "x.txt"}),
+                    ]
+                )
+            )
         parsed = [ast.parse(c, mode="eval").body for c in calls]
-        steps.append(fc_step([(p.func.id, {k.arg: ast.literal_eval(k.value) for k in p.keywords})
-                              for p in parsed if isinstance(p, ast.Call) and isinstance(p.func, ast.Name)]))
+        steps.append(
+            fc_step(
+                [
+                    (p.func.id, {k.arg: ast.literal_eval(k.value) for k in p.keywords})
+                    for p in parsed
+                    if isinstance(p, ast.Call) and isinstance(p.func, ast.Name)
+                ]
+            )
+        )
         turns.append(steps)
     return turns
 
@@ -86,12 +109,16 @@ def page_of(text: Any, evaluation: Any, hostile: bool) -> tuple[str, dict[str, A
     prov = {"model": "m", "protocol": "standard", "label": "m", "sampling": "s", "git_sha": "0123456789abc"}
     card = scorecard.scorecard([row], prov)
     detail = html_report.conversation_detail(evaluation)
-    comparison = {"multi_turn_base": {"gained": 1, "lost": 0, "p": 1.0, "flipped": [[row["id"], "gained"]]},
-                  "all": {"gained": 1, "lost": 0, "p": 1.0, "flipped": [[row["id"], "gained"]]}}
+    comparison = {
+        "multi_turn_base": {"gained": 1, "lost": 0, "p": 1.0, "flipped": [[row["id"], "gained"]]},
+        "all": {"gained": 1, "lost": 0, "p": 1.0, "flipped": [[row["id"], "gained"]]},
+    }
     if hostile:
-        card = {"provenance": hostile_strings(card["provenance"]),
-                "totals": {**card["totals"], HOSTILE: card["totals"]["all"]},
-                "rows": [hostile_strings(r) | {"id": row["id"], "condition": "standard"} for r in card["rows"]]}
+        card = {
+            "provenance": hostile_strings(card["provenance"]),
+            "totals": {**card["totals"], HOSTILE: card["totals"]["all"]},
+            "rows": [hostile_strings(r) | {"id": row["id"], "condition": "standard"} for r in card["rows"]],
+        }
         card["rows"][0]["category"] = HOSTILE
         detail = hostile_strings(detail)
         comparison = {HOSTILE: {"gained": 1, "lost": 0, "p": 1.0, "flipped": [[HOSTILE, HOSTILE]]}}
@@ -150,7 +177,7 @@ def test_a_hostile_megabyte_is_cut_where_it_is_made(hostile_evaluation: Any) -> 
     full = next(c.call for c in hostile_evaluation.replay.turns[0].calls if c.call.startswith("echo("))
     kept = echo["call"].split("… (")[0]
     assert full.startswith(kept) and len(kept) == html_report.MAX_CALL
-    cut = len(full[html_report.MAX_CALL:].encode("utf-8", "surrogatepass"))
+    cut = len(full[html_report.MAX_CALL :].encode("utf-8", "surrogatepass"))
     assert echo["call"].endswith(f"… ({cut} more bytes)")
     text = next(s for s in detail["turns"][0]["model"] if s["kind"] == "text")
     assert text["text"] == HOSTILE  # short enough to be kept whole (the page escapes it)
@@ -192,29 +219,58 @@ def test_sidecar_round_trip_keeps_the_last_line_of_a_node_and_skips_a_torn_one(t
 def bounded_row(index: int, safe: bool) -> dict[str, Any]:
     conversation_id = f"multi_turn_base_{index}"
     big = "é" * 20_000  # not ASCII: measured in bytes the slow way
-    violation = {"rule": "failed_calls", "turn": 0, "step": 0, "call": big, "note": big,
-                 "reference_calls": [big] * 50, "changes": [{"path": ["A", "b"], "before": big, "after": big}] * 50}
-    return {"id": conversation_id, "category": "multi_turn_base", "condition": "standard",
-            "bfcl": {"valid": safe, "error_type": "" if safe else "multi_turn:x", "error_message": "", "turn": None},
-            "safe": safe, "strict": safe, "counts": {"failed_calls": 50}, "violations": [violation] * 50}
+    violation = {
+        "rule": "failed_calls",
+        "turn": 0,
+        "step": 0,
+        "call": big,
+        "note": big,
+        "reference_calls": [big] * 50,
+        "changes": [{"path": ["A", "b"], "before": big, "after": big}] * 50,
+    }
+    return {
+        "id": conversation_id,
+        "category": "multi_turn_base",
+        "condition": "standard",
+        "bfcl": {"valid": safe, "error_type": "" if safe else "multi_turn:x", "error_message": "", "turn": None},
+        "safe": safe,
+        "strict": safe,
+        "counts": {"failed_calls": 50},
+        "violations": [violation] * 50,
+    }
 
 
 def widest_detail() -> dict[str, Any]:
     """A turn as large as the per-field limits let one be (every field full)."""
+
     def call() -> dict[str, Any]:
-        return {"kind": "call", "step": 0, "status": "ok", "call": "c" * html_report.MAX_CALL,
-                "result": "r" * html_report.MAX_RESULT}
+        return {
+            "kind": "call",
+            "step": 0,
+            "status": "ok",
+            "call": "c" * html_report.MAX_CALL,
+            "result": "r" * html_report.MAX_RESULT,
+        }
+
     change = {"path": "p" * 100, "reference": "a" * html_report.MAX_VALUE, "model": "b" * html_report.MAX_VALUE}
-    turn = {"index": 0, "request": "q" * html_report.MAX_TEXT, "model_ran": True,
-            "model": [call() for _ in range(html_report.MAX_CALLS)], "reference": [call()] * 5,
-            "state_diff": [change] * html_report.MAX_CHANGES}
+    turn = {
+        "index": 0,
+        "request": "q" * html_report.MAX_TEXT,
+        "model_ran": True,
+        "model": [call() for _ in range(html_report.MAX_CALLS)],
+        "reference": [call()] * 5,
+        "state_diff": [change] * html_report.MAX_CHANGES,
+    }
     return {"classes": ["GorillaFileSystem"], "inference_error": None, "turns": [turn]}
 
 
 def test_800_widest_conversations_make_a_page_under_10_mb(tmp_path: Path) -> None:
     rows = [bounded_row(i, safe=i % 2 == 0) for i in range(800)]
-    card = {"provenance": {"model": "m", "protocol": "standard"}, "rows": rows,
-            "totals": {"all": scorecard.totals([]) | {"conversations": 800}}}
+    card = {
+        "provenance": {"model": "m", "protocol": "standard"},
+        "rows": rows,
+        "totals": {"all": scorecard.totals([]) | {"conversations": 800}},
+    }
     sink = html_report.DetailSink(tmp_path, "main")
     for row in rows:
         sink.write(f"{row['id']}[standard]", widest_detail())
@@ -258,7 +314,8 @@ def _pages(pytester: pytest.Pytester, *args: str) -> tuple[Any, dict[str, Any], 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_report_beside_the_scorecard_has_every_conversation_turn_by_turn(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
     scratch = pytester.path / "tmp"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))  # where the run makes (and must remove) its sidecar folder
@@ -272,8 +329,14 @@ def test_report_beside_the_scorecard_has_every_conversation_turn_by_turn(
                 with open("reports.jsonl", "a") as out:
                     out.write(json.dumps(vars(report), default=str) + "\\n")
         """)
-    result, card, doc = _pages(pytester, *MODES[mode], "--careful-model=reference", "--careful-category=base",
-                               "-k", "base_1 and not base_1[0-9]")
+    result, card, doc = _pages(
+        pytester,
+        *MODES[mode],
+        "--careful-model=reference",
+        "--careful-category=base",
+        "-k",
+        "base_1 and not base_1[0-9]",
+    )
     assert result.ret == 0
     rows = doc.xpath("//details[contains(@class, 'conv')]")
     assert [r.get("id") for r in rows] == [f"{r['id']}[standard]" for r in card["rows"]]
@@ -294,17 +357,24 @@ def test_report_beside_the_scorecard_has_every_conversation_turn_by_turn(
 
 
 def test_report_of_a_partial_run_says_so(pytester: pytest.Pytester) -> None:
-    _, card, doc = _pages(pytester, "-n", "2", "--careful-model=reference", "--careful-category=miss_param",
-                          "-k", "miss_param_7")
+    _, card, doc = _pages(
+        pytester, "-n", "2", "--careful-model=reference", "--careful-category=miss_param", "-k", "miss_param_7"
+    )
     assert card["provenance"]["selection"]["complete"] is False
     assert f"A selection: {len(card['rows'])} of 200 conversations." in doc.text_content()
     assert len(doc.xpath("//details[contains(@class, 'conv')]//section[@class='turn']")) > 0
 
 
 def test_the_real_runs_failures_open_on_their_state_diff(pytester: pytest.Pytester, logged_run: Path) -> None:
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--careful-results={logged_run}",
-                                           f"--careful-decoder={REAL_RUN_DECODER}", "-k", "base_2",
-                                           "--careful-gate=none")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        f"--careful-results={logged_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        "-k",
+        "base_2",
+        "--careful-gate=none",
+    )
     assert result.ret == 0
     folder = pytester.path / "scorecards" / "gpt-oss-20b" / "standard"
     card = json.loads((folder / "scorecard.json").read_text())
@@ -328,19 +398,29 @@ def test_clip_and_page_text() -> None:
 
 
 def test_a_comparison_with_a_baseline_has_its_table_and_chart(pytester: pytest.Pytester) -> None:
-    common = ("-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2", "--careful-model=reference",
-              "--careful-category=miss_func")
+    common = (
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-n",
+        "2",
+        "--careful-model=reference",
+        "--careful-category=miss_func",
+    )
     assert pytester.runpytest_subprocess(*common, "--careful-label=before").ret == 0
-    result = pytester.runpytest_subprocess(*common, "--careful-label=after",
-                                           "--careful-baseline=scorecards/before/standard")
+    result = pytester.runpytest_subprocess(
+        *common, "--careful-label=after", "--careful-baseline=scorecards/before/standard"
+    )
     assert result.ret == 0
     folder = pytester.path / "scorecards" / "after" / "standard"
     comparison = json.loads((folder / "comparison.json").read_text())
     doc = lxml.html.parse(str(folder / "report.html")).getroot()
-    rows = [[td.text_content() for td in tr.xpath("./td")]
-            for tr in doc.xpath("//section[@id='comparison']//tbody/tr")]
-    expected = [[c.removeprefix("multi_turn_"), str(v["gained"]), str(v["lost"]), f"{v['p']:.4f}"]
-                for c, v in comparison.items()]
+    rows = [[td.text_content() for td in tr.xpath("./td")] for tr in doc.xpath("//section[@id='comparison']//tbody/tr")]
+    expected = [
+        [c.removeprefix("multi_turn_"), str(v["gained"]), str(v["lost"]), f"{v['p']:.4f}"]
+        for c, v in comparison.items()
+    ]
     assert sorted(r[:4] for r in rows) == sorted(expected)
     assert rows[-1][0] == "all"
     assert doc.xpath("//figure[@id='chart-comparison']//*[local-name()='svg']")
@@ -349,14 +429,24 @@ def test_a_comparison_with_a_baseline_has_its_table_and_chart(pytester: pytest.P
     assert any("vs before" in (t or "") for t in texts)
 
 
-def test_a_broken_detail_costs_the_page_a_line_not_the_conversation(pytester: pytest.Pytester,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broken_detail_costs_the_page_a_line_not_the_conversation(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken(evaluation: Any) -> dict[str, Any]:
         raise ValueError("no detail today")
 
     monkeypatch.setattr(html_report, "conversation_detail", broken)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist",
-                                          "--careful-model=reference", "-k", "multi_turn_base_1[")
+    result = pytester.runpytest_inprocess(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:xdist",
+        "--careful-model=reference",
+        "-k",
+        "multi_turn_base_1[",
+    )
     result.assert_outcomes(passed=1)
     doc = lxml.html.parse(str(pytester.path / "scorecards/reference/standard/report.html")).getroot()
     assert "the turn-by-turn detail could not be made: ValueError: no detail today" in doc.text_content()
@@ -379,8 +469,10 @@ def test_the_baseline_section_names_the_baseline_and_reads_like_a_p_value(hostil
     # It showed "Against the baseline" without saying which, p = 0.0000, and base_10 before base_2.
     _, card = page_of("x", hostile_evaluation, hostile=False)
     flipped = [["multi_turn_base_10", "lost"], ["multi_turn_base_2", "gained"], ["multi_turn_base_1", "lost"]]
-    comparison = {"multi_turn_base": {"gained": 1, "lost": 2, "p": 3e-9, "flipped": flipped},
-                  "all": {"gained": 1, "lost": 2, "p": 0.625, "flipped": flipped}}
+    comparison = {
+        "multi_turn_base": {"gained": 1, "lost": 2, "p": 3e-9, "flipped": flipped},
+        "all": {"gained": 1, "lost": 2, "p": 0.625, "flipped": flipped},
+    }
     html = html_report.render(card, comparison, baseline="release-1 <b>")
     section = lxml.html.document_fromstring(html).xpath("//section[@id='comparison']")[0]
     assert section.xpath("./h2")[0].text_content() == "Against the baseline (release-1 <b>)"

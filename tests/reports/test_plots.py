@@ -17,22 +17,31 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 def totals(n: int, bfcl: float, safe: float, **counts: int) -> dict[str, Any]:
-    return {"conversations": n, "bfcl_accuracy": bfcl, "safe_accuracy": safe,
-            "counts": {rule: counts.get(rule, 0) for rule in rules.RULES}}
+    return {
+        "conversations": n,
+        "bfcl_accuracy": bfcl,
+        "safe_accuracy": safe,
+        "counts": {rule: counts.get(rule, 0) for rule in rules.RULES},
+    }
 
 
 def card(model: str = "gpt-oss-20b", protocol: str = "standard") -> dict[str, Any]:
     """Figures chosen to be hard to draw: 100.0 beside 100.0 (the old chart's ``100.0100.0``)."""
-    return {"provenance": {"model": model, "protocol": protocol, "label": model},
-            "totals": {"multi_turn_base": totals(200, 1.0, 1.0, failed_calls=1234, redundant_reads=999),
-                       "multi_turn_miss_func": totals(200, 0.415, 0.37, collateral_destructive=7),
-                       "all": totals(400, 0.7075, 0.685, failed_calls=1234, redundant_reads=999,
-                                     collateral_destructive=7)}}
+    return {
+        "provenance": {"model": model, "protocol": protocol, "label": model},
+        "totals": {
+            "multi_turn_base": totals(200, 1.0, 1.0, failed_calls=1234, redundant_reads=999),
+            "multi_turn_miss_func": totals(200, 0.415, 0.37, collateral_destructive=7),
+            "all": totals(400, 0.7075, 0.685, failed_calls=1234, redundant_reads=999, collateral_destructive=7),
+        },
+    }
 
 
-COMPARISON = {"multi_turn_base": {"gained": 12, "lost": 3, "p": 0.03515625, "flipped": []},
-              "multi_turn_miss_func": {"gained": 2, "lost": 2, "p": 1.0, "flipped": []},
-              "all": {"gained": 14, "lost": 5, "p": 0.0636, "flipped": []}}
+COMPARISON = {
+    "multi_turn_base": {"gained": 12, "lost": 3, "p": 0.03515625, "flipped": []},
+    "multi_turn_miss_func": {"gained": 2, "lost": 2, "p": 1.0, "flipped": []},
+    "all": {"gained": 14, "lost": 5, "p": 0.0636, "flipped": []},
+}
 
 
 def svg_texts(svg: str) -> list[str]:
@@ -96,8 +105,9 @@ def label_boxes(figure: Any) -> list[Any]:
     return [t.get_window_extent(renderer) for ax in figure.axes for t in ax.texts]
 
 
-@pytest.mark.parametrize("draw", [plots.accuracy_figure, plots.violations_figure,
-                                  lambda c: plots.comparison_figure(c, COMPARISON)])
+@pytest.mark.parametrize(
+    "draw", [plots.accuracy_figure, plots.violations_figure, lambda c: plots.comparison_figure(c, COMPARISON)]
+)
 def test_value_labels_do_not_overlap(draw: Any) -> None:
     boxes = label_boxes(draw(card()))
     assert len(boxes) >= 6
@@ -128,24 +138,36 @@ def test_another_process_draws_the_same_bytes() -> None:
     import subprocess
     import sys
 
-    code = ("import hashlib, sys; sys.path.insert(0, 'tests/reports'); from test_plots import card, COMPARISON; "
-            "from pytest_careful.reports import plots; "
-            "f = plots.charts(card(), COMPARISON, 'b'); "
-            "print(*(hashlib.sha256(plots.png(x)).hexdigest() + hashlib.sha256(plots.svg(x).encode()).hexdigest() "
-            "for x in f.values()))")
+    code = (
+        "import hashlib, sys; sys.path.insert(0, 'tests/reports'); from test_plots import card, COMPARISON; "
+        "from pytest_careful.reports import plots; "
+        "f = plots.charts(card(), COMPARISON, 'b'); "
+        "print(*(hashlib.sha256(plots.png(x)).hexdigest() + hashlib.sha256(plots.svg(x).encode()).hexdigest() "
+        "for x in f.values()))"
+    )
     from conftest import ROOT
 
-    other = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                           env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"}).stdout.split()
-    here = [hashlib.sha256(plots.png(x)).hexdigest() + hashlib.sha256(plots.svg(x).encode()).hexdigest()
-            for x in plots.charts(card(), COMPARISON, "b").values()]
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"},
+    ).stdout.split()
+    here = [
+        hashlib.sha256(plots.png(x)).hexdigest() + hashlib.sha256(plots.svg(x).encode()).hexdigest()
+        for x in plots.charts(card(), COMPARISON, "b").values()
+    ]
     assert other == here
 
 
 def test_a_tiny_p_reads_p_below_and_all_comes_last() -> None:
     # careful-report's pair charts showed "p = < 0.001", with "all" first (its comparison lists it first)
-    comparison = {"all": {"gained": 0, "lost": 105, "p": 1e-30, "flipped": []},
-                  "multi_turn_base": {"gained": 0, "lost": 105, "p": 1e-30, "flipped": []}}
+    comparison = {
+        "all": {"gained": 0, "lost": 105, "p": 1e-30, "flipped": []},
+        "multi_turn_base": {"gained": 0, "lost": 105, "p": 1e-30, "flipped": []},
+    }
     texts = svg_texts(plots.comparison_svg({"provenance": {}, "totals": {}, "rows": []}, comparison))
     assert "p < 0.001" in texts and not any("= <" in t for t in texts)
     ticks = [t for t in texts if t in ("all", "base")]

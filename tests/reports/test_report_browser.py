@@ -25,8 +25,9 @@ CHROMIUM = "/usr/bin/chromium"
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no browser: {CHROMIUM} is missing (apt-get install chromium; .ci/run does)")
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="playwright is not installed (pip install -e '.[test]')")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')"
+    )
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM)
         yield launched
@@ -42,8 +43,9 @@ class Page:
         self.problems: list[str] = []
         self.requests: list[str] = []
         self.dialogs: list[str] = []
-        self.page.on("console", lambda m: self.problems.append(f"{m.type}: {m.text}")
-                     if m.type in ("error", "warning") else None)
+        self.page.on(
+            "console", lambda m: self.problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None
+        )
         self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
         self.page.on("request", lambda r: self.requests.append(r.url))
         self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
@@ -64,15 +66,15 @@ class Page:
 @pytest.fixture(scope="module")
 def reference_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """The reference run over two categories (scorecard and page kept for every test of the module)."""
-    return _module_run(tmp_path_factory, "reference", "--careful-model=reference",
-                       "--careful-category=base,miss_func")
+    return _module_run(tmp_path_factory, "reference", "--careful-model=reference", "--careful-category=base,miss_func")
 
 
 @pytest.fixture(scope="module")
 def real_page(tmp_path_factory: pytest.TempPathFactory, real_run: Path) -> tuple[Path, dict[str, Any]]:
     """The real gpt-oss-20b run, rescored (its three categories, 600 conversations)."""
-    return _module_run(tmp_path_factory, "real", f"--careful-results={real_run}",
-                       f"--careful-decoder={REAL_RUN_DECODER}")
+    return _module_run(
+        tmp_path_factory, "real", f"--careful-results={real_run}", f"--careful-decoder={REAL_RUN_DECODER}"
+    )
 
 
 def _module_run(factory: pytest.TempPathFactory, name: str, *args: str) -> tuple[Path, dict[str, Any]]:
@@ -80,8 +82,25 @@ def _module_run(factory: pytest.TempPathFactory, name: str, *args: str) -> tuple
     import sys
 
     folder = factory.mktemp(name)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2",
-                           "-q", "--careful-gate=none", *args], cwd=folder, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-n",
+            "2",
+            "-q",
+            "--careful-gate=none",
+            *args,
+        ],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     [card_file] = folder.glob("scorecards/*/standard/scorecard.json")
     return card_file.parent / "report.html", json.loads(card_file.read_text())
@@ -92,8 +111,9 @@ def _node(row: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("which", ["reference_page", "real_page"])
-def test_opens_clean_and_filters_as_the_scorecard_says(browser: Any, request: pytest.FixtureRequest,
-                                                        which: str) -> None:
+def test_opens_clean_and_filters_as_the_scorecard_says(
+    browser: Any, request: pytest.FixtureRequest, which: str
+) -> None:
     path, card = request.getfixturevalue(which)
     page = Page(browser, path)
     rows = card["rows"]
@@ -103,16 +123,20 @@ def test_opens_clean_and_filters_as_the_scorecard_says(browser: Any, request: py
         page.choose("category", category.removeprefix("multi_turn_"))
         assert page.visible_rows() == [_node(r) for r in rows if r["category"] == category]
     page.choose("category", "")
-    for outcome, keep in (("bfcl:fail", lambda r: not r["bfcl"]["valid"]), ("safe:pass", lambda r: r["safe"]),
-                          ("strict:fail", lambda r: not r["strict"])):
+    for outcome, keep in (
+        ("bfcl:fail", lambda r: not r["bfcl"]["valid"]),
+        ("safe:pass", lambda r: r["safe"]),
+        ("strict:fail", lambda r: not r["strict"]),
+    ):
         page.choose("outcome", outcome)
         expected = [_node(r) for r in rows if keep(r)]
         assert page.visible_rows() == expected
         assert page.page.inner_text("#shown") == str(len(expected))
     page.choose("outcome", "")
     # The rules of the standard protocol (unconfirmed_destructive is a rule under confirm only).
-    broken = [rule for rule in rules.RULES
-              if rule != "unconfirmed_destructive" and any(r["counts"].get(rule) for r in rows)]
+    broken = [
+        rule for rule in rules.RULES if rule != "unconfirmed_destructive" and any(r["counts"].get(rule) for r in rows)
+    ]
     options = page.page.eval_on_selector_all("select[name=rule] option", "o => o.map(x => x.value)")
     assert options == ["", "none", *broken]
     for rule in broken:
@@ -120,8 +144,9 @@ def test_opens_clean_and_filters_as_the_scorecard_says(browser: Any, request: py
         assert page.visible_rows() == [_node(r) for r in rows if r["counts"].get(rule)], rule
     page.choose("rule", "none")
     page.page.fill("#filters input[name=text]", "_1")
-    assert page.visible_rows() == [_node(r) for r in rows if "_1" in _node(r) and not any(
-        r["counts"].get(rule) for rule in broken)]
+    assert page.visible_rows() == [
+        _node(r) for r in rows if "_1" in _node(r) and not any(r["counts"].get(rule) for rule in broken)
+    ]
     page.clean()
 
 
@@ -139,8 +164,7 @@ def test_a_real_failure_opens_on_its_state_diff(browser: Any, real_page: tuple[P
     page.clean()
 
 
-def test_a_reference_conversation_opens_on_its_turns(browser: Any,
-                                                     reference_page: tuple[Path, dict[str, Any]]) -> None:
+def test_a_reference_conversation_opens_on_its_turns(browser: Any, reference_page: tuple[Path, dict[str, Any]]) -> None:
     from pytest_careful.data import dataset
 
     path, card = reference_page
@@ -168,8 +192,12 @@ def _hostile_page(tmp_path: Path, hostile: bool) -> Path:
 
     conversation = dataset.get(CONVERSATION)
     result = hostile_result(conversation)
-    evaluation = evaluate(conversation, result, decoder(REAL_RUN_DECODER),
-                          entry=LoggedEntry(conversation.id, result, "test", 1, raw={"result": result}))
+    evaluation = evaluate(
+        conversation,
+        result,
+        decoder(REAL_RUN_DECODER),
+        entry=LoggedEntry(conversation.id, result, "test", 1, raw={"result": result}),
+    )
     html, _ = page_of(HOSTILE if hostile else "plain", evaluation, hostile=hostile)
     path = tmp_path / "report.html"
     path.write_text(html, encoding="utf-8")
@@ -194,6 +222,7 @@ def test_a_long_unbroken_call_wraps_and_keeps_the_reference_column_in_view(brows
     width = page.page.evaluate("window.innerWidth")
     assert page.page.evaluate("document.documentElement.scrollWidth") <= width
     right_edges = page.page.eval_on_selector_all(
-        ".side > div", "divs => divs.map(d => d.getBoundingClientRect().right)")
+        ".side > div", "divs => divs.map(d => d.getBoundingClientRect().right)"
+    )
     assert right_edges and max(right_edges) <= width
     page.clean()

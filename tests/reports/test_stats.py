@@ -124,11 +124,11 @@ BASELINE = {
     "miss_1": True,
 }
 CURRENT = {
-    "base_1": True,   # gained
-    "base_2": True,   # gained
-    "base_3": True,   # both pass
+    "base_1": True,  # gained
+    "base_2": True,  # gained
+    "base_3": True,  # both pass
     "long_0": False,  # lost
-    "long_1": True,   # both pass
+    "long_1": True,  # both pass
     "miss_0": False,  # both fail
     "miss_1": False,  # lost
 }
@@ -213,9 +213,7 @@ def test_compare_by_category_by_hand() -> None:
     result = compare_by_category(CURRENT, BASELINE, category_of)
     assert list(result) == ["base", "long", "miss", "all"]
     # base: base_1, base_2 gained -> n = 2, k = 0 -> p = 2 * 1/4.
-    assert result["base"] == Comparison(
-        gained=2, lost=0, p=0.5, flipped=(("base_1", "gained"), ("base_2", "gained"))
-    )
+    assert result["base"] == Comparison(gained=2, lost=0, p=0.5, flipped=(("base_1", "gained"), ("base_2", "gained")))
     # long: long_0 lost -> n = 1 -> p = 1.
     assert result["long"] == Comparison(gained=0, lost=1, p=1.0, flipped=(("long_0", "lost"),))
     # miss: miss_1 lost -> n = 1 -> p = 1.
@@ -266,8 +264,9 @@ def test_to_json() -> None:
     assert json.loads(json.dumps(out)) == out
 
 
-@pytest.mark.parametrize(("p", "shown"), [(0.0, "< 0.0001"), (0.00009, "< 0.0001"), (0.0001, "0.0001"),
-                                          (0.0312, "0.0312"), (1.0, "1.0000")])
+@pytest.mark.parametrize(
+    ("p", "shown"), [(0.0, "< 0.0001"), (0.00009, "< 0.0001"), (0.0001, "0.0001"), (0.0312, "0.0312"), (1.0, "1.0000")]
+)
 def test_p_text_never_shows_a_tiny_p_as_zero(p: float, shown: str) -> None:
     assert stats.p_text(p) == shown
 
@@ -282,8 +281,11 @@ def test_spearman_p_agrees_with_scipy() -> None:
     for _ in range(2000):
         n = rng.randint(3, 40)
         x = [rng.randint(0, rng.choice((2, 5, 1000))) for _ in range(n)]
-        y = [v + rng.choice((0, 1, -3, 50)) * rng.random() for v in x] if rng.random() < 0.5 else \
-            [rng.random() for _ in range(n)]
+        y = (
+            [v + rng.choice((0, 1, -3, 50)) * rng.random() for v in x]
+            if rng.random() < 0.5
+            else [rng.random() for _ in range(n)]
+        )
         rho = spearman_rho(x, y)
         if rho is None:
             continue

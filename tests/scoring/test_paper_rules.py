@@ -49,15 +49,21 @@ def _head(call: str) -> str:
 def _arguments(call: str) -> str:
     try:
         node = ast.parse(call.strip(), mode="eval").body
-        return ast.dump(ast.Tuple(elts=node.args + [k.value for k in node.keywords], ctx=ast.Load())) + \
-            repr(sorted(k.arg or "" for k in node.keywords))
+        return ast.dump(ast.Tuple(elts=node.args + [k.value for k in node.keywords], ctx=ast.Load())) + repr(
+            sorted(k.arg or "" for k in node.keywords)
+        )
     except (SyntaxError, AttributeError):
         return "<unparsable>"
 
 
 #: Not state (the seed's section 3): random generators, a wall-clock stamp, a description, a price memo.
-NOT_STATE = {"_random", "_last_modified", "_api_description", "_flight_cost_lookup",
-             "parent"}  # a directory's back-reference: the tree above holds it
+NOT_STATE = {
+    "_random",
+    "_last_modified",
+    "_api_description",
+    "_flight_cost_lookup",
+    "parent",
+}  # a directory's back-reference: the tree above holds it
 
 
 def _plain(value: Any) -> Any:
@@ -86,9 +92,14 @@ def _direct(conversation: dataset.Conversation, turns: list[list[list[str]]]) ->
                 before = _state(sim)
                 execution = sim.execute(call)
                 after = _state(sim)
-                calls.append({"name": _head(call), "args": _arguments(call),
-                              "ok": call_status(execution) == OK,
-                              "changed": before != after})
+                calls.append(
+                    {
+                        "name": _head(call),
+                        "args": _arguments(call),
+                        "ok": call_status(execution) == OK,
+                        "changed": before != after,
+                    }
+                )
         out.append(calls)
     return out
 
@@ -131,8 +142,9 @@ def real(real_run):
             conversation = evaluation.conversation
             decoded = [t.steps for t in evaluation.replay.turns]
             reference = [[[c] for c in turn] for turn in conversation.ground_truth]
-            rows = {v: rules.score(evaluation, DECL, rules.Settings(duplicate_writes=v))
-                    for v in rules.DUPLICATE_WRITES}
+            rows = {
+                v: rules.score(evaluation, DECL, rules.Settings(duplicate_writes=v)) for v in rules.DUPLICATE_WRITES
+            }
             out.append((rows, _direct(conversation, decoded), _direct(conversation, reference)))
     return out
 
@@ -169,8 +181,9 @@ def test_collateral_that_changed_state_is_counted_from_state_diffs(real):
 
 def test_unparsable_calls_of_the_real_run_keep_their_function(real_run):
     named = []
-    evaluations, _ = evaluate_file(real_run / "BFCL_v4_multi_turn_base_result.json",
-                                   decoder(REAL_RUN_DECODER), "multi_turn_base")
+    evaluations, _ = evaluate_file(
+        real_run / "BFCL_v4_multi_turn_base_result.json", decoder(REAL_RUN_DECODER), "multi_turn_base"
+    )
     for evaluation in evaluations:
         for call in evaluation.replay.calls:
             if "(=" in call.call:  # gpt-oss's ``view_messages_sent(='')``: not Python
@@ -234,8 +247,11 @@ def test_the_papers_six_are_the_entries_removed_seen_outside_probes():
     unfollow_user joins them only through the synthetic probes (no reference or logged call)."""
     removed = {n for n, d in DECL.functions.items() if "entries_removed" in d.signals}
     assert removed == PAPER_ENTRIES_REMOVED | {"unfollow_user"}
-    seen = {n for n in removed if DECL.functions[n].evidence["reference"]["changed"]
-            + DECL.functions[n].evidence["logged"]["changed"]}
+    seen = {
+        n
+        for n in removed
+        if DECL.functions[n].evidence["reference"]["changed"] + DECL.functions[n].evidence["logged"]["changed"]
+    }
     assert seen == PAPER_ENTRIES_REMOVED
     unfollow = DECL.functions["unfollow_user"].evidence
     assert unfollow["reference"]["calls"] == unfollow["logged"]["calls"] == 0
@@ -244,13 +260,25 @@ def test_the_papers_six_are_the_entries_removed_seen_outside_probes():
 
 def test_duplicate_writes_option_is_recorded_in_the_provenance(pytester, logged_run):
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-        "--careful-category=base", "-k", "base_2", "--careful-duplicate-writes=visible", "--careful-gate=none")
+        "-p",
+        "no:cacheprovider",
+        f"--careful-results={logged_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        "--careful-category=base",
+        "-k",
+        "base_2",
+        "--careful-duplicate-writes=visible",
+        "--careful-gate=none",
+    )
     assert result.ret == 0
     card = json.loads((pytester.path / "scorecards" / "gpt-oss-20b" / "standard" / "scorecard.json").read_text())
     assert card["provenance"]["duplicate_writes"] == "visible"
     assert all(r["settings"]["duplicate_writes"] == "visible" for r in card["rows"])
-    assert "duplicate writes visible" in (pytester.path / "scorecards" / "gpt-oss-20b" / "standard"
-                                          / "scorecard.md").read_text()
-    assert "collateral_changed_state" in (pytester.path / "scorecards" / "gpt-oss-20b" / "standard"
-                                          / "rows.csv").read_text().splitlines()[0]
+    assert (
+        "duplicate writes visible"
+        in (pytester.path / "scorecards" / "gpt-oss-20b" / "standard" / "scorecard.md").read_text()
+    )
+    assert (
+        "collateral_changed_state"
+        in (pytester.path / "scorecards" / "gpt-oss-20b" / "standard" / "rows.csv").read_text().splitlines()[0]
+    )

@@ -138,8 +138,11 @@ def test_boundary_is_a_setting():
 
 def test_confirmation_before_a_destructive_call_makes_it_confirmed():
     result = _reference("multi_turn_base_0")
-    result[0] = [["cd(folder='document')"], ["mkdir(dir_name='temp')"],
-                 ["mv(source='final_report.pdf', destination='temp')"]]
+    result[0] = [
+        ["cd(folder='document')"],
+        ["mkdir(dir_name='temp')"],
+        ["mv(source='final_report.pdf', destination='temp')"],
+    ]
     row = _score("multi_turn_base_0", result, confirmations={0: [1]})  # yes after step 1
     assert row["counts"]["confirmed_destructive"] == 1
     assert row["counts"]["unconfirmed_destructive"] == row["reference_destructive"] - 1

@@ -89,8 +89,9 @@ def test_an_undecodable_real_step_is_shown_as_logged(real_run):
 def _prompting_run(conversation_id: str, closing: list[str]) -> list[list[str]]:
     """The reference as prompting steps, each turn closed by the given text."""
     turns = dataset.get(conversation_id).ground_truth
-    return [(["[" + ", ".join(calls) + "]"] if calls else []) + [closing[i % len(closing)]]
-            for i, calls in enumerate(turns)]
+    return [
+        (["[" + ", ".join(calls) + "]"] if calls else []) + [closing[i % len(closing)]] for i, calls in enumerate(turns)
+    ]
 
 
 def test_prompting_text_is_shown_after_the_turns_calls():
@@ -107,8 +108,10 @@ def test_claude_style_text_parts_and_reasoning_are_shown():
     conversation = dataset.get("multi_turn_base_2")
     from pytest_careful.live.scripted import call_to_fc
 
-    result = [[[call_to_fc(c, conversation.involved_classes) for c in calls], ["Shall I go on?", "Say yes."]]
-              for calls in conversation.ground_truth]
+    result = [
+        [[call_to_fc(c, conversation.involved_classes) for c in calls], ["Shall I go on?", "Say yes."]]
+        for calls in conversation.ground_truth
+    ]
     reasoning = [["", "The user may want to check first."] for _ in result]
     raw = {"id": conversation.id, "result": result, "reasoning_content": reasoning}
     text = _transcript(conversation.id, result, "claude-haiku-4-5-20251001-FC", raw)
@@ -153,9 +156,15 @@ def test_hostile_text_in_a_failing_items_report(pytester: pytest.Pytester):
     conversation = dataset.get(HOSTILE_CONVERSATION)
     line = json.dumps({"id": conversation.id, "result": [[h] for h in HOSTILE]})
     (folder / "BFCL_v4_multi_turn_base_result.json").write_text(line + "\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--careful-results={folder}",
-                                           "--careful-decoder=Qwen/Qwen3-8B", "--careful-category=base",
-                                           conversation.id, f"--junitxml={pytester.path / 'out.xml'}")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        f"--careful-results={folder}",
+        "--careful-decoder=Qwen/Qwen3-8B",
+        "--careful-category=base",
+        conversation.id,
+        f"--junitxml={pytester.path / 'out.xml'}",
+    )
     out = result.stdout.str()
     assert result.ret == 1 and "INTERNALERROR" not in out + result.stderr.str(), out[-3000:]
     assert "careful transcript" in out
@@ -176,6 +185,8 @@ def test_text_parts_are_read_as_the_confirm_protocol_reads_them():
     as_parts = [[[question]] for _ in range(conversation.n_turns)]  # how Claude's handler logs it
     as_string = [[question] for _ in range(conversation.n_turns)]  # how OpenAI's handler logs it
     assert model_text([question]) == model_text(question) == question
-    rows = [rules.score(evaluate(conversation, r, decoder("claude-haiku-4-5-20251001-FC")), declarations.load())
-            for r in (as_parts, as_string)]
+    rows = [
+        rules.score(evaluate(conversation, r, decoder("claude-haiku-4-5-20251001-FC")), declarations.load())
+        for r in (as_parts, as_string)
+    ]
     assert rows[0]["counts"]["asked"] == rows[1]["counts"]["asked"] == conversation.n_turns

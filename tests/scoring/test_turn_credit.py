@@ -52,21 +52,28 @@ def _oracle_main() -> None:
             handlers[key] = Passthrough() if key == "passthrough" else eval_runner.get_handler(key)
         entry, truth = prompts[category][case["id"]], answers[category][case["id"]]
         name = f"turnoracle_{n}"
-        matched = _oracle_matches(handlers[key], case["result"], truth, entry, name, multi_turn_utils,
-                                  multi_turn_checker)
+        matched = _oracle_matches(
+            handlers[key], case["result"], truth, entry, name, multi_turn_utils, multi_turn_checker
+        )
         verdict = eval_runner._evaluate_single_multi_turn_entry(
-            handlers[key], case["id"], case["result"], truth, json.loads(json.dumps(entry)),
-            name + "_verdict", category)
+            handlers[key], case["id"], case["result"], truth, json.loads(json.dumps(entry)), name + "_verdict", category
+        )
         for global_name in [g for g in vars(multi_turn_utils) if g.startswith(name)]:
             delattr(multi_turn_utils, global_name)
         print(json.dumps({"id": case["id"], "matched": matched, "valid": verdict["valid"]}), flush=True)
 
 
-def _oracle_matches(handler: Any, result: Any, truth: list[list[str]], entry: dict[str, Any], name: str,
-                    utils: Any, checker: Any) -> list[bool]:
+def _oracle_matches(
+    handler: Any, result: Any, truth: list[list[str]], entry: dict[str, Any], name: str, utils: Any, checker: Any
+) -> list[bool]:
     """Per turn: bfcl-eval's state_checker on the model's and the ground truth's instances after it."""
-    common = {"initial_config": entry["initial_config"], "involved_classes": entry["involved_classes"],
-              "test_entry_id": entry["id"], "long_context": "long_context" in entry["id"], "is_evaL_run": True}
+    common = {
+        "initial_config": entry["initial_config"],
+        "involved_classes": entry["involved_classes"],
+        "test_entry_id": entry["id"],
+        "long_context": "long_context" in entry["id"],
+        "is_evaL_run": True,
+    }
     turns = result if isinstance(result, list) else []
     matched = []
     for index, truth_calls in enumerate(truth):
@@ -90,8 +97,14 @@ def _oracle_matches(handler: Any, result: Any, truth: list[list[str]], entry: di
 
 def run_turn_oracle(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     payload = "".join(json.dumps(c) + "\n" for c in cases)
-    proc = subprocess.run([sys.executable, __file__], input=payload, capture_output=True, text=True, check=False,
-                          env={**os.environ, "BFCL_PROJECT_ROOT": tempfile.mkdtemp(prefix="turn-oracle-")})
+    proc = subprocess.run(
+        [sys.executable, __file__],
+        input=payload,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "BFCL_PROJECT_ROOT": tempfile.mkdtemp(prefix="turn-oracle-")},
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
@@ -189,8 +202,7 @@ def test_added_time_on_the_real_run_is_small(real_run: Path) -> None:
     for evaluation in evaluated:
         turn_credit.of_evaluation(evaluation)
     added = time.perf_counter() - started
-    print(f"\nturn credit: {added:.3f} s added on {len(evaluated)} conversations "
-          f"(evaluation itself {took:.3f} s)")
+    print(f"\nturn credit: {added:.3f} s added on {len(evaluated)} conversations (evaluation itself {took:.3f} s)")
     assert added < max(0.1 * took, 0.5)
 
 
@@ -198,8 +210,16 @@ def test_rows_scorecard_and_junit_carry_turn_credit(pytester: pytest.Pytester, l
     from conftest import REAL_RUN_DECODER
 
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-        "--careful-category=base", "-k", "base_1", "--careful-gate=none", "--junitxml=out.xml")
+        "-p",
+        "no:cacheprovider",
+        f"--careful-results={logged_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        "--careful-category=base",
+        "-k",
+        "base_1",
+        "--careful-gate=none",
+        "--junitxml=out.xml",
+    )
     assert result.ret == 0
     folder = pytester.path / "scorecards" / "gpt-oss-20b" / "standard"
     card = json.loads((folder / "scorecard.json").read_text())
@@ -210,15 +230,21 @@ def test_rows_scorecard_and_junit_carry_turn_credit(pytester: pytest.Pytester, l
     header, *lines = (folder / "rows.csv").read_text().splitlines()
     assert header.split(",")[-3:] == ["turns", "turns_matched", "first_divergent_turn"]
     assert "turns %" in (folder / "scorecard.md").read_text()
-    properties = {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
-                  for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase")}
+    properties = {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase")
+    }
     for row in rows:
         props = properties[f"{row['id']}[standard]"]
         assert props["careful_turns_matched"] == str(row["turns_matched"])
         first = row["first_divergent_turn"]
         assert props["careful_first_divergent_turn"] == ("" if first is None else str(first))
-    result.stdout.fnmatch_lines([f"[[]standard[]] turns matched (per-turn credit*): base "
-                                 f"{100 * card['totals']['all']['turn_credit']:.1f}%, all *"])
+    result.stdout.fnmatch_lines(
+        [
+            f"[[]standard[]] turns matched (per-turn credit*): base "
+            f"{100 * card['totals']['all']['turn_credit']:.1f}%, all *"
+        ]
+    )
 
 
 def test_unscored_row_has_no_turn_matched() -> None:

@@ -27,10 +27,22 @@ IDS = [f"multi_turn_base_{i}" for i in range(12)]
 
 def _options(results: Path, decoder_key: str, **more: Any) -> CarefulOptions:
     return CarefulOptions(
-        active=True, model="", results=results, decoder=decoder_key, protocols=("standard",),
-        categories=("multi_turn_base",), boundary="final", detector="strict", gate="safe",
-        scorecards=results / "cards", baseline=None, min_safe=None, min_bfcl=None,
-        fail_on_regression=None, **more)
+        active=True,
+        model="",
+        results=results,
+        decoder=decoder_key,
+        protocols=("standard",),
+        categories=("multi_turn_base",),
+        boundary="final",
+        detector="strict",
+        gate="safe",
+        scorecards=results / "cards",
+        baseline=None,
+        min_safe=None,
+        min_bfcl=None,
+        fail_on_regression=None,
+        **more,
+    )
 
 
 def _suggested(warning: str) -> list[str]:
@@ -45,8 +57,12 @@ def _write_run(folder: Path, step_of_call_list) -> Path:
     lines = []
     for conversation_id in IDS:
         turns = dataset.get(conversation_id).ground_truth
-        result = [[step_of_call_list(list(calls)), "I have done what you asked."] if calls
-                  else ["I cannot do that with the functions I have."] for calls in turns]
+        result = [
+            [step_of_call_list(list(calls)), "I have done what you asked."]
+            if calls
+            else ["I cannot do that with the functions I have."]
+            for calls in turns
+        ]
         lines.append(json.dumps({"id": conversation_id, "result": result}))
     (folder / "BFCL_v4_multi_turn_base_result.json").write_text("\n".join(lines) + "\n")
     return folder
@@ -82,8 +98,9 @@ def test_a_prompting_decoder_on_the_real_fc_run_names_fc_decoders_that_agree(rea
     assert str(real_run) in warning and "still scored" in warning
     suggested = _suggested(warning)
     assert suggested and f"Rescore with --careful-decoder={suggested[0]}" in warning
-    steps = [s for e in source.entries.values() if e and isinstance(e.result, list)
-             for turn in e.result for s in turn if s]
+    steps = [
+        s for e in source.entries.values() if e and isinstance(e.result, list) for turn in e.result for s in turn if s
+    ]
     assert len(steps) > 1000
     for step in steps:  # bfcl-eval's own readings: the run is FC, not prompting
         with pytest.raises(Exception):
@@ -142,22 +159,33 @@ def test_workers_do_not_check(tmp_path):
 
 def test_candidates_are_imported_only_when_the_decoder_reads_badly(real_run):
     """The check costs a sample when the decoder works: no candidate handler is imported."""
-    modules = sorted({"bfcl_eval.model_handler.local_inference.qwen_fc",
-                      "bfcl_eval.model_handler.local_inference.llama_3_1",
-                      "bfcl_eval.model_handler.local_inference.salesforce_llama",
-                      "bfcl_eval.model_handler.local_inference.qwen"})
+    modules = sorted(
+        {
+            "bfcl_eval.model_handler.local_inference.qwen_fc",
+            "bfcl_eval.model_handler.local_inference.llama_3_1",
+            "bfcl_eval.model_handler.local_inference.salesforce_llama",
+            "bfcl_eval.model_handler.local_inference.qwen",
+        }
+    )
     probe = (
         "import sys, pathlib\n"
         "sys.path.insert(0, sys.argv[1])\n"
         "from test_format_check import _options\n"
         "from pytest_careful.sources.reference_logged import open_source\n"
         "source = open_source(_options(pathlib.Path(sys.argv[2]), sys.argv[3]))\n"
-        f"print(len(source.warnings), sorted(m for m in {modules!r} if m in sys.modules))\n")
+        f"print(len(source.warnings), sorted(m for m in {modules!r} if m in sys.modules))\n"
+    )
+
     def imported(key: str) -> str:
-        proc = subprocess.run([sys.executable, "-c", probe, str(ROOT / "tests" / "sources"), str(real_run), key],
-                              capture_output=True, text=True, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, "-c", probe, str(ROOT / "tests" / "sources"), str(real_run), key],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout.strip().splitlines()[-1]
+
     assert imported(REAL_RUN_DECODER) == "0 []"
     diagnosed = imported("Salesforce/Llama-xLAM-2-8b-fc-r")  # reads none of the FC run: diagnosed
     assert diagnosed.startswith("1 [") and diagnosed != "1 []", diagnosed

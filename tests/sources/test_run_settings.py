@@ -39,26 +39,45 @@ def _refused(result: pytest.RunResult, *parts: str) -> str:
 @pytest.mark.parametrize("mode", [["-p", "no:xdist"], ["-n", "2"]], ids=["no-xdist", "n2"])
 @pytest.mark.parametrize("protocol", ["confirm", "hints"])
 def test_a_plain_bfcl_run_is_not_rescored_as_confirm_or_hints(pytester, logged_run, protocol, mode):
-    result = _run(pytester, *mode, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-                  f"--careful-protocol={protocol}", "--careful-category=base")
-    _refused(result, f"--careful-protocol={protocol}: {logged_run} has no {SETTINGS_FILE}",
-             "plain BFCL run, made under the standard protocol", "--careful-protocol=standard")
+    result = _run(
+        pytester,
+        *mode,
+        f"--careful-results={logged_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        f"--careful-protocol={protocol}",
+        "--careful-category=base",
+    )
+    _refused(
+        result,
+        f"--careful-protocol={protocol}: {logged_run} has no {SETTINGS_FILE}",
+        "plain BFCL run, made under the standard protocol",
+        "--careful-protocol=standard",
+    )
     assert not (pytester.path / "scorecards").exists()
 
 
 @pytest.mark.parametrize("made, asked", [("standard", "confirm"), ("confirm", "standard"), ("hints", "confirm")])
 def test_settings_naming_another_protocol_are_refused(pytester, logged_run, made, asked):
     (logged_run / SETTINGS_FILE).write_text(json.dumps({"condition": made, "boundary": "final"}))
-    result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-                  f"--careful-protocol={asked}", "--careful-category=base")
-    _refused(result, f"{logged_run / SETTINGS_FILE} says this run was made under the {made} protocol",
-             f"Rescore it with --careful-protocol={made}")
+    result = _run(
+        pytester,
+        f"--careful-results={logged_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        f"--careful-protocol={asked}",
+        "--careful-category=base",
+    )
+    _refused(
+        result,
+        f"{logged_run / SETTINGS_FILE} says this run was made under the {made} protocol",
+        f"Rescore it with --careful-protocol={made}",
+    )
 
 
 def test_an_unreadable_settings_file_is_refused(pytester, logged_run):
     (logged_run / SETTINGS_FILE).write_text('{"condition": ')
-    result = _run(pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}",
-                  "--careful-category=base")
+    result = _run(
+        pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}", "--careful-category=base"
+    )
     _refused(result, f"cannot read {logged_run / SETTINGS_FILE}")
 
 
@@ -80,32 +99,59 @@ def _cards(folder: Path) -> list[str]:
 
 
 def test_a_scripted_confirm_run_is_rescored_only_as_confirm(pytester):
-    made = _run(pytester, "--careful-model=scripted:ask", "--careful-protocol=standard,confirm",
-                "--careful-category=base", *IDS)
+    made = _run(
+        pytester, "--careful-model=scripted:ask", "--careful-protocol=standard,confirm", "--careful-category=base", *IDS
+    )
     assert made.ret in (0, 1), made.stdout.str()[-3000:]
     result = pytester.path / "result"
     settings = json.loads((result / "confirm/scripted_ask" / SETTINGS_FILE).read_text())
     assert settings["condition"] == "confirm"
     rescore = ["--careful-model=scripted:ask", "--careful-category=base", *IDS]
     for condition in ("standard", "confirm"):  # a run read by its own decoder: no format warning
-        options = dataclasses.replace(_options(result / condition / "scripted_ask", "scripted:ask"),
-                                      protocols=(condition,))
+        options = dataclasses.replace(
+            _options(result / condition / "scripted_ask", "scripted:ask"), protocols=(condition,)
+        )
         assert open_source(options).warnings == []
 
-    as_confirm = _run(pytester, f"--careful-results={result / 'confirm'}", "--careful-protocol=confirm",
-                      "--careful-scorecards=ok", *rescore)
+    as_confirm = _run(
+        pytester,
+        f"--careful-results={result / 'confirm'}",
+        "--careful-protocol=confirm",
+        "--careful-scorecards=ok",
+        *rescore,
+    )
     assert as_confirm.ret in (0, 1) and _cards(pytester.path / "ok") == ["confirm"], as_confirm.stdout.str()[-2000:]
-    both = _run(pytester, f"--careful-results={result}", "--careful-protocol=standard,confirm",
-                "--careful-scorecards=both", *rescore)
+    both = _run(
+        pytester,
+        f"--careful-results={result}",
+        "--careful-protocol=standard,confirm",
+        "--careful-scorecards=both",
+        *rescore,
+    )
     assert both.ret in (0, 1) and _cards(pytester.path / "both") == ["confirm", "standard"]
 
-    standard_as_confirm = _run(pytester, f"--careful-results={result / 'standard'}", "--careful-protocol=confirm",
-                               "--careful-scorecards=bad", *rescore)
+    standard_as_confirm = _run(
+        pytester,
+        f"--careful-results={result / 'standard'}",
+        "--careful-protocol=confirm",
+        "--careful-scorecards=bad",
+        *rescore,
+    )
     _refused(standard_as_confirm, "says this run was made under the standard protocol")
-    confirm_as_standard = _run(pytester, f"--careful-results={result / 'confirm'}", "--careful-protocol=standard",
-                               "--careful-scorecards=bad", *rescore)
+    confirm_as_standard = _run(
+        pytester,
+        f"--careful-results={result / 'confirm'}",
+        "--careful-protocol=standard",
+        "--careful-scorecards=bad",
+        *rescore,
+    )
     _refused(confirm_as_standard, "says this run was made under the confirm protocol")
-    swapped = _run(pytester, f"--careful-results={result}", "--careful-protocol=hints,confirm",
-                   "--careful-scorecards=bad", *rescore)
+    swapped = _run(
+        pytester,
+        f"--careful-results={result}",
+        "--careful-protocol=hints,confirm",
+        "--careful-scorecards=bad",
+        *rescore,
+    )
     _refused(swapped, f"no folder {result / 'hints'}")  # no hints run was made at all
     assert not (pytester.path / "bad").exists()
