@@ -23,8 +23,8 @@ import hostile_payloads as payloads
 import pytest
 
 from pytest_careful.data import dataset
-from pytest_careful.data.result_files import evaluate
 from pytest_careful.effects import declarations
+from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.execution import limits
 from pytest_careful.execution.decoding import decoder, passthrough_decoder
 from pytest_careful.scoring import evidence, rules
