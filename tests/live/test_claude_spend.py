@@ -438,7 +438,13 @@ def test_two_sessions_at_once_share_the_cap(tmp_path: Path, xdist: tuple[str, st
         sessions = [
             subprocess.Popen(
                 _command(
-                    tmp_path, *xdist, f"--careful-budget-usd={CAP}", f"--careful-scorecards={tmp_path / f'cards{i}'}"
+                    tmp_path,
+                    *xdist,
+                    # One request at a time per session (per process under -n 2): the two requests the
+                    # server holds together are then one of each session, never two of one.
+                    "--careful-concurrency=1" if xdist[0] == "-p" else "--careful-concurrency=2",
+                    f"--careful-budget-usd={CAP}",
+                    f"--careful-scorecards={tmp_path / f'cards{i}'}",
                 ),
                 cwd=tmp_path,
                 env=env,
@@ -454,7 +460,7 @@ def test_two_sessions_at_once_share_the_cap(tmp_path: Path, xdist: tuple[str, st
         assert totals.charged == pytest.approx(billed(server), rel=1e-9)
     assert all(session.returncode == 1 for session in sessions), outputs
     assert all("reached for" in output for output in outputs)
-    if xdist[0] == "-p":  # one request at a time per session: the two held at once were one each
+    if xdist[0] == "-p":  # the two held at once were one of each session
         assert totals.sessions == 2
     assert billed(server) <= CAP  # together, under the one cap
 
