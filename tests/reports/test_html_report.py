@@ -429,14 +429,15 @@ def test_a_comparison_with_a_baseline_has_its_table_and_chart(pytester: pytest.P
     assert any("vs before" in (t or "") for t in texts)
 
 
-def test_a_broken_detail_costs_the_page_a_line_not_the_conversation(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def broken(evaluation: Any) -> dict[str, Any]:
-        raise ValueError("no detail today")
-
-    monkeypatch.setattr(html_report, "conversation_detail", broken)
-    result = pytester.runpytest_inprocess(
+def test_a_broken_detail_costs_the_page_a_line_not_the_conversation(pytester: pytest.Pytester) -> None:
+    # In a child process: an in-process run shares this worker's modules with the tests before it.
+    pytester.makeconftest(
+        "from pytest_careful.reports import html_report\n"
+        "def broken(evaluation):\n"
+        "    raise ValueError('no detail today')\n"
+        "html_report.conversation_detail = broken\n"
+    )
+    result = pytester.runpytest_subprocess(
         "-p",
         "no:cacheprovider",
         "-p",
