@@ -38,6 +38,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -672,20 +673,36 @@ def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None
     connection = isinstance(exc, (openai.APIConnectionError, ConnectionError))
     if not connection and not isinstance(exc, openai.NotFoundError):
         return None
-    endpoint = endpoint_of(plan)
-    problem = unusable(endpoint, plan.model)
-    if problem is None:
-        return None  # the server is fine: this request's own failure, scored as BFCL scores it
-    why = f"the vLLM server at {endpoint} " + ("stopped answering" if connection else f"cannot be used: {problem}")
+    with _FAILING_OVER:  # conversations in flight meet a dead server together: one moves the process
+        endpoint = endpoint_of(plan)
+        sent_to = _sent_to(exc)
+        if sent_to is not None and not sent_to.startswith(endpoint.rstrip("/")):
+            # Sent before another conversation's failure moved this process: run it again where it is now.
+            return Failover(f"the vLLM server at {sent_to} stopped answering; moved to {endpoint}")
+        problem = unusable(endpoint, plan.model)
+        if problem is None:
+            return None  # the server is fine: this request's own failure, scored as BFCL scores it
+        why = f"the vLLM server at {endpoint} " + ("stopped answering" if connection else f"cannot be used: {problem}")
+        try:
+            other = pick(plan, plan.model, exclude=endpoint)
+        except ServerDied:
+            return ServerDied(f"{why}; its log: {_log(plan)}")
+        for handler in plan.handlers:
+            point_handler(handler, other)
+            fit_context(handler, other, plan.model)  # the new server's context may be shorter
+        plan.current = other
+        return Failover(f"{why}; moved to {other}")
+
+
+_FAILING_OVER = threading.Lock()
+
+
+def _sent_to(exc: BaseException) -> str | None:
+    """The URL the failed request went to, where the OpenAI SDK's exception says it."""
     try:
-        other = pick(plan, plan.model, exclude=endpoint)
-    except ServerDied:
-        return ServerDied(f"{why}; its log: {_log(plan)}")
-    for handler in plan.handlers:
-        point_handler(handler, other)
-        fit_context(handler, other, plan.model)  # the new server's context may be shorter
-    plan.current = other
-    return Failover(f"{why}; moved to {other}")
+        return str(exc.request.url)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # httpx raises RuntimeError for an exception without a request
+        return None
 
 
 def _log(plan: ServerPlan) -> str:

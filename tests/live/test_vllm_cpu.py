@@ -243,7 +243,7 @@ def test_a_dead_server_stops_the_run_once(tmp_path: Path, model_dir: Path, concu
         *one,
         "multi_turn_base_105",
         "multi_turn_base_132",
-        "multi_turn_base_120",
+        "multi_turn_base_3",
         timeout=300,
     )
     assert run.returncode == 1, run.stdout[-3000:]
@@ -252,7 +252,8 @@ def test_a_dead_server_stops_the_run_once(tmp_path: Path, model_dir: Path, concu
     # filed), and the summary says why, once.
     assert run.stdout.count("run stopped: the vLLM server at") == 1
     if concurrency == "1":
-        # One at a time, the first finished before the server died.
+        # One at a time (three two-turn conversations, so in the order given: the longest would go first),
+        # the first finished before the server died.
         assert "1 failed, 1 passed, 1 skipped" in run.stdout, run.stdout[-3000:]
     else:
         # All three in flight at once: the two answers may go to one conversation or to two, so at most
