@@ -42,10 +42,10 @@ HTTPServer(("127.0.0.1", port), H).serve_forever()
 CRASHING = "#!/bin/sh\necho 'RuntimeError: no CUDA device and no CPU backend'\nexit 3\n"
 
 
-def _connection_error() -> openai.APIConnectionError:
+def _connection_error(url: str = "http://127.0.0.1:9/v1") -> openai.APIConnectionError:
     """What the SDK raises for a server that is gone, made by the SDK itself (its constructor's
-    signature changes between openai releases): a request to a port nothing listens on."""
-    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
+    signature changes between openai releases): a request to ``url``, where nothing listens."""
+    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
     try:
         client.models.list()
     except openai.APIConnectionError as exc:
@@ -280,13 +280,13 @@ def test_workers_spread_over_servers_and_move_when_one_dies(tmp_path: Path, monk
         plan.handlers.append(handler)
         servers[1][0].kill()
         servers[1][0].wait()
-        moved = vllm_server.classify_error(_connection_error(), plan)
+        moved = vllm_server.classify_error(_connection_error(urls[1]), plan)
         assert isinstance(moved, Failover) and urls[0] in str(moved)
         assert plan.current == urls[0] and handler.base_url == urls[0]
         assert str(handler.client.base_url).rstrip("/") == urls[0]
         servers[0][0].kill()
         servers[0][0].wait()
-        gone = vllm_server.classify_error(_connection_error(), plan)
+        gone = vllm_server.classify_error(_connection_error(urls[0]), plan)
         assert isinstance(gone, ServerDied) and "stopped answering" in str(gone)
     finally:
         for process, _ in servers:
@@ -415,9 +415,32 @@ def test_a_conversation_moved_to_another_server_is_sized_to_its_context(tmp_path
         assert handler.max_context_length == 8192
         servers[0][0].kill()
         servers[0][0].wait()
-        gone = _connection_error()
+        gone = _connection_error(servers[0][1])
         assert isinstance(vllm_server.classify_error(gone, plan), Failover)
         assert handler.max_context_length == 2048
+    finally:
+        for process, _ in servers:
+            process.kill()
+
+
+def test_a_request_sent_before_another_moved_the_process_is_run_again_where_it_is_now(tmp_path: Path) -> None:
+    """Many conversations in flight meet a dead server together: the first one moves the process;
+    the others, whose requests went to the dead one, are run again on the new one, not scored as
+    the model's connection errors, and do not move the process again."""
+    name = str(tmp_path / "model")
+    servers = [_serve(tmp_path, name), _serve(tmp_path, name)]
+    urls = tuple(url for _, url in servers)
+    try:
+        plan = _plan(tmp_path, sys.executable, endpoints=urls)
+        handler = type("Handler", (), {})()
+        vllm_server.point_handler(handler, urls[0])
+        plan.current, plan.handlers = urls[0], [handler]
+        servers[0][0].kill()
+        servers[0][0].wait()
+        errors = [_connection_error(urls[0]) for _ in range(3)]  # three requests in flight there
+        outcomes = [vllm_server.classify_error(error, plan) for error in errors]
+        assert all(isinstance(outcome, Failover) for outcome in outcomes), outcomes
+        assert plan.current == urls[1] and handler.base_url == urls[1]
     finally:
         for process, _ in servers:
             process.kill()
