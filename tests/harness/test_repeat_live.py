@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from careful_cli import careful_command
 
 from conftest import run_oracle
 from pytest_careful.data.result_files import read_result_file
@@ -29,19 +30,7 @@ FC_DECODER = "gpt-4.1-2025-04-14-FC"  # reads the scripted FC style (as tests/li
 
 
 def _cli(tmp_path: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--rootdir",
-        str(tmp_path),
-        f"--careful-output={tmp_path / 'result'}",
-        f"--careful-scorecards={tmp_path / 'cards'}",
-        *args,
-    ]
+    return careful_command(tmp_path, *args)
 
 
 def _run(tmp_path: Path, k: int, *args: str) -> subprocess.CompletedProcess[str]:

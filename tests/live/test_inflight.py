@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from careful_cli import careful_command
 
 from pytest_careful.data import dataset
 from pytest_careful.data.result_store import ResultStore
@@ -29,21 +30,7 @@ DECL = declarations.load()
 
 
 def _cli(tmp_path: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:randomly",
-        "-q",
-        "--rootdir",
-        str(tmp_path),
-        f"--careful-output={tmp_path / 'result'}",
-        f"--careful-scorecards={tmp_path / 'cards'}",
-        *args,
-    ]
+    return careful_command(tmp_path, "-p", "no:randomly", *args)
 
 
 def _serial(handle: str, ids: list[str], condition: str, repeat: int = 1) -> dict[str, dict[str, Any]]:

@@ -13,12 +13,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from careful_cli import careful_command
 from loopback_vllm import LoopbackVLLM
 
 MODEL = "gpt-4.1-2025-04-14"
@@ -26,21 +26,7 @@ IDS = [f"multi_turn_base_{i}" for i in range(8)]
 
 
 def _command(tmp_path: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--rootdir",
-        str(tmp_path),
-        f"--careful-output={tmp_path / 'result'}",
-        f"--careful-scorecards={tmp_path / 'cards'}",
-        f"--careful-model={MODEL}-FC",
-        "--careful-gate=none",
-        *args,
-    ]
+    return careful_command(tmp_path, f"--careful-model={MODEL}-FC", "--careful-gate=none", *args)
 
 
 def _env(server: LoopbackVLLM) -> dict[str, str]:

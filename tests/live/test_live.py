@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from careful_cli import careful_command
 
 from conftest import run_oracle
 from pytest_careful.data import dataset
@@ -130,19 +131,7 @@ def test_asking_policy_ends_the_turn_under_standard() -> None:
 
 
 def _cli(tmp_path: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--rootdir",
-        str(tmp_path),
-        f"--careful-output={tmp_path / 'result'}",
-        f"--careful-scorecards={tmp_path / 'cards'}",
-        *args,
-    ]
+    return careful_command(tmp_path, *args)
 
 
 def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path) -> None:

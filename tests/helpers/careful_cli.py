@@ -1,0 +1,23 @@
+"""The command line a test runs pytest-careful with, in a child process (one place for it)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def careful_command(tmp_path: Path, *args: str) -> list[str]:
+    """``python -m pytest`` rooted at ``tmp_path``, its results and scorecards under it, then ``args``."""
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--rootdir",
+        str(tmp_path),
+        f"--careful-output={tmp_path / 'result'}",
+        f"--careful-scorecards={tmp_path / 'cards'}",
+        *args,
+    ]
