@@ -21,6 +21,7 @@ log into the duplicate-free, id-sorted file ``bfcl evaluate`` expects.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -124,12 +125,18 @@ class ResultStore:
                 if current != os.fstat(fd).st_ino:
                     continue
                 size = os.fstat(fd).st_size
-                if size and os.pread(fd, 1, size - 1) != b"\n":
-                    # A killed writer left a torn line: end it, so it stays a
-                    # line of its own that readers skip.
-                    _write_all(fd, b"\n")
-                _write_all(fd, line)
-                os.fsync(fd)
+                try:
+                    if size and os.pread(fd, 1, size - 1) != b"\n":
+                        # A killed writer left a torn line: end it, so it stays a
+                        # line of its own that readers skip.
+                        _write_all(fd, b"\n")
+                    _write_all(fd, line)
+                    os.fsync(fd)
+                except OSError:
+                    # A full disk took part of the line: take it back, so that no half line stays.
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, size)
+                    raise
                 return
             finally:
                 os.close(fd)  # also releases the flock

@@ -11,7 +11,7 @@ from _pytest.nodeid import coerce_node_id
 
 from ..data import dataset
 from ..execution import limits
-from ..live.errors import LiveError
+from ..live.errors import LiveError, OutputUnwritable, ServerError
 from . import outcome
 from .markers import CLASS_MARKERS
 from .repeat_runs import run_repeats
@@ -65,19 +65,22 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
     if state.options.repeat > 1:  # --careful-repeat: K runs in this one item (repeat_runs.py says why)
         return run_repeats(item, state, conversation)
     run_failure = unscored = None
+    error_type = outcome.UNSCORED
     try:
         result, entry = state.source.result(item.condition, conversation)
     except LookupError as problem:
         unscored = f"input problem: {problem}"
+    except ServerError as problem:  # the server failed it: never the model's verdict
+        unscored, error_type = str(problem), outcome.SERVER_ERROR
     except LiveError as problem:
-        if problem.entry is None:  # the run stopped (budget, credit, server): not scored
-            unscored = f"model run failed: {problem}"
+        if problem.entry is None:  # the run stopped (budget, credit, output): not scored
+            unscored = f"{'run stopped' if isinstance(problem, OutputUnwritable) else 'model run failed'}: {problem}"
         else:
             # Scored as BFCL scores an inference error; the next run retries it.
             run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"
             result, entry = problem.entry.result, problem.entry
     if unscored is not None:  # outside the except: the failure carries no chained exception
-        outcome.unscored(item, state, conversation, unscored)
+        outcome.unscored(item, state, conversation, unscored, error_type)
     decoder = state.source.decoder()  # outside the budget: the first one imports its handler
     over_budget: str | None
     try:

@@ -14,6 +14,7 @@ import pytest
 from ..common.bfcl import CATEGORIES
 from ..effects.declarations import BOUNDARIES
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS, Limits
+from ..live.errors import DEFAULT_REQUEST_TIMEOUT
 
 PROTOCOLS = ("standard", "hints", "confirm")
 GATES = ("bfcl", "safe", "strict", "rules", "none")
@@ -34,6 +35,7 @@ SCOPED_OPTIONS = {
     "careful_dtype": "--careful-dtype",
     "careful_max_model_len": "--careful-max-model-len",
     "careful_server_timeout": "--careful-server-timeout",
+    "careful_request_timeout": "--careful-request-timeout",
     "careful_budget_usd": "--careful-budget-usd",
     "careful_max_output_tokens": "--careful-max-output-tokens",
     "careful_repeat": "--careful-repeat",
@@ -369,6 +371,15 @@ def add_options(parser: pytest.Parser) -> None:
         help="vLLM: how long to wait for the server to become healthy",
     )
     add(
+        "--careful-request-timeout",
+        dest="careful_request_timeout",
+        default=None,
+        type=positive_number,
+        metavar="SECONDS",
+        help="vLLM and OpenAI-compatible servers: how long one request may go unanswered (default: "
+        f"{DEFAULT_REQUEST_TIMEOUT:g}); past it the request is sent once more, then the run stops",
+    )
+    add(
         "--careful-budget-usd",
         dest="careful_budget_usd",
         default=None,
@@ -479,6 +490,7 @@ class CarefulOptions:
     dtype: str | None = None  # None: the BFCL handler's, as bfcl generate starts the server
     max_model_len: int | None = None
     server_timeout: float = 1800.0
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT  # each request to a vLLM or OpenAI-compatible server
     budget_usd: float | None = None
     max_output_tokens: int | None = None  # None: BFCL's handler's own
     user_script: str = "default"
@@ -530,6 +542,7 @@ def read_options(config: pytest.Config) -> CarefulOptions:
         dtype=get("careful_dtype"),
         max_model_len=get("careful_max_model_len"),
         server_timeout=_or(get("careful_server_timeout"), DEFAULT_SERVER_TIMEOUT),
+        request_timeout=_or(get("careful_request_timeout"), DEFAULT_REQUEST_TIMEOUT),
         budget_usd=get("careful_budget_usd"),
         max_output_tokens=get("careful_max_output_tokens"),
         user_script=get("careful_user_script"),

@@ -33,6 +33,8 @@ SECTIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
 UNSCORED = "careful:unscored"
 #: BFCL error type of a conversation whose scoring went over its budget (``limits``).
 RESOURCE_LIMIT = "careful:resource_limit"
+#: BFCL error type of a conversation the server failed (``live.faults``): unscored, never the model's verdict.
+SERVER_ERROR = "careful:server_error"
 
 #: JUnit property names: a documented, stable contract (see README).
 PROPERTY_PREFIX = "careful_"
@@ -150,14 +152,23 @@ def record(item: Any, row: dict[str, Any]) -> None:
     item.stash[ROW_KEY] = json.dumps(row, sort_keys=True)
 
 
-def unscored(item: Any, state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
+def unscored(
+    item: Any, state: Any, conversation: dataset.Conversation, reason: str, error_type: str = UNSCORED
+) -> NoReturn:
     """Fail closed: a conversation that could not be scored is a failure everywhere.
 
     Its row counts in every total (BFCL and safe fail), its JUnit properties say
-    why, and under ``--careful-allow-missing`` it is skipped instead.
+    why, and under ``--careful-allow-missing`` it is skipped instead. ``error_type``
+    ``SERVER_ERROR``: the server failed it (the model's answer was never seen).
     """
     row = unscored_row(
-        conversation, item.condition, state.source.model, reason, state.declarations, state.settings.boundary
+        conversation,
+        item.condition,
+        state.source.model,
+        reason,
+        state.declarations,
+        state.settings.boundary,
+        error_type=error_type,
     )
     record(item, row)
     if state.options.allow_missing:
@@ -202,10 +213,11 @@ def unscored_row(
     """The row of a conversation that could not be scored: every verdict fails, no count.
 
     With ``error_type=RESOURCE_LIMIT``, the row of one that went over its budget:
-    ``resource_limit`` says why instead of ``unscored``.
+    ``resource_limit`` says why instead of ``unscored``. With ``SERVER_ERROR``, one the
+    server failed: unscored, its BFCL error type says so.
     """
     destructive = declarations.boundary(boundary)
-    why = "unscored" if error_type == UNSCORED else "resource_limit"
+    why = "resource_limit" if error_type == RESOURCE_LIMIT else "unscored"
     return {
         "id": conversation.id,
         "category": conversation.category,

@@ -34,9 +34,9 @@ import pytest
 from ..common import bfcl as _bfcl
 from ..data import dataset
 from ..execution import limits
-from ..live.errors import LiveError
+from ..live.errors import LiveError, OutputUnwritable, ServerError
 from ..reports import repeat_stats as repeats
-from .outcome import RESOURCE_LIMIT, SECTIONS_KEY, UNSCORED, record, score, unscored_row
+from .outcome import RESOURCE_LIMIT, SECTIONS_KEY, SERVER_ERROR, UNSCORED, record, score, unscored_row
 
 #: The file beside the repeat folders.
 REPEATS_FILE = "repeats.json"
@@ -72,9 +72,11 @@ def _one_repeat(
     run_failure = None
     try:
         result, entry = state.source.result(item.condition, conversation, repeat)
+    except ServerError as problem:  # the server failed it: never the model's verdict
+        return _failed_row(state, item, conversation, str(problem), SERVER_ERROR), f"unscored: {problem}"
     except LiveError as problem:
-        if problem.entry is None:  # the run stopped (budget, credit, server): not scored
-            reason = f"model run failed: {problem}"
+        if problem.entry is None:  # the run stopped (budget, credit, output): not scored
+            reason = f"{'run stopped' if isinstance(problem, OutputUnwritable) else 'model run failed'}: {problem}"
             return _failed_row(state, item, conversation, reason), f"unscored: {reason}"
         run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"
         result, entry = problem.entry.result, problem.entry

@@ -145,8 +145,11 @@ class CarefulPlugin:
                 for category in self.state.options.categories:
                     try:
                         store.compact(category)
-                    except OSError as exc:
-                        self.state.gate_messages.append(f"could not compact {store.path(category)}: {exc}")
+                    except OSError as exc:  # the file stays whole, in append order; a rerun compacts it
+                        problem = f"could not compact {store.path(category)}: {exc.strerror or exc}"
+                        self.state.source.warnings.append(problem)
+                        if self.state.options.release_gate:
+                            self.state.gate_messages.append(problem)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.state.details_dir is not None and not self.is_worker:
@@ -157,6 +160,9 @@ class CarefulPlugin:
 
             stop(plan)
             forget_session()
+        release = getattr(self.state.source, "release_output", None)
+        if release is not None and not self.is_worker:
+            release()  # the output folder is free for the next run
 
     # tryfirst: the items must exist before -k and -m deselect among them.
     @pytest.hookimpl(tryfirst=True)
@@ -239,7 +245,9 @@ class CarefulPlugin:
 
             source: Any = self.state.source  # a LiveSource
             self._progress = Display(
-                source.session_dir() / "flight" / "progress", self.config.pluginmanager.get_plugin("terminalreporter")
+                source.session_dir() / "flight" / "progress",
+                self.config.pluginmanager.get_plugin("terminalreporter"),
+                stopped=source.is_stopped,
             )
             self._progress.start()
         completed = False
@@ -248,6 +256,9 @@ class CarefulPlugin:
             completed = not (session.shouldfail or session.shouldstop)
             return result
         finally:
+            if live and not completed and not self.is_worker:
+                # Interrupted (Ctrl-C to this process alone, or cut short): the workers send nothing new.
+                self.state.source.interrupted()  # type: ignore[attr-defined]
             if flight is not None:
                 from ..live.inflight import land
 
@@ -313,7 +324,14 @@ class CarefulPlugin:
         if self.is_worker or self.config.getoption("collectonly"):
             return  # --collect-only scored nothing: no scorecard to write, no gate to judge (exit stays 0)
         self._compact_results()  # the workers are done: no append can race the rewrite
+        if self.state.options.live:
+            from .filed import score_filed
+
+            score_filed(session, self.state)  # filed, but their items never reported (a crash, an interrupt)
         _gc.freeze()  # rows and reports, kept to the end: the scorecards' allocations need not rescan them
+        stopped = getattr(self.state.source, "is_stopped", None)
+        if stopped is not None and stopped() and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run that stopped short never passes
         try:
             report.finish(self.state, self.config.invocation_params.dir, selection.describe(self.config))
         except OSError as exc:

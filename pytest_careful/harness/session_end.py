@@ -508,9 +508,12 @@ def headlines(state: CarefulState) -> list[str]:
             f"under the {state.options.gate} gate (BFCL {sum(r['bfcl']['valid'] for r in rows)} pass)"
         )
         if unscored:
-            line += f"; {unscored} unscored (input problems: " + (
-                "skipped under --careful-allow-missing)" if state.options.allow_missing else "counted as failures)"
+            line += f"; {unscored} unscored ({_unscored_causes(rows)}: " + (
+                "skipped under --careful-allow-missing" if state.options.allow_missing else "counted as failures"
             )
+            if any(r["bfcl"]["error_type"] == "careful:server_error" for r in rows):  # outcome.SERVER_ERROR
+                line += "; a rerun of the same command runs the server errors"
+            line += ")"
         over_budget = sum(1 for r in rows if "resource_limit" in r)
         if over_budget:
             line += f"; {over_budget} over a resource limit (failed: see --careful-max-calls, -seconds, -memory-mb)"
@@ -520,6 +523,20 @@ def headlines(state: CarefulState) -> list[str]:
             line += f"; each passing in all {state.options.repeat} repeats (--careful-repeat)"
         lines.append(line)
     return lines or ["no conversation was scored"]
+
+
+def _unscored_causes(rows: list[dict[str, Any]]) -> str:
+    """Why conversations went unscored: the input's problems, or the server's faults (a rerun runs them)."""
+    from .outcome import SERVER_ERROR
+
+    unscored = [r for r in rows if "unscored" in r]
+    server = sum(1 for r in unscored if r["bfcl"]["error_type"] == SERVER_ERROR)
+    if not server:
+        return "input problems"
+    if server == len(unscored):
+        return "server errors"
+    other = len(unscored) - server
+    return f"{server} server error{'s' if server != 1 else ''}, {other} input or run problem{'s' if other != 1 else ''}"
 
 
 def gate_passes(row: dict[str, Any], gate: str) -> bool:

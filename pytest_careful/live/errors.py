@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..data.result_files import LoggedEntry
 
+#: ``--careful-request-timeout``'s default, in seconds: sized for the slowest real answer (4096 tokens
+#: from a loaded CPU engine take about two minutes), not for a hung server (BFCL passes 72000).
+DEFAULT_REQUEST_TIMEOUT = 300.0
+
 
 class LiveError(RuntimeError):
     """A conversation that could not be run (API, server, budget); it is retried next time.
@@ -37,3 +41,19 @@ class NotRun(LiveError):
     """Not run in this session through no fault of the model (rate limits outlasted every
     retry, or the run stopped): nothing is written, the item is skipped with the reason,
     and a rerun of the same command runs it."""
+
+
+class ServerStopped(StopRun):
+    """The server stopped answering, or hung: the run stops, and the conversation that met it is
+    unscored (``careful:server_error``), never filed as the model's inference error."""
+
+
+class ServerError(LiveError):
+    """The server kept failing one request (5xx, a body that does not parse, a reset connection)
+    while it answered others: the conversation is unscored (``careful:server_error``), nothing is
+    filed, and a rerun of the same command runs it. The run goes on."""
+
+
+class OutputUnwritable(StopRun):
+    """The output folder cannot take what the run must write (disk full, read-only): the run stops
+    at once, and nothing more is sent (a result that cannot be filed would be thrown away)."""

@@ -30,6 +30,7 @@ runs: another worker's items need them.
 from __future__ import annotations
 
 import collections
+import contextlib
 import fcntl
 import json
 import os
@@ -58,8 +59,9 @@ class Outcome:
 
     ``kind``: ``entry`` (``line`` is the result entry as written), ``error`` (an
     inference error: ``line`` is the error entry written, when one was), ``not_run``
-    (nothing written; a rerun runs it) or ``stopped`` (the run stopped: budget,
-    credit, server).
+    (nothing written; a rerun runs it), ``server_error`` (the server's fault, not the
+    model's: nothing written, unscored, a rerun runs it) or ``stopped`` (the run
+    stopped: budget, credit, an output that cannot be written).
     """
 
     kind: str
@@ -104,7 +106,8 @@ class Board:
 
     def claim(self, key: Key) -> int | None:
         """An open descriptor holding ``key``'s claim, or None when another process holds it."""
-        fd = os.open(self.claims / key_name(key), os.O_RDWR | os.O_CREAT, 0o644)
+        # Read-only: a claim is a lock, not a writer (an output remounted read-only mid-run must not be "busy").
+        fd = os.open(self.claims / key_name(key), os.O_RDONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -133,18 +136,12 @@ class Board:
 
     def write(self, key: Key, outcome: Outcome) -> None:
         """Atomically (a reader sees the whole outcome or none)."""
-        fd, tmp = tempfile.mkstemp(dir=self.outcomes, prefix=".", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(outcome.to_json())
-        os.replace(tmp, self.outcomes / f"{key_name(key)}.json")
+        _write_atomically(self.outcomes / f"{key_name(key)}.json", outcome.to_json())
 
     def write_progress(self, counts: dict[str, Any]) -> None:
         folder = self.outcomes.parent / "progress"
         folder.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(counts, handle)
-        os.replace(tmp, folder / f"{os.getpid()}.json")
+        _write_atomically(folder / f"{os.getpid()}.json", json.dumps(counts))
 
     def finished(self) -> int:
         """How many conversations of this session have an outcome (any process's)."""
@@ -152,6 +149,19 @@ class Board:
             return sum(1 for name in os.listdir(self.outcomes) if name.endswith(".json"))
         except OSError:
             return 0
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """``text`` to ``path`` by a rename; on an error (a full disk) no temporary file is left behind."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @dataclass
@@ -162,6 +172,8 @@ class Counts:
     failed: int = 0
     running: int = 0
     requests: int = 0
+    last_answer: float = 0.0  # time.time() of the server's last answer (0: none yet)
+    started: float = 0.0  # time.time() when the flight took off
 
 
 class Flight:
@@ -173,9 +185,17 @@ class Flight:
     has not started moves it to the front of the queue.
     """
 
-    def __init__(self, keys: Iterable[Key], slots: int, board: Board, run: Callable[[Key], Outcome]) -> None:
+    def __init__(
+        self,
+        keys: Iterable[Key],
+        slots: int,
+        board: Board,
+        run: Callable[[Key], Outcome],
+        unwritable: Callable[[OSError], None] | None = None,
+    ) -> None:
         self.board = board
         self._run = run
+        self._unwritable = unwritable  # the session folder cannot be written: the run stops
         self._queue = collections.deque(dict.fromkeys(keys))
         self._outcomes: dict[Key, Outcome | None] = {}  # run here (None: filed on the board)
         self._running: set[Key] = set()
@@ -191,6 +211,7 @@ class Flight:
         self._landed = threading.Event()
 
     def start(self) -> None:
+        self.counts.started = time.time()
         for thread in self._threads:
             thread.start()
         threading.Thread(target=self._report, name="careful-flight-progress", daemon=True).start()
@@ -222,9 +243,16 @@ class Flight:
 
     def _run_claimed(self, key: Key) -> None:
         """Run ``key`` if nobody else does or did (another process's claim, or its outcome)."""
-        if self.board.read(key) is not None:
+        try:
+            if self.board.read(key) is not None:
+                return
+            fd = self.board.claim(key)
+        except OSError as exc:  # the session folder is gone or unwritable: the run stops
+            self._cannot_write(exc)
+            with self._lock:
+                self._outcomes[key] = Outcome("not_run", f"not run: cannot write {exc.filename}: {exc.strerror}")
+                self._lock.notify_all()
             return
-        fd = self.board.claim(key)
         if fd is None:
             return
         try:
@@ -233,30 +261,54 @@ class Flight:
             with self._lock:
                 self._running.add(key)
                 self.counts.running += 1
-            outcome = self._safe_run(key)
-            # Interrupted, nothing was filed: the next session's processes must not read "not run".
-            filed = outcome.kind != "not_run" or not self.stopping.is_set()
-            if filed:
-                self.board.write(key, outcome)
-            with self._lock:
-                self._running.discard(key)
-                self.counts.running -= 1
-                self.counts.done += outcome.kind == "entry"
-                self.counts.failed += outcome.kind in ("error", "stopped")
-                # A filed entry is read back by its item: entries need not wait in memory for
-                # items of other processes, which never come for them here. The rest keep the
-                # exception itself for an item of this process (``BudgetExceeded``, not its text).
-                self._outcomes[key] = None if filed and outcome.kind == "entry" else outcome
-                self._lock.notify_all()
-            self.write_progress()
+            outcome = Outcome("error", "not run: an internal error")
+            try:
+                outcome = self._safe_run(key)
+            finally:
+                self._land(key, outcome)
         finally:
             self.board.release(fd)
+
+    def _land(self, key: Key, outcome: Outcome) -> None:
+        """File ``key``'s outcome for every process, and hand it to this process's item.
+
+        Never raises: a thread that died here would leave the item waiting forever.
+        """
+        # Interrupted, nothing was filed: the next session's processes must not read "not run".
+        filed = outcome.kind != "not_run" or not self.stopping.is_set()
+        if filed:
+            try:
+                self.board.write(key, outcome)
+            except OSError as exc:  # a full disk: this process's item still gets it, from memory
+                filed = False
+                self._cannot_write(exc)
+        with self._lock:
+            self._running.discard(key)
+            self.counts.running -= 1
+            self.counts.done += outcome.kind == "entry"
+            self.counts.failed += outcome.kind in ("error", "stopped", "server_error")
+            # A filed entry is read back by its item: entries need not wait in memory for
+            # items of other processes, which never come for them here. The rest keep the
+            # exception itself for an item of this process (``BudgetExceeded``, not its text).
+            self._outcomes[key] = None if filed and outcome.kind == "entry" else outcome
+            self._lock.notify_all()
+        self.write_progress()
+
+    def _cannot_write(self, exc: OSError) -> None:
+        if self._unwritable is not None:
+            with contextlib.suppress(Exception):
+                self._unwritable(exc)
 
     def _safe_run(self, key: Key) -> Outcome:
         try:
             return self._run(key)
-        except Exception as exc:  # a bug or a full disk must reach the item, not kill the thread silently
+        except Exception as exc:  # a bug must reach the item, not kill the thread silently
             return Outcome("error", f"{type(exc).__name__}: {exc}")
+
+    def answered(self) -> None:
+        """The server answered a request (the progress line tells a silent server)."""
+        with self._lock:
+            self.counts.last_answer = time.time()
 
     def outcome(self, key: Key) -> Outcome:
         """``key``'s outcome, waiting for it: run here or by another process, or queued first now."""
@@ -363,7 +415,13 @@ def take_off(source: Any, items: Iterable[Any], repeats: int, workers: int = 1) 
     if not keys:
         return None
     keys.sort(key=_turns, reverse=True)  # stable: collection order among equals
-    flight = Flight(keys, slots(source.concurrency, workers), Board(source.session_dir() / "flight"), source.execute)
+    flight = Flight(
+        keys,
+        slots(source.concurrency, workers),
+        Board(source.session_dir() / "flight"),
+        source.execute,
+        unwritable=source.cannot_file,
+    )
     source.flight = flight
     flight.start()
     return flight

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,15 +83,19 @@ class Pause:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}")
-                temporary.write_text(repr(until), encoding="ascii")
-                os.replace(temporary, self.path)
+                try:
+                    temporary.write_text(repr(until), encoding="ascii")
+                    os.replace(temporary, self.path)
+                finally:
+                    temporary.unlink(missing_ok=True)  # a full disk leaves no temporary behind
             except OSError:
                 pass  # the other processes learn it from their own 429s
 
 
 def share(handler: Any) -> None:
     """Route ``handler``'s OpenAI client through its ``careful_pause`` (every attempt, the SDK's retries
-    too); a handler without one is left as it is."""
+    too) and bound each attempt by its ``careful_request_timeout`` (``faults.Deadline``); a handler
+    without a pause is left as it is."""
     pause: Pause | None = getattr(handler, "careful_pause", None)
     client = getattr(handler, "client", None)
     if pause is None:
@@ -109,7 +114,14 @@ def share(handler: Any) -> None:
         if response.status_code in RATE_LIMITED:
             pause.rate_limited(response.headers)
 
-    http = openai.DefaultHttpxClient(event_hooks={"request": [before], "response": [after]})
+    hooks: dict[str, list[Callable[..., Any]]] = {"request": [before], "response": [after]}
+    seconds: float | None = getattr(handler, "careful_request_timeout", None)
+    if seconds is None:
+        http = openai.DefaultHttpxClient(event_hooks=hooks)
+    else:
+        from .faults import Deadline
+
+        http = openai.DefaultHttpxClient(event_hooks=hooks, transport=Deadline(seconds))
     shared = client.with_options(http_client=http)
     shared._careful_pause = pause  # type: ignore[attr-defined]  # marks it done (a failover re-points it)
     handler.client = shared

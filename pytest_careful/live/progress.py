@@ -9,7 +9,11 @@ Each process with conversations in flight writes its counts every second
   apt draws its progress bar. It is written to ``/dev/tty``, so neither pytest's
   output capture nor its terminal writer's idea of the current line is disturbed.
 * Elsewhere (CI logs, output piped to a file) it is a plain line every
-  :data:`PLAIN_SECONDS`, written by pytest's terminal reporter between items.
+  :data:`PLAIN_SECONDS`, written through pytest's terminal reporter: between items,
+  and by a thread of its own when no item reports (a silent server, a long wait).
+
+While requests are in flight and none has been answered for :data:`QUIET_SECONDS`,
+the line says so; once the run stopped it says that, and no ETA.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +35,8 @@ PLAIN_SECONDS = 30.0
 TTY_SECONDS = 1.0
 #: Requests per second are measured over this window.
 RATE_WINDOW = 10.0
+#: Requests in flight and no answer for this long: the line says so.
+QUIET_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,8 @@ class Totals:
     failed: int = 0
     running: int = 0
     requests: int = 0
+    last_answer: float = 0.0  # time.time() of the server's last answer to any process (0: none yet)
+    started: float = 0.0  # time.time() when the first process took off
 
 
 def read_totals(folder: Path) -> Totals:
@@ -68,6 +77,8 @@ def read_totals(folder: Path) -> Totals:
         total("failed"),
         total("running"),
         total("requests"),
+        max((float(f.get("last_answer", 0.0)) for f in found), default=0.0),
+        min((float(f["started"]) for f in found if f.get("started")), default=0.0),
     )
 
 
@@ -78,7 +89,10 @@ class Meter:
         self.started = time.monotonic()
         self._history: collections.deque[tuple[float, int]] = collections.deque()
 
-    def line(self, totals: Totals, now: float | None = None) -> str:
+    def line(
+        self, totals: Totals, now: float | None = None, stopped: str | None = None, wall: float | None = None
+    ) -> str:
+        """The progress line; ``stopped``: why the run stopped (then no ETA); ``wall``: time.time() now."""
         now = time.monotonic() if now is None else now
         self._history.append((now, totals.requests))
         while len(self._history) > 2 and now - self._history[0][0] > RATE_WINDOW:
@@ -92,11 +106,25 @@ class Meter:
             f"careful: {finished}/{totals.total} conversations done, {totals.running} in flight, "
             f"{totals.failed} failed, {rate:.1f} requests/s"
         )
+        if stopped:  # no ETA: nothing more is sent (the reason is the summary's "run stopped" line)
+            return text + "; the run stopped"
+        quiet = _quiet(totals, time.time() if wall is None else wall)
+        if quiet is not None:
+            text += f", no answer from the server for {_duration(quiet)}"
         remaining = totals.total - finished
         elapsed = now - self.started
         if finished and remaining > 0 and elapsed > 0:
             text += f", ETA {_duration(remaining * elapsed / finished)}"
         return text
+
+
+def _quiet(totals: Totals, wall: float) -> float | None:
+    """How long requests have waited with no answer from the server, if long enough to say."""
+    if not totals.running or not totals.requests:
+        return None
+    since = max(totals.last_answer, totals.started)
+    quiet = wall - since if since else 0.0
+    return quiet if quiet >= QUIET_SECONDS else None
 
 
 def _duration(seconds: float) -> str:
@@ -113,12 +141,14 @@ def _duration(seconds: float) -> str:
 class Display:
     """The controller's progress display of one live run (:meth:`start`, :meth:`between_items`, :meth:`stop`)."""
 
-    def __init__(self, folder: Path, reporter: Any) -> None:
+    def __init__(self, folder: Path, reporter: Any, stopped: Callable[[], str | None] | None = None) -> None:
         self.folder = folder
         self.reporter = reporter
+        self.stopped = stopped or (lambda: None)  # why the run stopped, if it did
         self.meter = Meter()
         self._tty = _open_tty() if getattr(reporter, "isatty", False) else None
         self._last_plain = time.monotonic()
+        self._plain_lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -126,21 +156,41 @@ class Display:
         if self._tty is not None:
             self._write(f"\n\0337\033[1;{self._rows() - 1}r\0338\033[1A")  # a last row of its own
             self._thread = threading.Thread(target=self._redraw, name="careful-progress", daemon=True)
+        elif self.reporter is not None:  # a line every PLAIN_SECONDS even while no item reports
+            self._thread = threading.Thread(target=self._plain, name="careful-progress", daemon=True)
+        if self._thread is not None:
             self._thread.start()
+
+    def _line(self) -> str:
+        return self.meter.line(read_totals(self.folder), stopped=self.stopped())
 
     def _redraw(self) -> None:
         while not self._stopped.wait(TTY_SECONDS):
-            line = self.meter.line(read_totals(self.folder))[: self._size().columns - 1]
+            line = self._line()[: self._size().columns - 1]
             self._write(f"\0337\033[{self._rows()};1H\033[2K{line}\0338")
 
+    def _plain(self) -> None:
+        while not self._stopped.wait(TTY_SECONDS):
+            self.between_items()
+
     def between_items(self) -> None:
-        """Plain mode: a line when one is due (called by the controller's main thread)."""
+        """Plain mode: a line when one is due (the controller's main thread, between items, or
+        the display's own thread)."""
         if self._tty is not None or self.reporter is None:
             return
-        now = time.monotonic()
-        if now - self._last_plain >= PLAIN_SECONDS:
+        with self._plain_lock:
+            now = time.monotonic()
+            if now - self._last_plain < PLAIN_SECONDS or self._stopped.is_set():
+                return
             self._last_plain = now
-            self.reporter.write_line(self.meter.line(read_totals(self.folder), now))
+            self._write_plain(self._line())
+
+    def _write_plain(self, line: str) -> None:
+        """A line of its own, even after a row of progress dots (which ``write_line`` may not end)."""
+        writer = getattr(self.reporter, "_tw", None)
+        if writer is not None and getattr(writer, "width_of_current_line", False):
+            writer.line()
+        self.reporter.write_line(line)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -148,7 +198,8 @@ class Display:
             self._thread.join(timeout=2 * TTY_SECONDS)
         if self._tty is None and self.reporter is not None:
             # A CI log ends on the final counts, however long since the last line.
-            self.reporter.write_line(self.meter.line(read_totals(self.folder)))
+            with self._plain_lock:
+                self._write_plain(self._line())
         if self._tty is not None:
             # Give the row back: the whole screen scrolls again, the status row is cleared.
             self._write(f"\0337\033[r\033[{self._rows()};1H\033[2K\0338")

@@ -11,7 +11,7 @@ import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..data.dataset import Conversation
 from ..effects.declarations import Declarations
@@ -19,6 +19,9 @@ from ..evaluation.replay import state_template
 from ..execution.executor import Simulators
 from ..protocols import hints
 from . import bridge, confirm
+
+if TYPE_CHECKING:
+    from .faults import Guard
 
 
 @dataclass(frozen=True)
@@ -76,13 +79,19 @@ def run(
     protocol: Protocol,
     repeat: int = 1,
     before_request: Callable[[], None] | None = None,
+    guard: Guard | None = None,
+    after_answer: Callable[[], None] | None = None,
 ) -> LiveRun:
     """Run ``conversation`` with ``handler`` through BFCL's own loop.
 
     ``repeat`` (``--careful-repeat``) is set on the run's copy of the handler as
     ``careful_repeat``: real models ignore it; scripted ones may vary by it.
     ``before_request`` is called before each request to the model: it raises to
-    end the conversation there (the run stopped, or was interrupted).
+    end the conversation there (the run stopped, or was interrupted). With a
+    ``guard`` (vLLM and OpenAI-compatible servers) each request goes through it:
+    a server's fault is sent again or ends the conversation unscored, never
+    returned to BFCL's loop as the model's answer (``faults``); ``after_answer``
+    is called after each answer.
 
     Raises whatever the handler raises (API errors, a dead server, the spend
     guard); the caller decides what is retried.
@@ -106,7 +115,10 @@ def run(
     else:
         runner = copy.copy(handler)  # per-run attributes never reach the shared handler
     runner.careful_repeat = repeat
-    if before_request is not None:
+    if guard is not None:
+        for name in QUERIES:
+            setattr(runner, name, guard.wrap(getattr(runner, name), before_request or _nothing, after_answer))
+    elif before_request is not None:
         for name in QUERIES:
             setattr(runner, name, _guarded(getattr(runner, name), before_request))
     # A backend may count per conversation (Claude: usage and cost) on this copy;
@@ -127,6 +139,10 @@ def run(
     extra = runner.careful_end() if begin is not None else {}
     entry = make_json_serializable({"id": conversation.id, "result": result, **metadata, **extra})
     return LiveRun(entry, printed.getvalue(), time.monotonic() - started)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _guarded(query: Callable[..., Any], before: Callable[[], None]) -> Callable[..., Any]:

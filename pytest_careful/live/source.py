@@ -16,6 +16,7 @@ repeat resumes on its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -23,7 +24,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..data.dataset import Conversation
 from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
@@ -33,8 +34,11 @@ from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder
 from ..sources.reference_logged import Source
 from . import inflight, runner
-from .errors import LiveError, NotRun, RunAgain, StopRun
+from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, StopRun
 from .handles import ModelHandle
+
+if TYPE_CHECKING:
+    from .faults import Guard
 
 #: How often one conversation moves to another server before it counts as failed.
 MAX_RERUNS = 3
@@ -42,6 +46,8 @@ LOG_LINES = 100  # of BFCL's printed loop, what an item's report shows
 STOP_FILE = "stopped.json"  # in the session's folder: the reason the run stopped, first process wins
 FILED_FILE = "filed.json"  # in the session's folder: the entries complete when it started
 NOT_RUN_FILE = "not-run.jsonl"  # in the session's folder: what this session left for the next one
+INTERRUPTED_FILE = "interrupted"  # in the session's folder: the controller was interrupted; nothing new is sent
+LOCK_FILE = "run.lock"  # in <output>/.careful: held by the run writing the folder (one at a time)
 #: The session's id, made by the controller and sent to its xdist workers: two sessions on one
 #: output folder (allowed: the spend ledger is shared) stop and skip each on its own.
 SESSION_ENV = "CAREFUL_SESSION_ID"
@@ -57,6 +63,8 @@ class LiveSource(Source):
     detector: str = "strict"
     setup: Any = None  # called once per process with the new handler (backend set-up)
     classify_error: Any = None  # exception -> StopRun for problems that end the run
+    alive: Any = None  # () -> whether the server still answers (vLLM: its /models); None: the handler's base URL
+    guard: Guard | None = None  # vLLM and OpenAI-compatible servers: server faults are not the model's (faults)
     server_plan: Any = None  # vLLM: the session's server
     backend_settings: dict[str, Any] = field(default_factory=dict)  # recorded in every entry
     stopped: str | None = None
@@ -74,6 +82,8 @@ class LiveSource(Source):
     flight: inflight.Flight | None = None  # this process's conversations in flight, once its run loop starts
     _handler_lock: threading.Lock = field(default_factory=threading.Lock)
     _before: set[str] | None = None  # key names complete when the session started (``snapshot_filed``)
+    _stop_lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock_fd: int | None = None  # the output folder's run lock (controller), held to the end
 
     @property
     def is_reference(self) -> bool:
@@ -145,6 +155,8 @@ class LiveSource(Source):
                         self.session_dir() / "flight" / "pause",
                         self.flight.stopping if self.flight is not None else None,
                     )
+                    if self.guard is not None:  # each attempt bounded (faults.Deadline), on every client it gets
+                        handler.careful_request_timeout = self.guard.retry.timeout
                 if self.setup is not None:
                     self.setup(handler)
                 from .pacing import share
@@ -182,6 +194,8 @@ class LiveSource(Source):
             import pytest
 
             pytest.skip(f"{outcome.message}; a rerun of the same command runs it")
+        if outcome.kind == "server_error":
+            raise ServerError(outcome.message)  # unscored, never the model's verdict; nothing was filed
         if outcome.kind in ("stopped", "error") and isinstance(outcome.raised, LiveError):
             raise outcome.raised  # run in this process: the exception itself
         if outcome.kind == "stopped":
@@ -219,6 +233,8 @@ class LiveSource(Source):
             data, live = self._run(store, condition, conversation, repeat)
         except NotRun as exc:
             return inflight.Outcome("not_run", str(exc))
+        except (ServerError, ServerStopped) as exc:  # the server's fault: unscored, whichever process reports it
+            return inflight.Outcome("server_error", str(exc), raised=exc)
         except StopRun as exc:
             return inflight.Outcome("stopped", str(exc), raised=exc)
         except LiveError as exc:
@@ -232,11 +248,63 @@ class LiveSource(Source):
         """Before each request to the model: nothing more is sent once the run stopped or was interrupted."""
         if self.flight is not None and self.flight.stopping.is_set():
             raise NotRun("not run: the run was interrupted")
-        if self.stopped or (self.session_dir() / STOP_FILE).exists():
-            self.stopped = self.stopped or self.stop_reason()
+        if (self.session_dir() / INTERRUPTED_FILE).exists():  # the controller was (SIGINT to it alone)
+            if self.flight is not None:
+                self.flight.stop()
+            raise NotRun("not run: the run was interrupted")
+        if self.is_stopped():
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
         if self.flight is not None:
             self.flight.request_made()
+
+    def release_output(self) -> None:
+        """Controller, at the end: the output folder is free for the next run."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        for mark in self._stop_marks()[1:]:  # the one outside the folder is this session's alone
+            mark.unlink(missing_ok=True)
+
+    def server_alive(self) -> bool:
+        """Whether the handler's server still answers anything (an API: its ``/models``, any status)."""
+        from .faults import answers
+
+        client = getattr(self._handler, "client", None)
+        url = str(getattr(client, "base_url", "") or "")
+        return answers(url) if url else True
+
+    def after_answer(self) -> None:
+        """After each answer from the server (the progress line tells a silent server)."""
+        if self.flight is not None:
+            self.flight.answered()
+
+    def is_stopped(self) -> str | None:
+        """Why the run stopped, if it did: here, or in another process (the stop file, even unreadable)."""
+        if self.stopped:
+            return self.stopped
+        if any(path.exists() for path in self._stop_marks()):
+            self.stopped = self.stop_reason() or "the run stopped (its reason could not be written)"
+        return self.stopped
+
+    def _stop_marks(self) -> list[Path]:
+        """Where a stop is recorded: the session folder, and, for an output that cannot take even an
+        empty file (read-only), the temporary folder, so that the other processes still stop at once."""
+        marks = [self.session_dir() / STOP_FILE]
+        session = os.environ.get(SESSION_ENV)
+        if session:
+            import tempfile
+
+            marks.append(Path(tempfile.gettempdir()) / f"careful-stopped-{session}")
+        return marks
+
+    def interrupted(self) -> None:
+        """Controller, interrupted or cut short: no process of the session sends anything new."""
+        try:
+            path = self.session_dir() / INTERRUPTED_FILE
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        except OSError:
+            pass  # the workers stop when xdist shuts them down
 
     def filed(self, key: inflight.Key) -> bool:
         """Whether ``key``'s conversation is complete in its result file (a rerun resumes it)."""
@@ -302,12 +370,19 @@ class LiveSource(Source):
     def _run(
         self, store: ResultStore, condition: str, conversation: Conversation, repeat: int = 1
     ) -> tuple[dict[str, Any], runner.LiveRun]:
-        stopped = self.stopped or self.stop_reason()
-        if stopped:
+        if self.is_stopped():
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
         try:
-            live = runner.run(self.handler(), conversation, self.protocol(condition), repeat, self.before_request)
-        except NotRun:
+            live = runner.run(
+                self.handler(),
+                conversation,
+                self.protocol(condition),
+                repeat,
+                self.before_request,
+                guard=self.guard,
+                after_answer=self.after_answer,
+            )
+        except (NotRun, ServerError):
             raise
         except StopRun as exc:
             self._stop(store, conversation, exc)
@@ -329,40 +404,75 @@ class LiveSource(Source):
             raise LiveError(f"inference failed: {live.entry.get('result')}", self._logged(store, written))
         if self.flight is not None and self.flight.stopping.is_set():
             raise NotRun("not run: the run was interrupted")  # nothing filed after Ctrl-C
-        store.append(conversation.category, live.entry)
+        self._append(store, conversation, live.entry)
         return live.entry, live
+
+    def _append(self, store: ResultStore, conversation: Conversation, entry: dict[str, Any]) -> None:
+        """File ``entry``; an output that cannot take it stops the run at once (nothing more is sent)."""
+        try:
+            store.append(conversation.category, entry)
+        except OSError as exc:
+            fatal = OutputUnwritable(unwritable(store.path(conversation.category), exc))
+            self._stop(store, conversation, fatal)
+            raise fatal from exc
 
     def _stop(self, store: ResultStore, conversation: Conversation, exc: StopRun) -> None:
         """The first process to meet an account-wide problem stops the run for every process.
 
         Its conversation fails, unscored, with the reason; every other one (here, or in
         another xdist worker, which reads the stop file) is skipped without a request.
+        A server's fault or an unwritable output files nothing for it: a rerun runs it.
         """
-        self.stopped = str(exc)
-        path = self.session_dir() / STOP_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(path, "x", encoding="utf-8") as handle:  # exclusive: the first one wins
-                json.dump({"reason": str(exc), "id": conversation.id}, handle)
-        except FileExistsError:
-            self.stopped = self.stop_reason() or self.stopped
+        if not self._first_to_stop(str(exc), conversation.id):
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)") from exc
-        self._record_error(store, conversation, exc)
+        if not isinstance(exc, (ServerStopped, OutputUnwritable)):
+            self._record_error(store, conversation, exc)
+
+    def cannot_file(self, exc: OSError) -> None:
+        """The session's own folder cannot be written (a full disk): the run stops, nothing more is sent."""
+        self._first_to_stop(unwritable(self.session_dir(), exc), None)
+
+    def _first_to_stop(self, reason: str, conversation_id: str | None) -> bool:
+        """Record why the run stops, once per session; False when it had already stopped.
+
+        The stop file exists even where its reason cannot be written (a full disk): the
+        other processes read its existence.
+        """
+        with self._stop_lock:  # the flight's threads meet one problem together
+            if self.stopped:
+                return False
+            self.stopped = reason
+        for path in self._stop_marks():
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "x", encoding="utf-8") as handle:  # exclusive: the first one wins
+                    handle.write(json.dumps({"reason": reason, "id": conversation_id}))
+            except FileExistsError:
+                self.stopped = self.stop_reason() or self.stopped
+                return False
+            except OSError:
+                continue  # an empty stop file, or none here: the next place, and this process stops anyway
+            break
+        return True
 
     def stop_reason(self) -> str | None:
         """Why the run stopped, if a process of this session stopped it."""
-        try:
-            reason = json.loads((self.session_dir() / STOP_FILE).read_text(encoding="utf-8"))["reason"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return str(reason)
+        for path in self._stop_marks():
+            try:
+                return str(json.loads(path.read_text(encoding="utf-8"))["reason"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return None
 
     def _mark_not_run(self, conversation_id: str, condition: str, reason: str) -> None:
         """Left for the next run (the controller counts these lines for the summary)."""
         path = self.session_dir() / NOT_RUN_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as handle:  # one short line per write: appends do not mix
-            handle.write(json.dumps({"id": conversation_id, "condition": condition, "reason": reason}) + "\n")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as handle:  # one short line per write: appends do not mix
+                handle.write(json.dumps({"id": conversation_id, "condition": condition, "reason": reason}) + "\n")
+        except OSError:
+            pass  # a full disk: the summary counts it among the selected but not run
 
     def session_dir(self) -> Path:
         """This session's own files (stop reason, what was not run), under the output folder."""
@@ -378,7 +488,7 @@ class LiveSource(Source):
     def summary_lines(self) -> list[str]:
         """The summary's lines about the run itself: settings that differ from BFCL's, what was not run."""
         lines = [f"differs from BFCL: {line}" for line in self.differences]
-        stopped = self.stop_reason()
+        stopped = self.is_stopped()
         if stopped:
             lines.append(f"run stopped: {stopped}")
         try:
@@ -415,7 +525,9 @@ class LiveSource(Source):
             "error": type(exc).__name__,
             "traceback": traceback.format_exc(limit=5),
         }
-        store.append(conversation.category, data)
+        if isinstance(exc, OutputUnwritable):
+            return data  # it could not be written a moment ago
+        self._append(store, conversation, data)
         return data
 
     @staticmethod
@@ -454,6 +566,17 @@ def open_live(options: Any) -> LiveSource:
     from .backends import configure
 
     configure(source, options)
+    if handle.kind in ("vllm", "api"):
+        from .faults import Guard, Retry, classify
+
+        alive = source.alive or source.server_alive
+        source.guard = Guard(Retry(timeout=options.request_timeout), alive=alive)
+        if source.classify_error is None:  # an OpenAI-compatible API: rate limits and a server gone
+            source.classify_error = lambda exc: classify(exc, alive)
+    if not options.worker and not options.collect_only:
+        problem = take_output(source, options.output)
+        if problem:
+            raise pytest.UsageError(problem)
     if not options.worker:
         source.start_session()  # this session starts afresh: a stop or a skip of an earlier one is resumed
     if not options.worker:  # checked once, up front
@@ -477,6 +600,51 @@ def open_live(options: Any) -> LiveSource:
     return source
 
 
+def unwritable(path: Path, exc: OSError) -> str:
+    """One line naming what could not be written, and why."""
+    return f"cannot write {exc.filename or path}: {exc.strerror or exc}; the run stopped, nothing more is sent"
+
+
+def take_output(source: LiveSource, output: Path) -> str | None:
+    """Controller: the output folder is this run's, and writable; else why not, in one line.
+
+    One run at a time per folder: the run holds an exclusive ``flock`` on
+    ``<output>/.careful/run.lock`` to its end (the kernel drops it with the process), so
+    that a second command on the same folder never sends a conversation twice.
+    """
+    folder = output / ".careful"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".probe-{os.getpid()}"
+        try:
+            probe.write_bytes(b"ok\n")  # a folder that cannot take a few bytes cannot take results
+        finally:
+            probe.unlink(missing_ok=True)
+        # Held read-only: a lock, not a writer (an output remounted read-only mid-run must not be "busy").
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError as exc:
+        return f"--careful-output={output}: cannot write there: {exc.strerror or exc} ({exc.filename or folder})"
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "a process that did not say"
+        os.close(fd)
+        return (
+            f"--careful-output={output} is being written by another run ({holder}); "
+            "wait for it to end, or choose another --careful-output"
+        )
+    import sys
+
+    with contextlib.suppress(OSError):  # who holds it, for a second command's refusal
+        (folder / LOCK_FILE).write_text(
+            f"pid {os.getpid()}, since {time.strftime('%H:%M:%S')}: {' '.join(sys.argv)[:300]}"
+        )
+    source._lock_fd = fd  # held to the end of the process (closing it releases the lock)
+    return None
+
+
 #: Options of the server the plugin starts for a vLLM model.
 SERVER_OPTIONS = ("--careful-vllm-arg", "--careful-dtype", "--careful-max-model-len", "--careful-server-timeout")
 
@@ -496,6 +664,12 @@ def inapplicable(options: Any, handle: ModelHandle) -> str | None:
         )
     if "--careful-handler" in given and handle.kind == "scripted":
         return f"--careful-handler is for a local model directory; {model} is a scripted model"
+    if "--careful-request-timeout" in given and handle.kind not in ("vllm", "api"):
+        return (
+            f"--careful-request-timeout bounds requests to vLLM and OpenAI-compatible servers; {model} is not "
+            "served by one"
+            + (" (Claude's requests are bounded by BFCL's own 1200 s)" if handle.kind == "claude" else "")
+        )
     if handle.kind != "vllm":
         vllm_only = [f for f in ("--careful-endpoint", *SERVER_OPTIONS) if f in given]
         return f"{vllm_only[0]} is for vLLM-served models; {model} is not one" if vllm_only else None

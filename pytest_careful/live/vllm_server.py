@@ -49,7 +49,7 @@ from typing import Any
 
 from ..execution.decoding import registry_entry
 from . import hub
-from .errors import NotRun, RunAgain, StopRun
+from .errors import NotRun, RunAgain, ServerStopped, StopRun
 
 ENDPOINT_ENV = "CAREFUL_VLLM_ENDPOINT"
 LOG_ENV = "CAREFUL_VLLM_LOG"
@@ -62,7 +62,7 @@ SERVE = "vllm serve"
 MODULE = "python -m vllm.entrypoints.openai.api_server"
 
 
-class ServerDied(StopRun):
+class ServerDied(ServerStopped):
     """The vLLM server exited or stopped answering."""
 
 
@@ -516,6 +516,7 @@ def configure_source(source: Any, options: Any) -> None:
     }
     source.setup = lambda handler: setup_handler(handler, plan, model)
     source.classify_error = lambda exc: classify_error(exc, plan)
+    source.alive = lambda: unusable(endpoint_of(plan), plan.model) is None  # a fault, or the server gone
 
 
 def _hub_id(handle: Any) -> str:
@@ -563,9 +564,7 @@ def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
         if problem is None:
             return url
         why.append(problem)
-    raise ServerDied(
-        "no vLLM server to use: " + "; ".join(why or [f"{exclude} stopped answering"]) + f"; log: {_log(plan)}"
-    )
+    raise ServerDied("no vLLM server to use: " + "; ".join(why or [f"{exclude} stopped answering"]) + _log(plan))
 
 
 def unusable(url: str, model: str) -> str | None:
@@ -686,7 +685,7 @@ def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None
         try:
             other = pick(plan, plan.model, exclude=endpoint)
         except ServerDied:
-            return ServerDied(f"{why}; its log: {_log(plan)}")
+            return ServerDied(f"{why}{_log(plan)}")
         for handler in plan.handlers:
             point_handler(handler, other)
             fit_context(handler, other, plan.model)  # the new server's context may be shorter
@@ -706,4 +705,6 @@ def _sent_to(exc: BaseException) -> str | None:
 
 
 def _log(plan: ServerPlan) -> str:
-    return os.environ.get(LOG_ENV, str(plan.log_path))
+    """ "; its log: PATH" for the server the plugin started; nothing for one started elsewhere (no log here)."""
+    path = os.environ.get(LOG_ENV) or ("" if plan.endpoints else str(plan.log_path))
+    return f"; its log: {path}" if path and Path(path).is_file() else ""
