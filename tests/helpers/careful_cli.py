@@ -21,3 +21,14 @@ def careful_command(tmp_path: Path, *args: str) -> list[str]:
         f"--careful-scorecards={tmp_path / 'cards'}",
         *args,
     ]
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a child that must take Ctrl-C: SIGINT as a terminal delivers it.
+
+    A suite started with SIGINT ignored (``nohup pytest &``) passes that on to every child, and a
+    Python started so installs no KeyboardInterrupt handler: a Ctrl-C test would wait forever.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +273,33 @@ def test_progress_adds_up_the_processes_and_estimates_the_rest(tmp_path: Path) -
     meter.line(progress.Totals(10, 0, 0, 7, 0), now=meter.started + 1)
     line = meter.line(totals, now=meter.started + 11)
     assert line == "careful: 5/10 conversations done, 7 in flight, 1 failed, 3.0 requests/s, ETA 11s"
+
+
+def test_the_line_says_when_the_server_is_silent_and_gives_no_eta_once_the_run_stopped() -> None:
+    meter = progress.Meter()
+    wall = 1_000_000.0
+    waiting = progress.Totals(10, 2, 0, 4, 12, last_answer=wall - 40, started=wall - 100)
+    line = meter.line(waiting, now=meter.started + 60, wall=wall)
+    assert ", no answer from the server for 40s, ETA" in line
+    answering = progress.Totals(10, 2, 0, 4, 12, last_answer=wall - 1, started=wall - 100)
+    assert "no answer" not in meter.line(answering, now=meter.started + 61, wall=wall)
+    stopped = meter.line(waiting, now=meter.started + 62, stopped="the server at X did not answer", wall=wall)
+    assert stopped.endswith("; the run stopped") and "ETA" not in stopped
+
+
+def test_ci_logs_get_a_plain_line_even_while_no_item_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A silent server holds every item: the line still comes, from the display's own thread."""
+    monkeypatch.setattr(progress, "PLAIN_SECONDS", 0.2)
+    monkeypatch.setattr(progress, "TTY_SECONDS", 0.05)
+    Board(tmp_path).write_progress({"total": 4, "running": 2, "requests": 2, "started": time.time() - 60})
+    written: list[str] = []
+    reporter = types.SimpleNamespace(isatty=False, write_line=written.append)
+    display = progress.Display(tmp_path / "progress", reporter)
+    display.start()
+    time.sleep(1.0)
+    display.stop()
+    assert len(written) >= 3, written  # between_items was never called
+    assert "no answer from the server for 1m" in written[0]
 
 
 def test_ci_logs_get_plain_progress_lines(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from careful_cli import careful_command
+from careful_cli import careful_command, interruptible
 from loopback_vllm import LoopbackVLLM
 
 MODEL = "gpt-4.1-2025-04-14"
@@ -109,6 +109,7 @@ def test_ctrl_c_stops_requests_in_flight_promptly_and_the_rerun_completes(tmp_pa
                 stdout=out_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=interruptible,  # the suite may run with SIGINT ignored (nohup)
             )
         # Requests from number 25 on hang, as a stuck server's do: four are held when Ctrl-C comes.
         try:

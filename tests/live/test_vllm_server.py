@@ -234,11 +234,21 @@ def _alive(pid: int) -> bool:
     return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
 
 
-def test_connection_error_with_the_server_gone_ends_the_run(tmp_path: Path) -> None:
+def test_connection_error_with_the_server_gone_ends_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(vllm_server.LOG_ENV, raising=False)
     plan = _plan(tmp_path, sys.executable, endpoints=("http://127.0.0.1:9/v1",))  # nothing listens there
     error = _connection_error()
-    assert isinstance(vllm_server.classify_error(error, plan), ServerDied)
+    died = vllm_server.classify_error(error, plan)
+    assert isinstance(died, ServerDied)
     assert vllm_server.classify_error(ValueError("bad output"), plan) is None
+    # A server started elsewhere (--careful-endpoint) has no log here: the stop line names none.
+    assert "log" not in str(died) and "stopped answering" in str(died)
+    # The one the plugin started has one: named where it exists.
+    started = _plan(tmp_path, sys.executable)
+    started.log_path.parent.mkdir(parents=True, exist_ok=True)
+    started.log_path.write_text("vLLM said something\n")
+    monkeypatch.setattr(vllm_server, "endpoints_of", lambda plan: ("http://127.0.0.1:9/v1",))
+    assert str(vllm_server.classify_error(error, started)).endswith(f"; its log: {started.log_path}")
 
 
 def _serve(tmp_path: Path, name: str, max_model_len: int = 4096) -> tuple[subprocess.Popen[bytes], str]:
@@ -356,8 +366,9 @@ def test_given_servers_are_checked_once_before_anything_runs(tmp_path: Path) -> 
 
 def test_rate_limits_and_a_model_gone_from_its_server_are_not_the_models_failures(tmp_path: Path) -> None:
     """A gateway in front of vLLM answering 429: the conversation is not run (a rerun sends it),
-    not scored as the model's inference error; a 500 still is; a 404 from a server restarted
-    with another model stops the run (every conversation would fail alike)."""
+    not scored as the model's inference error; a 500 is no reason to stop or move (the request
+    guard sends it again, then leaves the conversation unscored: test_faults.py); a 404 from a
+    server restarted with another model stops the run (every conversation would fail alike)."""
     from pytest_careful.live.errors import NotRun
 
     def answered(kind: type[openai.APIStatusError], status: int) -> openai.APIStatusError:
