@@ -11,7 +11,7 @@ from _pytest.nodeid import coerce_node_id
 
 from ..data import dataset
 from ..execution import limits
-from ..live.errors import LiveError, OutputUnwritable, ServerError
+from ..live.errors import LiveError, ServerError
 from . import outcome
 from .markers import CLASS_MARKERS
 from .repeat_runs import run_repeats
@@ -74,7 +74,7 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
         unscored, error_type = str(problem), outcome.SERVER_ERROR
     except LiveError as problem:
         if problem.entry is None:  # the run stopped (budget, credit, output): not scored
-            unscored = f"{'run stopped' if isinstance(problem, OutputUnwritable) else 'model run failed'}: {problem}"
+            unscored = f"{outcome.no_entry_reason(problem)}: {problem}"
         else:
             # Scored as BFCL scores an inference error; the next run retries it.
             run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"

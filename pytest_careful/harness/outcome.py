@@ -14,6 +14,7 @@ import pytest
 from ..data import dataset
 from ..evaluation.evaluate import evaluate
 from ..execution import isolation
+from ..live.errors import LiveError, OutputUnwritable, SetupFailed
 from ..protocols import answer_log, confirm_log
 from ..scoring import rules, turn_credit
 from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
@@ -174,6 +175,13 @@ def unscored(
     if state.options.allow_missing:
         pytest.skip(f"unscored (allowed by --careful-allow-missing): {reason}")
     pytest.fail(f"unscored: {reason}", pytrace=False)
+
+
+def no_entry_reason(problem: LiveError) -> str:
+    """What left a conversation with no entry to score: the run stopped, this plugin, or the model run."""
+    if isinstance(problem, OutputUnwritable):
+        return "run stopped"
+    return "not run" if isinstance(problem, SetupFailed) else "model run failed"
 
 
 def over_budget(item: Any, state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:

@@ -34,9 +34,18 @@ import pytest
 from ..common import bfcl as _bfcl
 from ..data import dataset
 from ..execution import limits
-from ..live.errors import LiveError, OutputUnwritable, ServerError
+from ..live.errors import LiveError, ServerError
 from ..reports import repeat_stats as repeats
-from .outcome import RESOURCE_LIMIT, SECTIONS_KEY, SERVER_ERROR, UNSCORED, record, score, unscored_row
+from .outcome import (
+    RESOURCE_LIMIT,
+    SECTIONS_KEY,
+    SERVER_ERROR,
+    UNSCORED,
+    no_entry_reason,
+    record,
+    score,
+    unscored_row,
+)
 
 #: The file beside the repeat folders.
 REPEATS_FILE = "repeats.json"
@@ -76,7 +85,7 @@ def _one_repeat(
         return _failed_row(state, item, conversation, str(problem), SERVER_ERROR), f"unscored: {problem}"
     except LiveError as problem:
         if problem.entry is None:  # the run stopped (budget, credit, output): not scored
-            reason = f"{'run stopped' if isinstance(problem, OutputUnwritable) else 'model run failed'}: {problem}"
+            reason = f"{no_entry_reason(problem)}: {problem}"
             return _failed_row(state, item, conversation, reason), f"unscored: {reason}"
         run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"
         result, entry = problem.entry.result, problem.entry

@@ -7,5 +7,6 @@
 * :mod:`.handles` turns ``--careful-model`` into a handler;
 * :mod:`.scripted`, :mod:`.claude`, :mod:`.vllm_server`, :mod:`.budget`: the
   model backends and the spend guard;
-* :mod:`.ratelimit`: the API concurrency every xdist worker of a run shares.
+* :mod:`.ratelimit`: the API concurrency every xdist worker of a run shares;
+* :mod:`.faults`: a server's faults told from the model's answers, each request bounded in time.
 """

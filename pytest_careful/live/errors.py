@@ -57,3 +57,8 @@ class ServerError(LiveError):
 class OutputUnwritable(StopRun):
     """The output folder cannot take what the run must write (disk full, read-only): the run stops
     at once, and nothing more is sent (a result that cannot be filed would be thrown away)."""
+
+
+class SetupFailed(LiveError):
+    """This plugin could not set up a conversation (its simulators): neither the model's fault nor
+    the server's. Unscored, nothing filed, and a rerun of the same command runs it."""

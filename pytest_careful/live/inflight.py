@@ -60,8 +60,9 @@ class Outcome:
     ``kind``: ``entry`` (``line`` is the result entry as written), ``error`` (an
     inference error: ``line`` is the error entry written, when one was), ``not_run``
     (nothing written; a rerun runs it), ``server_error`` (the server's fault, not the
-    model's: nothing written, unscored, a rerun runs it) or ``stopped`` (the run
-    stopped: budget, credit, an output that cannot be written).
+    model's: nothing written, unscored, a rerun runs it), ``setup_failed`` (this
+    plugin's own, likewise) or ``stopped`` (the run stopped: budget, credit, an
+    output that cannot be written).
     """
 
     kind: str
@@ -286,7 +287,7 @@ class Flight:
             self._running.discard(key)
             self.counts.running -= 1
             self.counts.done += outcome.kind == "entry"
-            self.counts.failed += outcome.kind in ("error", "stopped", "server_error")
+            self.counts.failed += outcome.kind in ("error", "stopped", "server_error", "setup_failed")
             # A filed entry is read back by its item: entries need not wait in memory for
             # items of other processes, which never come for them here. The rest keep the
             # exception itself for an item of this process (``BudgetExceeded``, not its text).

@@ -34,7 +34,7 @@ from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder
 from ..sources.reference_logged import Source
 from . import inflight, runner
-from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, StopRun
+from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
 from .handles import ModelHandle
 
 if TYPE_CHECKING:
@@ -196,6 +196,8 @@ class LiveSource(Source):
             pytest.skip(f"{outcome.message}; a rerun of the same command runs it")
         if outcome.kind == "server_error":
             raise ServerError(outcome.message)  # unscored, never the model's verdict; nothing was filed
+        if outcome.kind == "setup_failed":
+            raise SetupFailed(outcome.message)
         if outcome.kind in ("stopped", "error") and isinstance(outcome.raised, LiveError):
             raise outcome.raised  # run in this process: the exception itself
         if outcome.kind == "stopped":
@@ -235,6 +237,8 @@ class LiveSource(Source):
             return inflight.Outcome("not_run", str(exc))
         except (ServerError, ServerStopped) as exc:  # the server's fault: unscored, whichever process reports it
             return inflight.Outcome("server_error", str(exc), raised=exc)
+        except SetupFailed as exc:  # ours: unscored, nothing filed
+            return inflight.Outcome("setup_failed", str(exc), raised=exc)
         except StopRun as exc:
             return inflight.Outcome("stopped", str(exc), raised=exc)
         except LiveError as exc:
@@ -382,7 +386,7 @@ class LiveSource(Source):
                 guard=self.guard,
                 after_answer=self.after_answer,
             )
-        except (NotRun, ServerError):
+        except (NotRun, ServerError, SetupFailed):
             raise
         except StopRun as exc:
             self._stop(store, conversation, exc)

@@ -391,6 +391,14 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False  # stop() must not wait for a held request's thread
     request_queue_size = 1024  # many clients connect at once; the default 5 drops SYNs
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (killed, interrupted, timed out) is no error of the proxy's."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
 
 def _handler_for(proxy: FaultProxy) -> Callable[..., BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):

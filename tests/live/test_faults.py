@@ -233,3 +233,31 @@ def _pause() -> Any:
     from pytest_careful.live.pacing import Pause
 
     return Pause()
+
+
+def test_a_failure_to_set_up_a_conversation_is_ours_tried_again_once_never_the_models(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Building the simulators happens before any request: a failure there (a race seen once in ~2,000
+    conversations) is tried again once, then the conversation is unscored, not an inference error."""
+    from pytest_careful.data import dataset
+    from pytest_careful.evaluation import replay
+    from pytest_careful.live import runner
+    from pytest_careful.live.errors import SetupFailed
+
+    conversation = dataset.get("multi_turn_base_0")
+    handler = SimpleNamespace(model_name_underline_replaced="m")
+    real = replay.state_template
+    failures = {"left": 1}
+
+    def flaky(conversation: Any) -> bytes:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("dictionary changed size during iteration")
+        return real(conversation)
+
+    monkeypatch.setattr(runner, "state_template", flaky)
+    assert runner.simulators_for(handler, conversation) is not None  # the second try
+    failures["left"] = 2
+    with pytest.raises(SetupFailed, match="internal error, not the model's"):
+        runner.simulators_for(handler, conversation)
