@@ -165,14 +165,15 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, base: Path, ids: 
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         run = Run(proc, proxy, folder, command, env)
-        if scenario.during is not None:
-            threading.Thread(target=scenario.during, args=(run,), daemon=True).start()
+        acting = threading.Thread(target=scenario.during or (lambda run: None), args=(run,), daemon=True)
+        acting.start()
         try:
             proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
             run.notes.append(f"killed after {args.timeout:.0f} s")
+        acting.join(timeout=args.timeout)  # a second command may still run
         wall = time.monotonic() - started
         log.close()
         injected = proxy.stats()["faults"]

@@ -487,11 +487,16 @@ _METHODS: dict[type, tuple[str, ...]] = {}
 def _public_methods(instance: Any) -> tuple[str, ...]:
     """bfcl-eval's ``inspect.getmembers(instance, ismethod)`` public names, once per class."""
     cls = type(instance)
-    if cls not in _METHODS:
-        _METHODS[cls] = tuple(
-            n for n, _ in inspect.getmembers(instance, predicate=inspect.ismethod) if not n.startswith("_")
-        )
-    return _METHODS[cls]
+    found = _METHODS.get(cls)
+    if found is None:
+        # getmembers runs every property getter: simulator code, while another thread may be
+        # activating a world over the state it reads (a live run's flight threads build
+        # their simulators at once; a race of this kind was seen once in ~2,000 conversations).
+        with isolation.EXCLUSIVE:
+            found = _METHODS[cls] = tuple(
+                n for n, _ in inspect.getmembers(instance, predicate=inspect.ismethod) if not n.startswith("_")
+            )
+    return found
 
 
 def _check_deny_list(rewritten: str) -> None:

@@ -63,15 +63,7 @@ def _row(item: Any, state: CarefulState, entry: LoggedEntry) -> dict[str, Any] |
         with limits.metered(state.options.limits):
             row, _ = outcome.score(item, state, conversation, entry.result, entry, state.source.decoder())
     except limits.ResourceLimit as exceeded:
-        return outcome.unscored_row(
-            conversation,
-            item.condition,
-            state.source.model,
-            exceeded.reason,
-            state.declarations,
-            state.settings.boundary,
-            error_type=outcome.RESOURCE_LIMIT,
-        )
+        return outcome.failed_row(item, state, conversation, exceeded.reason, outcome.RESOURCE_LIMIT)
     except Exception:  # never let the end of a run fail on one entry: it is counted as not run
         return None
     return row

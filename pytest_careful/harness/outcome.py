@@ -162,16 +162,7 @@ def unscored(
     why, and under ``--careful-allow-missing`` it is skipped instead. ``error_type``
     ``SERVER_ERROR``: the server failed it (the model's answer was never seen).
     """
-    row = unscored_row(
-        conversation,
-        item.condition,
-        state.source.model,
-        reason,
-        state.declarations,
-        state.settings.boundary,
-        error_type=error_type,
-    )
-    record(item, row)
+    record(item, failed_row(item, state, conversation, reason, error_type))
     if state.options.allow_missing:
         pytest.skip(f"unscored (allowed by --careful-allow-missing): {reason}")
     pytest.fail(f"unscored: {reason}", pytrace=False)
@@ -191,21 +182,27 @@ def over_budget(item: Any, state: Any, conversation: dataset.Conversation, reaso
     verdict failing), not as unscored: the model's own output made it costly, so
     ``--careful-allow-missing`` must not skip it.
     """
-    row = unscored_row(
+    record(item, failed_row(item, state, conversation, reason, RESOURCE_LIMIT))
+    item.stash[SECTIONS_KEY] = []
+    pytest.fail(
+        f"[{state.options.gate} gate] BFCL {RESOURCE_LIMIT}\n\n[resource_limit] {reason}\n"
+        "  this conversation fails (its rules and transcript are not computed); the others are scored",
+        pytrace=False,
+    )
+
+
+def failed_row(
+    item: Any, state: Any, conversation: dataset.Conversation, reason: str, error_type: str = UNSCORED
+) -> dict[str, Any]:
+    """``unscored_row`` for ``item`` of this session (its condition, model, declarations, boundary)."""
+    return unscored_row(
         conversation,
         item.condition,
         state.source.model,
         reason,
         state.declarations,
         state.settings.boundary,
-        error_type=RESOURCE_LIMIT,
-    )
-    record(item, row)
-    item.stash[SECTIONS_KEY] = []
-    pytest.fail(
-        f"[{state.options.gate} gate] BFCL {RESOURCE_LIMIT}\n\n[resource_limit] {reason}\n"
-        "  this conversation fails (its rules and transcript are not computed); the others are scored",
-        pytrace=False,
+        error_type=error_type,
     )
 
 

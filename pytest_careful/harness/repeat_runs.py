@@ -40,11 +40,10 @@ from .outcome import (
     RESOURCE_LIMIT,
     SECTIONS_KEY,
     SERVER_ERROR,
-    UNSCORED,
+    failed_row,
     no_entry_reason,
     record,
     score,
-    unscored_row,
 )
 
 #: The file beside the repeat folders.
@@ -82,11 +81,11 @@ def _one_repeat(
     try:
         result, entry = state.source.result(item.condition, conversation, repeat)
     except ServerError as problem:  # the server failed it: never the model's verdict
-        return _failed_row(state, item, conversation, str(problem), SERVER_ERROR), f"unscored: {problem}"
+        return failed_row(item, state, conversation, str(problem), SERVER_ERROR), f"unscored: {problem}"
     except LiveError as problem:
         if problem.entry is None:  # the run stopped (budget, credit, output): not scored
             reason = f"{no_entry_reason(problem)}: {problem}"
-            return _failed_row(state, item, conversation, reason), f"unscored: {reason}"
+            return failed_row(item, state, conversation, reason), f"unscored: {reason}"
         run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"
         result, entry = problem.entry.result, problem.entry
     decoder = state.source.decoder()
@@ -94,23 +93,9 @@ def _one_repeat(
         with limits.metered(state.options.limits):
             row, failure = score(item, state, conversation, result, entry, decoder)
     except limits.ResourceLimit as exceeded:
-        row = _failed_row(state, item, conversation, exceeded.reason, RESOURCE_LIMIT)
+        row = failed_row(item, state, conversation, exceeded.reason, RESOURCE_LIMIT)
         return row, f"[{state.options.gate} gate] BFCL {RESOURCE_LIMIT}\n\n[resource_limit] {exceeded.reason}"
     return row, run_failure or failure
-
-
-def _failed_row(
-    state: Any, item: Any, conversation: dataset.Conversation, reason: str, error_type: str | None = None
-) -> dict[str, Any]:
-    return unscored_row(
-        conversation,
-        item.condition,
-        state.source.model,
-        reason,
-        state.declarations,
-        state.settings.boundary,
-        error_type=error_type or UNSCORED,
-    )
 
 
 def representative(rows: list[dict[str, Any]], failures: list[str | None]) -> int:

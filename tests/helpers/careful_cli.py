@@ -1,9 +1,11 @@
-"""The command line a test runs pytest-careful with, in a child process (one place for it)."""
+"""The command line a test runs pytest-careful with, in a child process, and what such a run filed (one place for each)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def careful_command(tmp_path: Path, *args: str) -> list[str]:
@@ -32,3 +34,19 @@ def interruptible() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def result_lines(output: Path) -> list[dict[str, Any]]:
+    """Every line of a run's multi_turn_base result file under ``output``, parsed (a half-written
+    line fails here); none when nothing was filed."""
+    files = list(output.rglob("BFCL_v4_multi_turn_base_result.json"))
+    assert len(files) <= 1, files
+    return [json.loads(x) for x in files[0].read_text().splitlines() if x.strip()] if files else []
+
+
+def filed_once(output: Path) -> dict[str, Any]:
+    """Each filed conversation's ``result`` by id, asserting none was filed twice."""
+    lines = result_lines(output)
+    ids = [e["id"] for e in lines]
+    assert len(ids) == len(set(ids)), f"filed twice: {sorted(i for i in ids if ids.count(i) > 1)}"
+    return {e["id"]: e["result"] for e in lines}

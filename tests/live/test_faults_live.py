@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from careful_cli import careful_command, interruptible
+from careful_cli import careful_command, filed_once, interruptible, result_lines
 from fault_proxy import FaultProxy
 from loopback_vllm import LoopbackVLLM
 
@@ -45,18 +45,12 @@ def _run(tmp_path: Path, url: str, *args: str, timeout: float = 180) -> subproce
 
 
 def _lines(output: Path) -> list[dict[str, Any]]:
-    """Every line of the run's result file, parsed: a half-written line fails here."""
-    files = list(output.rglob("BFCL_v4_multi_turn_base_result.json"))
-    assert len(files) <= 1, files
-    return [json.loads(x) for x in files[0].read_text().splitlines() if x.strip()] if files else []
+    return result_lines(output)
 
 
 def _filed(output: Path) -> dict[str, Any]:
     """The complete entries, by id; none filed twice."""
-    lines = _lines(output)
-    ids = [e["id"] for e in lines]
-    assert len(ids) == len(set(ids)), f"filed twice: {sorted(i for i in ids if ids.count(i) > 1)}"
-    return {e["id"]: e["result"] for e in lines if isinstance(e["result"], list)}
+    return {i: r for i, r in filed_once(output).items() if isinstance(r, list)}
 
 
 def _rows(tmp_path: Path) -> dict[str, dict[str, Any]]:
@@ -324,6 +318,8 @@ def test_an_output_made_read_only_mid_run_stops_it_at_once(tmp_path: Path, tmpfs
     disk = tmpfs("64m")
     output = disk / "result"
     ids = [f"multi_turn_base_{i}" for i in range(40)]
+    marks = Path(tempfile.gettempdir())
+    earlier = set(marks.glob("careful-stopped-*"))  # another run's, left by a crash
     with LoopbackVLLM(latency=0.1, models=[MODEL]) as server:
         proc = subprocess.Popen(
             _command(tmp_path, f"--careful-output={output}", "-n", "2", "--careful-concurrency=4", *ids),
@@ -336,7 +332,7 @@ def test_an_output_made_read_only_mid_run_stops_it_at_once(tmp_path: Path, tmpfs
         _wait_for(lambda: len(_lines(output)) >= 4 or proc.poll() is not None)
         _remount(disk, "ro")
         # The stop mark goes to the temporary folder (the output takes no file now), removed at the end.
-        stopped = _first_seen(lambda: any(Path(tempfile.gettempdir()).glob("careful-stopped-*")), proc)
+        stopped = _first_seen(lambda: bool(set(marks.glob("careful-stopped-*")) - earlier), proc)
         out, _ = proc.communicate(timeout=180)
         records = server.records
     assert proc.returncode == 1, out[-3000:]

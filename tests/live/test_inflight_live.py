@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from careful_cli import careful_command, interruptible
+from careful_cli import careful_command, filed_once, interruptible, result_lines
 from loopback_vllm import LoopbackVLLM
 
 MODEL = "gpt-4.1-2025-04-14"
@@ -43,17 +43,11 @@ def _run(tmp_path: Path, server: LoopbackVLLM, *args: str, timeout: float = 180)
 
 
 def _lines(tmp_path: Path) -> list[dict[str, Any]]:
-    """Every line of the run's result file, parsed (a half-written line fails here)."""
-    files = list((tmp_path / "result").rglob("BFCL_v4_multi_turn_base_result.json"))
-    assert len(files) <= 1, files
-    return [json.loads(x) for x in files[0].read_text().splitlines() if x.strip()] if files else []
+    return result_lines(tmp_path / "result")
 
 
 def _results(tmp_path: Path) -> dict[str, Any]:
-    lines = _lines(tmp_path)
-    ids = [e["id"] for e in lines]
-    assert len(ids) == len(set(ids)), f"filed twice: {sorted(i for i in ids if ids.count(i) > 1)}"
-    return {e["id"]: e["result"] for e in lines}
+    return filed_once(tmp_path / "result")
 
 
 @pytest.mark.parametrize("xdist", [["-p", "no:xdist"], ["-n", "2"]], ids=["no-xdist", "n2"])
