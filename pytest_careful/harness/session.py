@@ -248,6 +248,7 @@ class CarefulPlugin:
                 source.session_dir() / "flight" / "progress",
                 self.config.pluginmanager.get_plugin("terminalreporter"),
                 stopped=source.is_stopped,
+                capture=self.config.pluginmanager.get_plugin("capturemanager"),
             )
             self._progress.start()
         completed = False

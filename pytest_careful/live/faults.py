@@ -178,11 +178,14 @@ class Guard:
     def __init__(
         self,
         retry: Retry,
-        alive: Callable[[], bool] | None = None,
+        alive: Callable[[str | None], bool] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.retry = retry
-        self.alive = alive  # whether the server still answers (/models); None: not asked
+        # Whether the server a request went to (its /v1 URL, None: unknown) still answers (/models);
+        # None: not asked. That server, not the process's current one: after a failover, a request
+        # sent before it went to the one that died.
+        self.alive = alive
         self.sleep = sleep
 
     def wrap(
@@ -220,7 +223,7 @@ class Guard:
                     if timeouts > 1:
                         raise ServerHung(_hung(fault, self.retry.timeout)) from exc
                     continue  # once more, at once: a lost request, or a server that is gone
-                if fault.kind == "connection" and self.alive is not None and not self.alive():
+                if fault.kind == "connection" and self.alive is not None and not self.alive(fault.url):
                     raise  # not a fault of this request: the server is gone (the backend moves or stops)
             else:
                 if after is not None:
@@ -297,7 +300,7 @@ def answers(url: str, timeout: float = 5.0) -> bool:
         return False
 
 
-def classify(exc: BaseException, alive: Callable[[], bool]) -> BaseException | None:
+def classify(exc: BaseException, alive: Callable[[str | None], bool]) -> BaseException | None:
     """An OpenAI-compatible API's problems that are not the model's, past the guard and the SDK's retries.
 
     Rate limited still: not run (a rerun sends it). A connection failure with the server gone:
@@ -307,8 +310,8 @@ def classify(exc: BaseException, alive: Callable[[], bool]) -> BaseException | N
 
     if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
         return NotRun(f"not run: the server answered {exc.status_code} (rate limited) after every retry")
-    if isinstance(exc, openai.APIConnectionError) and not alive():
-        url = _sent_to(exc)
+    url = _sent_to(exc)
+    if isinstance(exc, openai.APIConnectionError) and not alive(url):
         return ServerStopped(
             f"the server{f' at {url}' if url else ''} stopped answering ({_cause(exc)}); "
             "the run stopped, a rerun of the same command resumes it"

@@ -19,6 +19,7 @@ the line says so; once the run stopped it says that, and no ETA.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import shutil
@@ -141,9 +142,12 @@ def _duration(seconds: float) -> str:
 class Display:
     """The controller's progress display of one live run (:meth:`start`, :meth:`between_items`, :meth:`stop`)."""
 
-    def __init__(self, folder: Path, reporter: Any, stopped: Callable[[], str | None] | None = None) -> None:
+    def __init__(
+        self, folder: Path, reporter: Any, stopped: Callable[[], str | None] | None = None, capture: Any = None
+    ) -> None:
         self.folder = folder
         self.reporter = reporter
+        self.capture = capture  # pytest's capture manager: a line written while an item runs is not captured
         self.stopped = stopped or (lambda: None)  # why the run stopped, if it did
         self.meter = Meter()
         self._tty = _open_tty() if getattr(reporter, "isatty", False) else None
@@ -187,10 +191,14 @@ class Display:
 
     def _write_plain(self, line: str) -> None:
         """A line of its own, even after a row of progress dots (which ``write_line`` may not end)."""
-        writer = getattr(self.reporter, "_tw", None)
-        if writer is not None and getattr(writer, "width_of_current_line", False):
-            writer.line()
-        self.reporter.write_line(line)
+        # Without xdist the main thread is inside an item, with output captured: suspend it for the line,
+        # as pytest's own live logging does for a record logged on any thread.
+        disabled = getattr(self.capture, "global_and_fixture_disabled", None)
+        with disabled() if disabled is not None else contextlib.nullcontext():
+            writer = getattr(self.reporter, "_tw", None)
+            if writer is not None and getattr(writer, "width_of_current_line", False):
+                writer.line()
+            self.reporter.write_line(line)
 
     def stop(self) -> None:
         self._stopped.set()

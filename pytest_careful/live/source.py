@@ -63,7 +63,7 @@ class LiveSource(Source):
     detector: str = "strict"
     setup: Any = None  # called once per process with the new handler (backend set-up)
     classify_error: Any = None  # exception -> StopRun for problems that end the run
-    alive: Any = None  # () -> whether the server still answers (vLLM: its /models); None: the handler's base URL
+    alive: Any = None  # (url) -> whether that server still answers (vLLM: its /models); None: server_alive
     guard: Guard | None = None  # vLLM and OpenAI-compatible servers: server faults are not the model's (faults)
     server_plan: Any = None  # vLLM: the session's server
     backend_settings: dict[str, Any] = field(default_factory=dict)  # recorded in every entry
@@ -269,12 +269,12 @@ class LiveSource(Source):
         for mark in self._stop_marks()[1:]:  # the one outside the folder is this session's alone
             mark.unlink(missing_ok=True)
 
-    def server_alive(self) -> bool:
-        """Whether the handler's server still answers anything (an API: its ``/models``, any status)."""
+    def server_alive(self, url: str | None = None) -> bool:
+        """Whether ``url`` (else the handler's server) still answers anything (an API: ``/models``, any status)."""
         from .faults import answers
 
         client = getattr(self._handler, "client", None)
-        url = str(getattr(client, "base_url", "") or "")
+        url = url or str(getattr(client, "base_url", "") or "")
         return answers(url) if url else True
 
     def after_answer(self) -> None:

@@ -516,7 +516,8 @@ def configure_source(source: Any, options: Any) -> None:
     }
     source.setup = lambda handler: setup_handler(handler, plan, model)
     source.classify_error = lambda exc: classify_error(exc, plan)
-    source.alive = lambda: unusable(endpoint_of(plan), plan.model) is None  # a fault, or the server gone
+    # A fault, or the server gone: the one the request went to (after a failover, maybe not the current one).
+    source.alive = lambda url: unusable((url or endpoint_of(plan)).rstrip("/"), plan.model) is None
 
 
 def _hub_id(handle: Any) -> str:

@@ -82,7 +82,7 @@ class Script:
         return step
 
 
-def guard(alive: Callable[[], bool] | None = None, attempts: int = 5) -> tuple[Guard, list[float]]:
+def guard(alive: Callable[[str | None], bool] | None = None, attempts: int = 5) -> tuple[Guard, list[float]]:
     slept: list[float] = []
     return Guard(Retry(timeout=2.0, attempts=attempts), alive=alive, sleep=slept.append), slept
 
@@ -92,7 +92,7 @@ def send(g: Guard, query: Script, before: Callable[[], None] | None = None) -> A
 
 
 def test_a_5xx_a_reset_and_a_garbled_body_are_sent_again_with_backoff_then_the_answer_is_the_models() -> None:
-    g, slept = guard(alive=lambda: True)
+    g, slept = guard(alive=lambda url: True)
     answer = completion()
     query = Script(status(500), openai.APIConnectionError(request=REQUEST), sdk_json_error(), ("not json",), answer)
     assert send(g, query) is answer
@@ -101,7 +101,7 @@ def test_a_5xx_a_reset_and_a_garbled_body_are_sent_again_with_backoff_then_the_a
 
 
 def test_a_server_that_keeps_failing_leaves_the_conversation_unscored_naming_the_server() -> None:
-    g, _ = guard(alive=lambda: True, attempts=3)
+    g, _ = guard(alive=lambda url: True, attempts=3)
     query = Script(*(status(503) for _ in range(3)))
     with pytest.raises(ServerError) as raised:
         send(g, query)
@@ -150,7 +150,7 @@ def test_rate_limits_are_not_faults_here() -> None:
     for code in (429, 529):
         with pytest.raises(openai.APIStatusError):
             send(g, Script(status(code)))
-    assert isinstance(faults.classify(status(429), alive=lambda: True), NotRun)
+    assert isinstance(faults.classify(status(429), alive=lambda url: True), NotRun)
 
 
 def test_a_timeout_is_sent_again_once_then_the_run_stops_naming_the_server() -> None:
@@ -167,17 +167,19 @@ def test_a_timeout_is_sent_again_once_then_the_run_stops_naming_the_server() -> 
 
 def test_a_connection_error_from_a_server_that_is_gone_is_left_to_the_backend() -> None:
     """Not retried here: vLLM fails over or stops the run (vllm_server.classify_error); an API stops."""
-    g, slept = guard(alive=lambda: False)
+    g, slept = guard(alive=lambda url: False)
     query = Script(openai.APIConnectionError(request=REQUEST))
     with pytest.raises(openai.APIConnectionError):
         send(g, query)
     assert query.calls == 1 and not slept
-    assert isinstance(faults.classify(openai.APIConnectionError(request=REQUEST), alive=lambda: False), ServerStopped)
-    assert faults.classify(openai.APIConnectionError(request=REQUEST), alive=lambda: True) is None
+    assert isinstance(
+        faults.classify(openai.APIConnectionError(request=REQUEST), alive=lambda url: False), ServerStopped
+    )
+    assert faults.classify(openai.APIConnectionError(request=REQUEST), alive=lambda url: True) is None
 
 
 def test_nothing_more_is_sent_once_the_run_stopped_even_between_retries() -> None:
-    g, _ = guard(alive=lambda: True)
+    g, _ = guard(alive=lambda url: True)
     stopped = {"now": False}
 
     def before() -> None:
@@ -261,3 +263,18 @@ def test_a_failure_to_set_up_a_conversation_is_ours_tried_again_once_never_the_m
     failures["left"] = 2
     with pytest.raises(SetupFailed, match="internal error, not the model's"):
         runner.simulators_for(handler, conversation)
+
+
+def test_a_connection_error_is_judged_by_the_server_it_was_sent_to() -> None:
+    """After a failover a conversation's request may still have gone to the server that died: that one
+    is asked, not the process's current one (which answers), so it is not sent again there five times."""
+    asked: list[str | None] = []
+
+    def alive(url: str | None) -> bool:
+        asked.append(url)
+        return url != URL  # the process moved on; the server this request went to is gone
+
+    g, slept = guard(alive=alive)
+    with pytest.raises(openai.APIConnectionError):
+        send(g, Script(openai.APIConnectionError(request=REQUEST)))
+    assert asked == [URL] and not slept

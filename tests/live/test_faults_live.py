@@ -364,3 +364,31 @@ def test_a_read_only_output_folder_is_refused_in_one_line(tmp_path: Path, tmpfs:
     [error] = [line for line in run.stderr.splitlines() if line.strip()]
     assert error.startswith(f"ERROR: --careful-output={disk / 'result'}: cannot write there: Read-only file system")
     assert "INTERNALERROR" not in run.stdout + run.stderr and sent == 0
+
+
+def test_a_4xx_about_the_request_is_the_models_inference_error_as_bfcl_scores_it(tmp_path: Path) -> None:
+    """A prompt past the context length is answered 400: what the model run produced, filed and scored
+    as BFCL files and scores it (an inference error), not sent again and not unscored."""
+    with LoopbackVLLM(latency=0.02, models=[MODEL]) as server:
+        with FaultProxy(server.url, faults={"status": 1.0}, only=[1], status=400) as proxy:
+            run = _run(tmp_path, proxy.url, "-p", "no:xdist", "--careful-concurrency=1", IDS[0])
+            sent = proxy.stats()["model_requests"]
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert sent == 1  # not sent again
+    [entry] = _lines(tmp_path / "result")
+    assert entry["result"].startswith("Error during inference:") and "400" in entry["result"]
+    assert _rows(tmp_path)[IDS[0]]["bfcl"]["error_type"] == "multi_turn:inference_error"
+
+
+@pytest.mark.slow
+def test_while_the_server_is_silent_a_ci_log_still_gets_a_line_every_30_s_saying_so(tmp_path: Path) -> None:
+    """No item reports while every request hangs: the plain progress line comes all the same (about 75 s)."""
+    with LoopbackVLLM(latency=0.02, models=[MODEL]) as server, FaultProxy(server.url) as proxy:
+        proxy.hang = True
+        run = _run(
+            tmp_path, proxy.url, "-p", "no:xdist", "--careful-concurrency=2", "--careful-request-timeout=36", *IDS[:2]
+        )
+        proxy.release()
+    lines = [line for line in run.stdout.splitlines() if "conversations done" in line]
+    assert any("2 in flight" in line and "no answer from the server for" in line for line in lines), run.stdout[-3000:]
+    assert lines[-1].endswith("; the run stopped"), lines  # and no ETA once it stopped
