@@ -8,6 +8,7 @@ cap must hold against that figure, whatever the client saw.
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing
 import os
@@ -39,7 +40,7 @@ from pytest_careful.data import dataset
 from pytest_careful.live import budget, claude, ratelimit
 from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger
 from pytest_careful.live.errors import StopRun
-from pytest_careful.live.source import LiveSource
+from pytest_careful.live.source import SESSION_ENV, LiveSource
 
 
 class WatchedLedger(SpendLedger):
@@ -218,39 +219,47 @@ def test_time_outs_cannot_cross_the_cap(server: RecordingFake, tmp_path: Path) -
 # ------------------------------------------------------------ one cap per folder
 
 
-def test_a_rerun_continues_under_the_folders_cap(server: RecordingFake, tmp_path: Path) -> None:
+def test_a_rerun_continues_under_the_folders_cap(
+    server: RecordingFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     handler, _ = configured(tmp_path / "probe")
     run(handler)
     bound = first_bound(server)
     probe = len(server.usages)
+    sessions = itertools.count()
+
+    def session(budget_usd: float | None) -> tuple[Any, LiveSource, WatchedLedger]:
+        """A new session on the folder, as a rerun is: its own session id (an earlier one's stop is not its own)."""
+        monkeypatch.setenv(SESSION_ENV, f"rerun-{next(sessions)}")
+        return watched(tmp_path, budget_usd)
 
     cap = 3.5 * bound
-    _, first, _ = watched(tmp_path, cap)
+    _, first, _ = session(cap)
     with pytest.raises(BudgetExceeded):
         first.result("standard", dataset.get(CONVERSATION))
     sent = len(server.requests)
     assert sent > probe
 
     # A second session on the same folder (a rerun resuming it): a new run id, the same cap.
-    _, again, ledger = watched(tmp_path, cap)
+    _, again, ledger = session(cap)
     assert ledger.session != ledger_of(first).session
     with pytest.raises(BudgetExceeded, match=r"by earlier or other sessions"):
         again.result("standard", dataset.get(CONVERSATION))
     assert len(server.requests) == sent  # nothing more was sent
 
     # Forgetting the option does not lift the cap: the one last given in the folder holds.
-    _, forgot, ledger = watched(tmp_path, None)
+    _, forgot, ledger = session(None)
     with pytest.raises(BudgetExceeded, match="recorded in the folder"):
         forgot.result("standard", dataset.get(CONVERSATION))
     assert len(server.requests) == sent
     assert any("recorded by an earlier session" in line for line in ledger.summary())
 
     # A lower cap stops at once; only a larger one, given explicitly, lets it go on.
-    _, lower, _ = watched(tmp_path, bound)
+    _, lower, _ = session(bound)
     with pytest.raises(BudgetExceeded):
         lower.result("standard", dataset.get(CONVERSATION))
     assert len(server.requests) == sent
-    _, larger, ledger = watched(tmp_path, 100.0)
+    _, larger, ledger = session(100.0)
     larger.result("standard", dataset.get(CONVERSATION))
     assert len(server.requests) > sent
     folder = ledger.totals()
