@@ -56,10 +56,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
+from serving import Serving, serve, shut
 from typing_extensions import Self  # typing.Self is 3.11+; the project supports 3.10
 
 FAULT_KINDS = ("status", "not_json", "html", "empty_json", "truncated", "reset", "hang")
@@ -165,7 +165,7 @@ def _read_chunked(rfile: io.BufferedIOBase) -> bytes | None:
     return b"".join(chunks)
 
 
-class FaultProxy:
+class FaultProxy(Serving):
     """The proxy; see the module docstring. ``faults``, ``only``, ``status`` and ``hang`` may be
     changed while it runs."""
 
@@ -239,13 +239,7 @@ class FaultProxy:
         self._stopping.clear()
         httpd = _Server((self.host, self.port), _handler_for(self))
         self._httpd, self.port = httpd, httpd.server_address[1]
-        threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fault-proxy", daemon=True
-        ).start()
-        if self.lifetime is not None:  # bounded: never outlives a hung test
-            self._timer = threading.Timer(self.lifetime, self.stop)
-            self._timer.daemon = True
-            self._timer.start()
+        self._timer = serve(httpd, "fault-proxy", self.lifetime, self.stop)
         return self
 
     def stop(self) -> None:
@@ -255,21 +249,9 @@ class FaultProxy:
             self._changed.notify_all()
             sockets = list(self._sockets)
         httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
+        shut(httpd, self._timer)
         for sock in sockets:  # wakes threads blocked reading a keep-alive client or the upstream
             _shut(sock)
-        if self._timer is not None:
-            self._timer.cancel()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     @property
     def url(self) -> str:

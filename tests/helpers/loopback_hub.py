@@ -28,10 +28,10 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from serving import Serving, serve, shut
 from typing_extensions import Self  # typing.Self is 3.11+; the project supports 3.10
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -111,7 +111,7 @@ def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-class LoopbackHub:
+class LoopbackHub(Serving):
     """The fake Hub: ``repos`` maps a repo id to its files (path -> bytes)."""
 
     def __init__(
@@ -127,29 +127,12 @@ class LoopbackHub:
 
     def start(self) -> Self:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, name="loopback-hub", daemon=True
-        ).start()
-        self._timer = threading.Timer(self.lifetime, self.stop)  # bounded: never outlives a hung test
-        self._timer.daemon = True
-        self._timer.start()
+        self._timer = serve(self._httpd, "loopback-hub", self.lifetime, self.stop, poll=0.01)
         return self
 
     def stop(self) -> None:
         httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if self._timer is not None:
-            self._timer.cancel()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        shut(httpd, self._timer)
 
     @property
     def url(self) -> str:

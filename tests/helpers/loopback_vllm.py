@@ -60,10 +60,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
+from serving import Serving, serve, shut
 from typing_extensions import Self  # typing.Self is 3.11+; the project supports 3.10
 
 VERSION = "0.32.0+loopback"  # the vLLM line the plugin is tested with, marked as this server
@@ -367,7 +368,7 @@ class _Counters:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
 
-class LoopbackVLLM:
+class LoopbackVLLM(Serving):
     """The server; see the module docstring. Knobs may be changed while it runs."""
 
     def __init__(
@@ -413,13 +414,7 @@ class LoopbackVLLM:
         self._stopping.clear()
         httpd = _Server((self.host, self.port), _handler_for(self))
         self._httpd, self.port = httpd, httpd.server_address[1]
-        threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="loopback-vllm", daemon=True
-        ).start()
-        if self.lifetime is not None:  # bounded: never outlives a hung test
-            self._timer = threading.Timer(self.lifetime, self.stop)
-            self._timer.daemon = True
-            self._timer.start()
+        self._timer = serve(httpd, "loopback-vllm", self.lifetime, self.stop)
         return self
 
     def stop(self) -> None:
@@ -428,19 +423,7 @@ class LoopbackVLLM:
         with self._lock:
             self._slot_free.notify_all()
         httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if self._timer is not None:
-            self._timer.cancel()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        shut(httpd, self._timer)
 
     @property
     def url(self) -> str:
