@@ -48,8 +48,8 @@ FILED_FILE = "filed.json"  # in the session's folder: the entries complete when 
 NOT_RUN_FILE = "not-run.jsonl"  # in the session's folder: what this session left for the next one
 INTERRUPTED_FILE = "interrupted"  # in the session's folder: the controller was interrupted; nothing new is sent
 LOCK_FILE = "run.lock"  # in <output>/.careful: held by the run writing the folder (one at a time)
-#: The session's id, made by the controller and sent to its xdist workers: two sessions on one
-#: output folder (allowed: the spend ledger is shared) stop and skip each on its own.
+#: The session's id, made by the controller and sent to its xdist workers: a rerun on the same
+#: output folder (one run at a time: ``take_output``) neither inherits an earlier stop nor skip.
 SESSION_ENV = "CAREFUL_SESSION_ID"
 
 
