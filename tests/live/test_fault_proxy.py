@@ -192,14 +192,21 @@ def test_hang_times_out_and_a_released_request_is_answered(proxy: FaultProxy) ->
     assert first.status in (200, None)
 
 
-def test_the_hang_knob_holds_every_new_request_and_stop_closes_them(upstream: LoopbackVLLM) -> None:
-    errors: list[BaseException] = []
+def _collecting(errors: list[BaseException]) -> Callable[[openai.OpenAI], None]:
+    """A request that keeps the API error it meets in ``errors`` (run on a thread)."""
 
     def request(client: openai.OpenAI) -> None:
         try:
             _complete(client)
         except openai.APIError as error:
             errors.append(error)
+
+    return request
+
+
+def test_the_hang_knob_holds_every_new_request_and_stop_closes_them(upstream: LoopbackVLLM) -> None:
+    errors: list[BaseException] = []
+    request = _collecting(errors)
 
     with FaultProxy(upstream.url, lifetime=60.0) as proxy:
         proxy.hang = True
@@ -338,12 +345,7 @@ def test_a_chunked_request_body_is_read_whole_and_forwarded(proxy: FaultProxy) -
 
 def test_stop_cuts_an_exchange_with_a_hung_upstream() -> None:
     errors: list[BaseException] = []
-
-    def request(client: openai.OpenAI) -> None:
-        try:
-            _complete(client)
-        except openai.APIError as error:
-            errors.append(error)
+    request = _collecting(errors)
 
     with LoopbackVLLM(latency=0.0, models=["m"], hang_from=1, lifetime=60.0) as hung:
         with FaultProxy(hung.url, lifetime=60.0) as proxy:

@@ -44,6 +44,23 @@ def _run(tmp_path: Path, url: str, *args: str, timeout: float = 180) -> subproce
     )
 
 
+def _start(
+    tmp_path: Path, url: str, log: Path, *args: str, session: bool = False, sigint: bool = False
+) -> subprocess.Popen[bytes]:
+    """The command in the background, its output to ``log``; ``session``: a process group of its own;
+    ``sigint``: it takes Ctrl-C even where the suite runs with SIGINT ignored."""
+    with log.open("w") as out_file:
+        return subprocess.Popen(
+            _command(tmp_path, *args),
+            cwd=tmp_path,
+            env=_env(url),
+            stdout=out_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=session,
+            preexec_fn=interruptible if sigint else None,
+        )
+
+
 def _lines(output: Path) -> list[dict[str, Any]]:
     return result_lines(output)
 
@@ -148,14 +165,7 @@ def test_two_commands_on_one_output_folder_the_second_refuses_in_one_line_and_se
     # The first command's one request in flight hangs: it holds the folder, and sends nothing more.
     with LoopbackVLLM(latency=0.02, models=[MODEL], hang_from=1) as server:
         log = tmp_path / "first.log"
-        with log.open("w") as out_file:
-            first = subprocess.Popen(
-                _command(tmp_path, "-p", "no:xdist", "--careful-concurrency=1", *IDS),
-                cwd=tmp_path,
-                env=_env(server.url),
-                stdout=out_file,
-                stderr=subprocess.STDOUT,
-            )
+        first = _start(tmp_path, server.url, log, "-p", "no:xdist", "--careful-concurrency=1", *IDS)
         try:
             _wait_for(lambda: server.stats()["in_flight_now"] >= 1 or first.poll() is not None)
             before = server.stats()["requests"]
@@ -196,16 +206,7 @@ def test_sigint_to_the_controller_alone_stops_the_workers_requests_within_a_seco
     ids = [f"multi_turn_base_{i}" for i in range(30)]
     with LoopbackVLLM(latency=0.3, models=[MODEL]) as server:
         log = tmp_path / "run.log"
-        with log.open("w") as out_file:
-            proc = subprocess.Popen(
-                _command(tmp_path, "-n", "2", "--careful-concurrency=6", *ids),
-                cwd=tmp_path,
-                env=_env(server.url),
-                stdout=out_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=interruptible,
-            )
+        proc = _start(tmp_path, server.url, log, "-n", "2", "--careful-concurrency=6", *ids, session=True, sigint=True)
         try:
             _wait_for(lambda: len(_lines(tmp_path / "result")) >= 3 or proc.poll() is not None)
             assert proc.poll() is None, log.read_text()[-3000:]
