@@ -124,4 +124,26 @@ def share(handler: Any) -> None:
         http = openai.DefaultHttpxClient(event_hooks=hooks, transport=Deadline(seconds))
     shared = client.with_options(http_client=http)
     shared._careful_pause = pause  # type: ignore[attr-defined]  # marks it done (a failover re-points it)
+    cap: int | None = getattr(handler, "careful_max_tokens", None)
+    if cap is not None:
+        cap_max_tokens(shared, cap)
     handler.client = shared
+
+
+def cap_max_tokens(client: Any, cap: int) -> None:
+    """Send at most ``cap`` as ``max_tokens`` (``--careful-max-output-tokens`` on vLLM).
+
+    BFCL's OSS handler sizes ``max_tokens`` inside its ``_query_*`` (the context left,
+    up to 4096); the smaller of that and ``cap`` goes out, the rest of the request as BFCL
+    builds it. On the client, so both the completions (prompting) and chat (FC) paths
+    are covered.
+    """
+    for resource in (client.completions, client.chat.completions):
+        create = resource.create
+
+        def capped(*args: Any, _create: Callable[..., Any] = create, **kwargs: Any) -> Any:
+            if isinstance(kwargs.get("max_tokens"), int):
+                kwargs["max_tokens"] = min(kwargs["max_tokens"], cap)
+            return _create(*args, **kwargs)
+
+        resource.create = capped

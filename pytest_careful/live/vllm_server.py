@@ -508,13 +508,21 @@ def configure_source(source: Any, options: Any) -> None:
         log_path=Path(options.output).resolve() / ".careful" / "vllm-server.log",
     )
     source.server_plan = plan
-    source.differences = plan.differences()
+    cap = options.max_output_tokens
+    source.differences = plan.differences() + (
+        [f"max_tokens at most {cap} (--careful-max-output-tokens); bfcl generate: up to 4096, the context left"]
+        if cap is not None
+        else []
+    )
+    bfcl_size = "min(4096, context length - prompt tokens - 2), as BFCL's handler sizes it"
     source.sent = {
         "model": model,
         "temperature": handle.temperature,
-        "max_tokens": "min(4096, context length - prompt tokens - 2), as BFCL's handler sizes it",
+        "max_tokens": bfcl_size if cap is None else f"{bfcl_size}, at most {cap} (--careful-max-output-tokens)",
     }
-    source.setup = lambda handler: setup_handler(handler, plan, model)
+    if cap is not None:  # recorded beside the result files: a resume under another cap is refused
+        source.backend_settings = {**source.backend_settings, "max_output_tokens": cap}
+    source.setup = lambda handler: setup_handler(handler, plan, model, cap)
     source.classify_error = lambda exc: classify_error(exc, plan)
     # A fault, or the server gone: the one the request went to (after a failover, maybe not the current one).
     source.alive = lambda url: unusable((url or endpoint_of(plan)).rstrip("/"), plan.model) is None
@@ -594,8 +602,9 @@ def point_handler(handler: Any, url: str) -> None:
     share(handler)  # a failover's new client waits out the same rate limits
 
 
-def setup_handler(handler: Any, plan: ServerPlan, model: str) -> None:
+def setup_handler(handler: Any, plan: ServerPlan, model: str, max_tokens: int | None = None) -> None:
     """Point BFCL's OSS handler at a server; BFCL's own code loads the tokenizer."""
+    handler.careful_max_tokens = max_tokens  # pacing.share caps each request's max_tokens with it
     endpoint = plan.current or pick(plan, model)
     point_handler(handler, endpoint)
     local = model if Path(model).is_dir() else None

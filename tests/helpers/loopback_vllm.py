@@ -344,6 +344,7 @@ class RequestRecord:
     status: int = 0
     function: str | None = None  # the call answered, None for text or an error
     tool_result: str | None = None  # the tool result this request carried (its first 300 characters)
+    max_tokens: object = None  # the request's max_tokens, as sent
 
 
 @dataclass
@@ -491,6 +492,7 @@ class LoopbackVLLM(Serving):
     def serve(self, api: str, body: Mapping[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
         """Status, headers and JSON body for one model request; holds it for its latency."""
         record = self._arrive(api, str(body.get("model") or ""))
+        record.max_tokens = body.get("max_tokens")
         try:
             status, headers, payload = self._answer(record, api, body)
         finally:

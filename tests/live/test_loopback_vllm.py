@@ -101,6 +101,24 @@ def test_qwen_fc_handler_reads_hermes_answers_as_calls_that_run() -> None:
     assert [r.function is None for r in records] == [False, True] * len(turns)
 
 
+def test_max_output_tokens_caps_what_bfcls_handler_sizes() -> None:
+    """--careful-max-output-tokens on vLLM: the smaller of BFCL's own max_tokens and the cap goes out,
+    on every request of the loop; without a cap, BFCL's own size (its handler computes it)."""
+    from pytest_careful.live.pacing import Pause, share
+
+    conversation = dataset.get("multi_turn_base_0")
+    sent: dict[int | None, list[object]] = {}
+    for cap in (None, 7):
+        with LoopbackVLLM(latency=0.0) as server:
+            handler = _qwen_handler(server.url)
+            handler.careful_pause, handler.careful_max_tokens = Pause(), cap
+            share(handler)
+            runner.run(handler, conversation, runner.Protocol("standard", declarations.load()))
+            sent[cap] = [r.max_tokens for r in server.records]
+    assert sent[None] and all(isinstance(m, int) and m > 7 for m in sent[None]), sent
+    assert sent[7] == [7] * len(sent[None])
+
+
 def test_the_same_request_gets_the_same_call() -> None:
     def tool(name: str, *required: str) -> dict[str, Any]:
         properties = {arg: {"type": "string"} for arg in required}
