@@ -63,7 +63,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # Node ids name their category: a logged run need not hold the others.
         named = {i.rsplit("_", 1)[0] for i in chosen.conversation_ids()}
         options = dataclasses.replace(
-            options, categories=tuple(c for c in CATEGORIES if c in named), categories_given=True
+            options,
+            categories=tuple(c for c in CATEGORIES if c in named),
+            categories_given=True,
+            categories_from_node_ids=True,
         )
     state = start(config, options)
     kind = getattr(getattr(state.source, "handle", None), "kind", None)
@@ -81,6 +84,13 @@ def pytest_configure(config: pytest.Config) -> None:
         selection.check(chosen, state.options.categories, state.options.protocols, {c.id for c in dataset.load()})
     selection.keep_node_ids_as_printed(config)
     config.pluginmanager.register(CarefulPlugin(config, state), "careful-session")
+    from .harness.last_failed import LastFailed
+
+    config.pluginmanager.register(LastFailed(config, state), "careful-last-failed")
+    if not options.worker:  # the controller prints the failures
+        from .harness.failure_text import Bounder
+
+        config.pluginmanager.register(Bounder(config, state), "careful-failure-text")
 
 
 def _markers() -> list[tuple[str, str]]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
+from collections.abc import Iterable
 
 # Controls (terminal escapes, carriage returns), invisible format characters (bidi
 # overrides), lone surrogates (unencodable) and line separators (model or file text
@@ -57,3 +59,25 @@ def _shorten_literal(match: re.Match[str]) -> str:
         return literal
     quote = literal[0]
     return f"{literal[: MAX_SHOWN_LITERAL + 1]}…{quote} ({len(literal) - 2:,} chars)"
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 conversation``, ``2 conversations``: the count with its noun in the right number."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def did_you_mean(name: str, candidates: Iterable[str], cutoff: float = 0.5, prefix: str = "") -> str:
+    """``; did you mean confirm?`` for a misspelled ``name`` (with the other close matches), or "".
+
+    ``prefix``, shared by every candidate (``--careful-``), is left out of the comparison:
+    it would make any two names look alike.
+    """
+    pool = [c.removeprefix(prefix) for c in dict.fromkeys(candidates)]
+    stem = name.removeprefix(prefix)
+    same_but_case = [c for c in pool if c.lower() == stem.lower()]
+    close = list(dict.fromkeys(same_but_case + difflib.get_close_matches(stem, pool, n=5, cutoff=cutoff)))
+    if not close:
+        return ""
+    close = [prefix + c for c in close]
+    others = f" (close matches: {', '.join(close)})" if len(close) > 1 else ""
+    return f"; did you mean {close[0]}?{others}"

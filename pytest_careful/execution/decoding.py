@@ -16,7 +16,6 @@ API key: decoding needs none.
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
 import importlib
 import importlib.util
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..common import bfcl as _bfcl
+from ..common.text import did_you_mean
 from . import limits, plain_values
 from .executor import MAX_CALL_CHARS, Refused, arithmetic
 
@@ -280,8 +280,7 @@ def resolve_model(name: str) -> str:
         return by_short[0]
     if len(by_short) > 1:
         raise UnknownModel(f"model name {name!r} is ambiguous: {', '.join(sorted(by_short))}")
-    close = difflib.get_close_matches(name, keys, n=5, cutoff=0.5)
-    hint = f"; close matches: {', '.join(close)}" if close else ""
+    hint = did_you_mean(name, ("reference", *keys))
     raise UnknownModel(f"{name!r} is not in bfcl-eval {_bfcl.PINNED_VERSION}'s model registry{hint}")
 
 

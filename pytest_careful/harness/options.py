@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from ..common.bfcl import CATEGORIES
+from ..common.text import did_you_mean
+from ..data.run_settings import recorded_decoder
 from ..effects.declarations import BOUNDARIES
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS, Limits
 from ..live.errors import DEFAULT_REQUEST_TIMEOUT
@@ -56,8 +58,10 @@ def _csv(choices: dict[str, str] | tuple[str, ...], what: str) -> Callable[[str]
                 chosen.extend(valid)
                 continue
             if part not in valid:
-                names = ", ".join(list(choices) if isinstance(choices, dict) else valid)
-                raise argparse.ArgumentTypeError(f"unknown {what} {part!r}; expected one of: {names}")
+                names = list(choices) if isinstance(choices, dict) else list(valid)
+                raise argparse.ArgumentTypeError(
+                    f"unknown {what} {part!r}; expected one of: {', '.join(names)}{did_you_mean(part, names)}"
+                )
             chosen.append(part)
         if not chosen:
             raise argparse.ArgumentTypeError(f"no {what} given")
@@ -193,7 +197,10 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         type=_model_name,
         metavar="NAME",
-        help="Model to evaluate: 'reference', or a bfcl-eval registry name (with --careful-results)",
+        help="Model to evaluate: 'reference' (BFCL's reference trajectories); a bfcl-eval registry name "
+        "(Qwen3-8B-FC, claude-haiku-4-5-20251001-FC): run live on vLLM or the vendor's API, or with "
+        "--careful-results the handler that decodes a logged run; a local model folder (with "
+        "--careful-handler); or scripted:NAME, a deterministic test model (scripted:ask asks before every call)",
     )
     add(
         "--careful-results",
@@ -216,7 +223,9 @@ def add_options(parser: pytest.Parser) -> None:
         default=("standard",),
         type=_csv(PROTOCOLS, "protocol"),
         metavar="LIST",
-        help="Conditions to collect, comma-separated: standard, hints, confirm",
+        help="Protocols to run, comma-separated (each one an item parameter, [standard]): standard (BFCL's own), "
+        "hints (MCP effect hints in the function docs), confirm (a scripted user answers the model's questions); "
+        "default: standard",
     )
     add(
         "--careful-category",
@@ -232,7 +241,9 @@ def add_options(parser: pytest.Parser) -> None:
         dest="careful_boundary",
         default="final",
         choices=BOUNDARIES,
-        help="Destructive boundary the rules use",
+        help="Which functions count as destructive for the rules: final (default: the 24 any of the four "
+        "annotators marked), majority (the 17 most of A1-A3 marked), or one annotator's own set: A1 and A4 "
+        "human, A2 and A3 model annotators (declarations/destructive.yaml)",
     )
     add(
         "--careful-detector",
@@ -394,7 +405,8 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         type=int,
         metavar="N",
-        help="Claude: output token limit per request (default: BFCL's handler's, 64000 for the models it lists)",
+        help="Claude and vLLM: output token limit per request (default: BFCL's handler's: Claude 64000 for "
+        "the models it lists; vLLM the context left, up to 4096)",
     )
     add(
         "--careful-repeat",
@@ -419,7 +431,9 @@ def add_options(parser: pytest.Parser) -> None:
         dest="careful_user_script",
         default="default",
         choices=("default", "no_failure_yes", "asking_sentences_only"),
-        help="Confirm protocol: the scripted user's script (seed, sensitivity study)",
+        help="Confirm protocol: how the scripted user answers: default (yes to a proposal of a destructive call "
+        "the reference makes), or a stricter variant for a sensitivity study: no_failure_yes (no yes to a text "
+        "reporting a failure), asking_sentences_only (a yes only when the question itself names the call)",
     )
     add(
         "--careful-fail-on-regression",
@@ -498,6 +512,8 @@ class CarefulOptions:
     collect_only: bool = False  # --collect-only: nothing runs (checks of keys and engines wait)
     given: frozenset[str] = frozenset()  # the SCOPED_OPTIONS given, as flags
     categories_given: bool = True  # --careful-category given (else a logged run's own categories)
+    #: the categories only of the conversations named as node ids (a selection's denominator is the run's)
+    categories_from_node_ids: bool = False
     label: str | None = None
     allow_missing: bool = False
     allow_partial_baseline: bool = False
@@ -582,10 +598,11 @@ def _validate(options: CarefulOptions) -> None:
             raise pytest.UsageError(
                 "--careful-model=reference replays the references; it cannot be combined with --careful-results"
             )
-        if not (options.decoder or options.model):
+        if not (options.decoder or options.model or recorded_decoder(options.results)):
             raise pytest.UsageError(
                 "--careful-results needs --careful-decoder KEY (or --careful-model NAME) "
-                "to know which bfcl-eval handler decodes the run"
+                "to know which bfcl-eval handler decodes the run (a run pytest-careful made records it "
+                "in careful_settings.json; this folder holds none that names one)"
             )
     if options.live and options.output.exists() and not options.output.is_dir():
         raise pytest.UsageError(f"--careful-output: {options.output} exists and is not a directory")

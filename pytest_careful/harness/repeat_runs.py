@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from ..common import bfcl as _bfcl
+from ..common.text import counted
 from ..data import dataset
 from ..execution import limits
 from ..live.errors import LiveError, ServerError
@@ -192,7 +193,7 @@ def summary_lines(condition: str, card: dict[str, Any]) -> list[str]:
         b, s = figures["bfcl"], figures["safe"]
         k = b["k"]
         lines.append(
-            f"[{condition}] {k} repeats, {category.removeprefix('multi_turn_')} ({b['n']} conversations): "
+            f"[{condition}] {k} repeats, {category.removeprefix('multi_turn_')} ({counted(b['n'], 'conversation')}): "
             f"BFCL pass^{k} {100 * b['pass_all']:.1f}%, pass@{k} {100 * b['pass_any']:.1f}%, "
             f"flip rate {100 * b['flip_rate']:.1f}%, mean {100 * b['mean']:.1f}% "
             f"[{100 * b['interval'][0]:.1f}, {100 * b['interval'][1]:.1f}]; "

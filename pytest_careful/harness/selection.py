@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from ..common.text import counted, did_you_mean
+
 #: A conversation id, optionally with its condition: ``multi_turn_base_17``, ``multi_turn_base_17[standard]``.
 NODE_ID = re.compile(r"^(?P<id>multi_turn_[a-z_]+_\d+)(?:\[(?P<condition>[a-z]+)\])?$")
 #: Options whose presence asks for a pytest-careful run.
@@ -76,7 +78,7 @@ def check(selection: Selection, categories: tuple[str, ...], protocols: tuple[st
         if conversation not in known:
             raise pytest.UsageError(f"{name}: no such conversation in bfcl-eval's multi-turn dataset")
         if condition is not None and condition not in protocols:
-            raise pytest.UsageError(f"{name}: this run's conditions are {', '.join(protocols)} (--careful-protocol)")
+            raise pytest.UsageError(f"{name}: this run's protocols are {', '.join(protocols)} (--careful-protocol)")
 
 
 def keep_node_ids_as_printed(config: pytest.Config) -> None:
@@ -144,9 +146,12 @@ def _is_number(arg: str) -> bool:
 
 def prepare(config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """Take conversation ids off ``args`` and put rootdir and ini file where pytest would."""
+    expand_argument_files(args)
+    optparser = parser.optparser
+    if any(a.startswith("--careful-") for a in args):
+        _refuse_unknown_careful_options(args, optparser)
     if not any(a.startswith(RUN_OPTIONS) for a in args):
         return
-    optparser = parser.optparser
     positional = positional_indices(optparser, args)
     selection = Selection()
     for index in reversed(positional):
@@ -156,6 +161,38 @@ def prepare(config: pytest.Config, parser: pytest.Parser, args: list[str]) -> No
     selection.deselected = _claim_deselect(args, optparser)
     config.stash[SELECTION_KEY] = selection
     _redetermine_setup(config, args, paths)
+
+
+def _refuse_unknown_careful_options(args: list[str], optparser: argparse.ArgumentParser) -> None:
+    """A misspelled ``--careful-*`` option, said with the option it most likely meant (argparse's own
+    "unrecognized arguments" names no candidate)."""
+    known = [o for o in optparser._option_string_actions if o.startswith("--careful-")]
+    for index in set(range(len(args))) - set(positional_indices(optparser, args)):
+        name = args[index].split("=", 1)[0]
+        if name.startswith("--careful-") and name not in known:
+            hint = did_you_mean(name, known, cutoff=0.6, prefix="--careful-")
+            hint = hint or " (pytest --help lists the --careful-* options)"
+            raise pytest.UsageError(f"unrecognized option {name}{hint}")
+
+
+def expand_argument_files(args: list[str], depth: int = 0) -> None:
+    """``pytest @ids.txt``: the file's lines in its place, one argument each, as pytest's argparse reads
+    them (``fromfile_prefix_chars``), so that conversation ids listed there are claimed like typed ones.
+    A file that cannot be read is left for pytest to report."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("@") and len(arg) > 1 and depth < 10:
+            try:
+                lines = Path(arg[1:]).read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError):
+                i += 1
+                continue
+            expand_argument_files(lines, depth + 1)  # argparse reads @files within @files too
+            args[i : i + 1] = lines
+            i += len(lines)
+            continue
+        i += 1
 
 
 def _claim_deselect(args: list[str], optparser: argparse.ArgumentParser) -> list[str]:
@@ -246,3 +283,17 @@ def describe(config: pytest.Config) -> dict[str, Any]:
         "exitfirst_or_maxfail": int(get("maxfail", 0) or 0),
     }
     return {k: v for k, v in described.items() if v}
+
+
+def why_none_selected(config: pytest.Config, collected: int) -> str:
+    """What chose none of the ``collected`` conversation items, said as such (not "none scored")."""
+    keyword, marks = config.getoption("keyword", ""), config.getoption("markexpr", "")
+    items = counted(collected, "item")
+    if keyword:
+        return (
+            f"-k {keyword!r} matched none of this run's {items} (node ids look like "
+            "multi_turn_base_17[standard]; -k matches substrings of them and of their markers)"
+        )
+    if marks:
+        return f"-m {marks!r} matched none of this run's {items} (see `pytest --markers` for the careful markers)"
+    return f"none of this run's {items} was selected (--deselect, --lf or a plugin deselected them all)"

@@ -120,6 +120,15 @@ class CarefulPlugin:
             self._page_prepared = True
             threading.Thread(target=scorecard.prepare_page, name="careful-prepare-page", daemon=True).start()
         self.state.selected.update(i for i in ids if selection.NODE_ID.match(i))
+        if not self.state.selected and not ids and not self.state.empty_selection:
+            self.state.empty_selection = selection.why_none_selected(self.config, self._items_of_the_run())
+
+    def _items_of_the_run(self) -> int:
+        """How many conversation items the workers collected (the controller collects none)."""
+        chosen = self.config.stash.get(selection.SELECTION_KEY, selection.Selection())
+        conversations = dataset.load(self.state.options.categories)
+        named = chosen.conversation_ids() if chosen.node_ids else None
+        return sum(1 for c in conversations if named is None or c.id in named) * len(self.state.options.protocols)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -179,16 +188,20 @@ class CarefulPlugin:
             for i in make_items(collector, conversations, self.state.options.protocols)
             if chosen.selects(i.conversation_id, i.condition)
         ]
+        # Report them as collected, so that counts ("N tests collected") include them; --deselect's
+        # then count as deselected among them, as pytest's own do ("200 / 1 deselected / 199 selected").
+        session.ihook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, list(new)))
+        self.state.collected = len(new)
         dropped = [i for i in new if chosen.deselects(i.conversation_id, i.condition)]
         if dropped:
             new = [i for i in new if not chosen.deselects(i.conversation_id, i.condition)]
             config.hook.pytest_deselected(items=dropped)
         items.extend(new)
-        # Report them as collected, so that counts ("N tests collected") include them.
-        session.ihook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, list(new)))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.state.selected.update(i.nodeid for i in session.items if isinstance(i, CarefulItem))
+        if self.state.collected and not self.state.selected:
+            self.state.empty_selection = selection.why_none_selected(self.config, self.state.collected)
         if self.config.getoption("collectonly") and not self.is_worker:
             self._print_estimate(session)
         # Import the decoding handler before the first item, where it would be
@@ -222,7 +235,7 @@ class CarefulPlugin:
             return
         reporter.write_line(
             f"careful: estimated cost of {guess['conversations']} conversations x {conditions} "
-            f"{'condition(s) x repeats' if self.state.options.repeat > 1 else 'condition(s)'} "
+            f"{'protocol(s) x repeats' if self.state.options.repeat > 1 else 'protocol(s)'} "
             f"on {handle.registry_key}: ${conditions * cost['list']:.2f} at list prices "
             f"(${conditions * cost['conservative']:.2f} with cache reads at the full input price), "
             f"~{conditions * guess['requests']} requests; prices of {guess['prices_read_on']}"

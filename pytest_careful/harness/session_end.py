@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ..common import bfcl as _bfcl
+from ..common.text import counted
 from ..data import dataset
 from ..data.dataset import category_of
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
@@ -94,8 +95,8 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
     options = state.options
     base = options.scorecards if options.scorecards.is_absolute() else invocation_dir / options.scorecards
     label = options.label or _model_dir(state.source.model)
-    identity = _identity(state)
-    expected = {c.id for c in dataset.load(options.categories)}
+    identity = run_identity(state)
+    expected = {c.id for c in dataset.load(_run_categories(state))}
     for condition in options.protocols:
         rows = [r for r in state.rows.values() if r["condition"] == condition]
         not_run = sorted(n for n in state.selected if n.endswith(f"[{condition}]") and n not in state.rows)
@@ -227,7 +228,7 @@ def _withheld_in_changed(card: dict[str, Any], baseline: Any) -> None:
             )
 
 
-def _identity(state: CarefulState) -> dict[str, str]:
+def run_identity(state: CarefulState) -> dict[str, str]:
     """What makes two runs the same run, whatever their labels."""
     options = state.options
     if options.results is not None:
@@ -235,6 +236,15 @@ def _identity(state: CarefulState) -> dict[str, str]:
     if not options.live:
         return {"model": state.source.model}
     return {"model": state.source.model, "output": str(options.output.resolve())}
+
+
+def _run_categories(state: CarefulState) -> tuple[str, ...]:
+    """The categories of the whole run, a selection's denominator: node ids narrow the categories
+    read (a logged run need not hold the others) but not the run they select from."""
+    options = state.options
+    if not options.categories_from_node_ids:
+        return options.categories
+    return getattr(state.source, "run_categories", ()) or _bfcl.CATEGORIES
 
 
 def _selection(
@@ -399,13 +409,13 @@ def _gate(
     errored = sorted(n for n in state.errors if n.endswith(f"[{condition}]"))
     if errored:
         state.gate_messages.append(
-            f"{condition}: {len(errored)} conversations errored outside scoring "
+            f"{condition}: {counted(len(errored), 'conversation')} errored outside scoring "
             f"(e.g. {errored[0]}: a fixture's setup or teardown, a crashed worker)"
         )
     unscored = overall.get("unscored", 0)
     if unscored and not options.allow_missing:
         state.gate_messages.append(
-            f"{condition}: {unscored} conversations could not be scored and count as "
+            f"{condition}: {counted(unscored, 'conversation')} could not be scored and count as "
             "failures (--careful-allow-missing judges only the scored ones)"
         )
     accuracy = _gate_accuracy(overall, options.allow_missing)
@@ -504,7 +514,7 @@ def headlines(state: CarefulState) -> list[str]:
         passed = sum(1 for r in rows if "unscored" not in r and gate_passes(r, state.options.gate))
         failed = len(rows) - passed - (unscored if state.options.allow_missing else 0)
         line = (
-            f"{state.source.model} [{condition}]: {len(rows)} conversations: {passed} pass, {failed} fail "
+            f"{state.source.model} [{condition}]: {counted(len(rows), 'conversation')}: {passed} pass, {failed} fail "
             f"under the {state.options.gate} gate (BFCL {sum(r['bfcl']['valid'] for r in rows)} pass)"
         )
         if unscored:
@@ -522,7 +532,7 @@ def headlines(state: CarefulState) -> list[str]:
         if state.options.repeat > 1:  # the items' verdicts are pass^K (repeat_runs.representative)
             line += f"; each passing in all {state.options.repeat} repeats (--careful-repeat)"
         lines.append(line)
-    return lines or ["no conversation was scored"]
+    return lines or [state.empty_selection or "no conversation was scored"]
 
 
 def _unscored_causes(rows: list[dict[str, Any]]) -> str:
@@ -690,7 +700,7 @@ def _confirm_figures(condition: str, t: dict[str, Any], prov: dict[str, Any]) ->
         line = (
             f"[{condition}] answers made under {prov.get('user_script', 'default')}; re-examined under "
             f"{again['script']}: {again['withheld_yes']} of {again['yes']} yes withheld, in "
-            f"{again['conversations_with_withheld']} conversations"
+            f"{counted(again['conversations_with_withheld'], 'conversation')}"
         )
         if "gained" in again:
             line += (

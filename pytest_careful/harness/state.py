@@ -38,6 +38,10 @@ class CarefulState:
     details_dir: Path | None = None
     #: lines said at the session's start, before anything runs (a live run's worker count)
     start_lines: list[str] = field(default_factory=list)
+    #: conversation items collected, before -k, -m and --deselect chose among them
+    collected: int = 0
+    #: why nothing was selected from them (-k or -m matching nothing), for the summary
+    empty_selection: str | None = None
 
 
 SESSION_KEY = pytest.StashKey[CarefulState]()

@@ -15,7 +15,6 @@ once per process. Kinds:
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
 import hashlib
 import re
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import bfcl as _bfcl
+from ..common.text import did_you_mean
 from ..execution.decoding import (
     RegistryEntry,
     import_handler_class,
@@ -269,8 +269,9 @@ def _spelling(key: str, keys: tuple[str, ...]) -> str:
 
 
 def _close(name: str, keys: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(name, keys, n=5, cutoff=0.5)
-    return f"; close matches: {', '.join(close)}" if close else ""
+    from .scripted import POLICIES, PREFIX
+
+    return did_you_mean(name, (*keys, "reference", *(PREFIX + p for p in POLICIES)))
 
 
 BACKENDS = {

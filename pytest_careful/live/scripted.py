@@ -36,6 +36,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.text import did_you_mean
 from ..data import dataset
 from ..data.dataset import Conversation
 from ..effects import declarations
@@ -59,8 +60,8 @@ def parse_handle(handle: str) -> tuple[str, bool]:
     if policy not in POLICIES:
         styles = ", ".join(f"{PREFIX}{p}" for p in POLICIES)
         raise UnknownPolicy(
-            f"unknown scripted model {handle!r}; expected one of {styles} "
-            f"(add {PROMPTING_SUFFIX!r} for the prompting style)"
+            f"unknown scripted model {handle!r}; expected one of {styles} (add {PROMPTING_SUFFIX!r} for the "
+            f"prompting style){did_you_mean(handle, [PREFIX + p for p in POLICIES])}"
         )
     return policy, prompting
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import bfcl as _bfcl
+from ..common.text import counted
 from ..scoring import rules, turn_credit
 from . import chart_cache
 
@@ -247,7 +248,7 @@ def markdown(card: dict[str, Any]) -> str:
     if card["totals"].get("all", {}).get("unscored"):
         lines += [
             "",
-            f"{card['totals']['all']['unscored']} conversations could not be scored; they count as "
+            f"{counted(card['totals']['all']['unscored'], 'conversation')} could not be scored; they count as "
             "failures (rows.csv, column unscored, says why).",
         ]
     lines += [

@@ -360,7 +360,7 @@ def test_from_a_subdirectory_of_a_project(pytester: pytest.Pytester, run_dir: Pa
     [
         ("multi_turn_base_999", "no such conversation"),
         ("multi_turn_foo_1", "no such conversation"),
-        ("multi_turn_base_17[hints]", "this run's conditions are standard"),
+        ("multi_turn_base_17[hints]", "this run's protocols are standard"),
         ("multi_turn_miss_func_3", "is not among this run's"),
     ],
 )

@@ -171,6 +171,19 @@ def test_nothing_selected_is_exit_5_and_the_gate_does_not_say_passed(pytester: p
     assert "release gate: nothing to judge" in out
 
 
+@pytest.mark.parametrize("mode", list(MODES))
+def test_conversation_ids_from_an_argument_file(pytester: pytest.Pytester, mode: str) -> None:
+    """``pytest @ids.txt`` (pytest >= 8.2: one argument per line) selects as the ids typed would,
+    exactly (not as prefixes), and the same as pytest's own expansion of the file."""
+    pytester.path.joinpath("ids.txt").write_text(f"multi_turn_base_1\n{ONE}\n", encoding="utf-8")
+    from_file = pytester.runpytest_subprocess(*REFERENCE, *MODES[mode], "@ids.txt", "--co", "-q")
+    typed = pytester.runpytest_subprocess(*REFERENCE, *MODES[mode], "multi_turn_base_1", ONE, "--co", "-q")
+    assert from_file.ret == typed.ret == pytest.ExitCode.OK, from_file.stdout.str()[-2000:]
+    listed = [line for line in from_file.stdout.lines if line.startswith("multi_turn_")]
+    assert listed == [line for line in typed.stdout.lines if line.startswith("multi_turn_")]
+    assert sorted(listed) == ["multi_turn_base_17[standard]", "multi_turn_base_1[standard]"]
+
+
 PROJECT_PROBLEMS = {
     "failing test": ("def test_own():\n    assert 1 == 2\n", []),
     "collection error": ("import no_such_module_here\n", ["--continue-on-collection-errors"]),
@@ -298,3 +311,28 @@ def test_the_printed_rerun_command_of_a_run_of_several_protocols(pytester: pytes
     again = pytester.runpytest_subprocess(*shlex.split(command)[1:], "-p", "no:randomly", "--junitxml=again.xml")
     assert again.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), again.stdout.str()[-2000:]
     assert _props(pytester.path / "again.xml") == {node: _props(pytester.path / "first.xml")[node]}
+
+
+MISSPELLED = {
+    "--careful-mdoel=reference": "unrecognized option --careful-mdoel; did you mean --careful-model?",
+    "--careful-budget=3": "unrecognized option --careful-budget; did you mean --careful-budget-usd?",
+    "--careful-protocol=confrim": "unknown protocol 'confrim'; expected one of: standard, hints, confirm; "
+    "did you mean confirm?",
+    "--careful-category=bse": "did you mean base?",
+    "--careful-model=refrence": "did you mean reference?",
+    "--careful-model=scripted:asks": "did you mean scripted:ask?",
+}
+
+
+@pytest.mark.parametrize("arg", list(MISSPELLED))
+def test_a_misspelling_is_refused_with_what_was_meant(pytester: pytest.Pytester, arg: str) -> None:
+    args = [arg] if arg.startswith("--careful-model") else ["--careful-model=reference", arg]
+    result = pytester.runpytest_subprocess(*args, "--co", "-q")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert MISSPELLED[arg] in result.stderr.str(), result.stderr.str()
+
+
+def test_an_option_too_far_from_any_is_refused_with_where_to_look(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--careful-xyz", "--co", "-q")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unrecognized option --careful-xyz (pytest --help lists the --careful-* options)"])

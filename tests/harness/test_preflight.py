@@ -112,7 +112,10 @@ REFUSED = [
         ["--careful-results=anywhere", "--careful-model=Qwen3-8B", "--careful-max-output-tokens=9"],
         "--careful-max-output-tokens: for live runs",
     ),
-    (["--careful-model=scripted:reference", "--careful-max-output-tokens=9"], "sets Claude's output limit"),
+    (
+        ["--careful-model=scripted:reference", "--careful-max-output-tokens=9"],
+        "sets the output limit of Claude and vLLM-served models",
+    ),
     (
         ["--careful-model=scripted:reference", "--careful-vllm-arg=--enforce-eager"],
         "--careful-vllm-arg is for vLLM-served models",
@@ -124,7 +127,6 @@ REFUSED = [
         [f"--careful-model={CLAUDE}", "--careful-endpoint=http://127.0.0.1:9/v1"],
         "--careful-endpoint is for vLLM-served models",
     ),
-    ([f"--careful-model={VLLM_MODEL}", "--careful-max-output-tokens=9"], "sets Claude's output limit"),
     ([f"--careful-model={VLLM_MODEL}", "--careful-budget-usd=5"], "covers Claude models only"),
     (
         [
@@ -158,8 +160,9 @@ def test_an_option_that_does_not_apply_is_refused(pytester: pytest.Pytester, arg
             "--careful-output=out",
         ],
         [f"--careful-model={VLLM_MODEL}", "--careful-endpoint=http://127.0.0.1:9/v1"],
+        [f"--careful-model={VLLM_MODEL}", "--careful-max-output-tokens=9"],
     ],
-    ids=["claude", "vllm-server", "vllm-endpoint"],
+    ids=["claude", "vllm-server", "vllm-endpoint", "vllm-max-output-tokens"],
 )
 def test_the_same_options_are_accepted_where_they_apply(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str]
