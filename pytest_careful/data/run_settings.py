@@ -24,6 +24,10 @@ from .result_store import GROUP_DIR
 
 SETTINGS_FILE = "careful_settings.json"
 PLAIN_BFCL = "standard"  # what a run without a settings file was made under
+#: The bfcl-eval registry key whose handler made (and decodes) the run, recorded by live runs.
+DECODER_KEY = "decoder"
+#: How deep under --careful-results settings files are looked for (<protocol>/<model>/careful_settings.json).
+_SEARCH_DEPTH = 3
 
 
 class SettingsError(ValueError):
@@ -93,6 +97,24 @@ def recorded(result_files: Iterable[Path]) -> dict[str, Any]:
         if isinstance(settings, dict):
             return settings
     return {}
+
+
+def recorded_decoder(folder: Path) -> str | None:
+    """The decoder the plugin's own runs under ``folder`` recorded, when they all name the same one.
+
+    Rescoring a folder a live run wrote then needs no ``--careful-decoder``; a plain
+    ``bfcl generate`` folder (no settings file) or one whose runs disagree gives None.
+    """
+    found: set[object] = set()
+    for depth in range(_SEARCH_DEPTH + 1):
+        for path in folder.glob("/".join(["*"] * depth + [SETTINGS_FILE])):
+            try:
+                settings = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+                return None
+            found.add(settings.get(DECODER_KEY) if isinstance(settings, dict) else None)
+    key = found.pop() if len(found) == 1 else None
+    return key if isinstance(key, str) and key.isprintable() else None
 
 
 def script_problem(made_with: str, script: str) -> str | None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..data.dataset import Conversation
 from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
 from ..data.result_store import ResultStore, is_complete, serialise
-from ..data.run_settings import SETTINGS_FILE
+from ..data.run_settings import DECODER_KEY, SETTINGS_FILE
 from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder
 from ..sources.reference_logged import Source
@@ -100,6 +100,7 @@ class LiveSource(Source):
         """
         assert self.handle is not None
         made = {**self.protocol(condition).settings(), "temperature": self.handle.temperature, **self.backend_settings}
+        made[DECODER_KEY] = self.handle.registry_key  # a rescore of the folder needs no --careful-decoder
         return {k: v for k, v in made.items() if not (k == "temperature" and v is None)}
 
     def settings_file(self, condition: str, repeat: int = 1) -> Path:
@@ -119,6 +120,8 @@ class LiveSource(Source):
         except (OSError, ValueError, RecursionError):
             made = None
         store = self.store(condition, repeat)
+        if isinstance(made, dict) and DECODER_KEY not in made:  # written before the decoder was recorded
+            made = {**made, DECODER_KEY: wanted[DECODER_KEY]}
         finished = any(store.completed(c) for c in categories) if made not in (None, wanted) else False
         if finished and isinstance(made, dict):
             differ = sorted(k for k in set(made) | set(wanted) if made.get(k) != wanted.get(k))
@@ -661,10 +664,10 @@ def inapplicable(options: Any, handle: ModelHandle) -> str | None:
             f"--careful-budget-usd: the spend guard covers Claude models only; "
             f"{model} is not one (nothing would be capped)"
         )
-    if "--careful-max-output-tokens" in given and handle.kind != "claude":
+    if "--careful-max-output-tokens" in given and handle.kind not in ("claude", "vllm"):
         return (
-            f"--careful-max-output-tokens sets Claude's output limit; {model} is not a Claude model "
-            "(BFCL's handler sets its own)"
+            f"--careful-max-output-tokens sets the output limit of Claude and vLLM-served models; {model} is "
+            "neither (BFCL's handler sets its own)"
         )
     if "--careful-handler" in given and handle.kind == "scripted":
         return f"--careful-handler is for a local model directory; {model} is a scripted model"

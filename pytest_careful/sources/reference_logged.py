@@ -13,7 +13,7 @@ import pytest
 from ..common.bfcl import CATEGORIES
 from ..data import dataset
 from ..data.result_files import InputProblem, LoggedEntry, find_result_files, keep_last, read_result_file
-from ..data.run_settings import protocol_problem, recorded, script_problem
+from ..data.run_settings import SETTINGS_FILE, protocol_problem, recorded, recorded_decoder, script_problem
 from ..execution.decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
 from ..harness.options import REFERENCE_MODEL, CarefulOptions
 
@@ -29,6 +29,8 @@ class Source:
     files: dict[tuple[str, str], Path] = field(default_factory=dict)
     #: the categories this run covers (resolved from --careful-category or the run's files)
     categories: tuple[str, ...] = ()
+    #: the categories a logged run has result files for (every condition's), whatever was selected
+    run_categories: tuple[str, ...] = ()
     #: see ``warnings``; filled by the format check, which may still be running (``check_in_background``)
     found_warnings: list[str] = field(default_factory=list)
     #: per condition, the settings a logged run recorded (``careful_settings.json``)
@@ -115,14 +117,15 @@ def open_source(options: CarefulOptions) -> Source:
     """
     if options.results is None:
         return Source(REFERENCE_MODEL, "passthrough")
-    key = options.decoder or options.model
+    # Neither given: read_options made sure the folder's careful_settings.json names one.
+    key = options.decoder or options.model or recorded_decoder(options.results) or ""
     try:
         key = resolve_model(key)
         missing = missing_extra(key)  # its vendor SDK an extra not installed: say so before any item
         if missing:
             raise UnknownModel(missing)
     except UnknownModel as exc:
-        flag = "--careful-decoder" if options.decoder else "--careful-model"
+        flag = "--careful-decoder" if options.decoder else "--careful-model" if options.model else SETTINGS_FILE
         raise pytest.UsageError(f"{flag}: {exc}") from None
     # Without --careful-model, the run is named after its folder (BFCL names
     # result folders after the model).
@@ -132,6 +135,8 @@ def open_source(options: CarefulOptions) -> Source:
         directory = options.results if len(options.protocols) == 1 else options.results / condition
         folders[condition] = _model_folder(directory, options.model)
     source.categories = options.categories if options.categories_given else _present(folders)
+    if options.categories_from_node_ids:  # the denominator of a selection: what -k on the run would see
+        source.run_categories = _present(folders, required=False) or source.categories
     for condition, directory in folders.items():
         _read_condition(source, condition, directory, source.categories)
     if "confirm" in source.recorded:
@@ -147,15 +152,20 @@ def _decoder_warnings(source: Source, options: CarefulOptions) -> list[str]:
     """A warning when the chosen decoder reads (almost) none of the run (``format_check``)."""
     from .format_check import decoder_warnings
 
-    flag = f"--careful-decoder={options.decoder}" if options.decoder else f"--careful-model={options.model}"
+    if options.decoder:
+        flag = f"--careful-decoder={options.decoder}"
+    elif options.model:
+        flag = f"--careful-model={options.model}"
+    else:
+        flag = f"the decoder careful_settings.json records ({source.decoder_key})"
     return decoder_warnings(source.decoder_key, flag, source.entries.values(), str(options.results))
 
 
-def _present(folders: dict[str, Path]) -> tuple[str, ...]:
+def _present(folders: dict[str, Path], required: bool = True) -> tuple[str, ...]:
     """Without --careful-category: the categories every condition's folder has files for."""
     present = [set(_files_of_one_run(d)) for d in folders.values()]
     found = tuple(c for c in CATEGORIES if all(c in p for p in present))
-    if not found:
+    if not found and required:
         where = ", ".join(str(d) for d in folders.values())
         raise pytest.UsageError(
             f"--careful-results: no BFCL multi-turn result file "
