@@ -31,8 +31,23 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-REAL_RUN = SHARED / "real-runs" / "gpt-oss-20b-vllm-2025-11-12"
+#: A real logged BFCL run (gpt-oss-20b on vLLM), the parity and rule tests' fixture. Its source
+#: carries no licence, so the project does not ship it: it lies in ../shared beside a clone, or
+#: wherever CAREFUL_REAL_RUN points.
+REAL_RUN = Path(os.environ.get("CAREFUL_REAL_RUN") or SHARED / "real-runs" / "gpt-oss-20b-vllm-2025-11-12")
 REAL_RUN_DECODER = "gpt-4.1-2025-04-14-FC"
+#: The start of every skip for a missing fixture (the summary counts them; CI fails on them).
+MISSING_FIXTURE = "missing fixture:"
+#: Set (to anything but 0) where a missing fixture must fail, not skip: .ci/run sets it.
+REQUIRE_FIXTURES = os.environ.get("CAREFUL_REQUIRE_FIXTURES", "0") not in ("", "0")
+
+
+def missing_fixture(what: str) -> None:
+    """Skip (fail under CAREFUL_REQUIRE_FIXTURES) a test whose fixture is not on this machine, in one line."""
+    message = f"{MISSING_FIXTURE} {what}"
+    if REQUIRE_FIXTURES:
+        pytest.fail(message + " (CAREFUL_REQUIRE_FIXTURES is set: CI runs every test)", pytrace=False)
+    pytest.skip(message)
 
 
 def run_oracle(cases: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -62,5 +77,34 @@ def logged_run(pytester: pytest.Pytester, real_run: Path) -> Path:
 @pytest.fixture(scope="session")
 def real_run() -> Path:
     if not REAL_RUN.is_dir():
-        pytest.skip(f"shared real run not found at {REAL_RUN}")
+        missing_fixture(
+            f"the logged gpt-oss-20b run is not at {REAL_RUN} (not shipped: its source has no licence); "
+            "set CAREFUL_REAL_RUN=/path/to/gpt-oss-20b-vllm-2025-11-12, or clone beside ../shared"
+        )
     return REAL_RUN
+
+
+class _MissingFixtures:
+    """Counts the tests skipped for a missing fixture and says so in one summary line (controller only)."""
+
+    def __init__(self) -> None:
+        self.skipped: list[str] = []
+        self.reason = ""
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.skipped and isinstance(report.longrepr, tuple) and MISSING_FIXTURE in str(report.longrepr[2]):
+            self.skipped.append(report.nodeid)
+            self.reason = str(report.longrepr[2]).split(MISSING_FIXTURE, 1)[1].strip()
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.skipped:
+            terminalreporter.write_line(
+                f"{len(self.skipped)} skipped for a missing fixture ({self.reason}); "
+                "CAREFUL_REQUIRE_FIXTURES=1 makes them fail",
+                yellow=True,
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # xdist's workers send their reports to the controller
+        config.pluginmanager.register(_MissingFixtures(), "careful-missing-fixtures")
