@@ -100,8 +100,9 @@ def render() -> str:
     lines = ["| option | takes | default | meaning |", "|---|---|---|---|"]
     for row in options():
         takes = f"`{row.takes}`" if row.takes else "(switch)"
-        if row.choices and not row.takes.startswith("{"):
-            takes += " one of " + ", ".join(f"`{c}`" for c in row.choices)
+        if row.choices:  # one span per value: a column of words that wrap, not one long {a,b,...}
+            values = "one of " + ", ".join(f"`{c}`" for c in row.choices)
+            takes = values if row.takes.startswith("{") else f"{takes} {values}"
         default = f"`{row.default}`" if row.default else ""
         lines.append(f"| `{row.flag}` | {takes} | {default} | {_cell(row.help)} |")
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -75,7 +76,10 @@ def did_you_mean(name: str, candidates: Iterable[str], cutoff: float = 0.5, pref
     pool = [c.removeprefix(prefix) for c in dict.fromkeys(candidates)]
     stem = name.removeprefix(prefix)
     same_but_case = [c for c in pool if c.lower() == stem.lower()]
-    close = list(dict.fromkeys(same_but_case + difflib.get_close_matches(stem, pool, n=5, cutoff=cutoff)))
+    close = difflib.get_close_matches(stem, pool, n=5, cutoff=cutoff)
+    # The longest shared start first ("gpt-4.2-turbo-FC": gpt-4.1-..., not glm-4.5-air-FC), stably.
+    close.sort(key=lambda c: -len(os.path.commonprefix([c.lower(), stem.lower()])))
+    close = list(dict.fromkeys(same_but_case + close))
     if not close:
         return ""
     close = [prefix + c for c in close]

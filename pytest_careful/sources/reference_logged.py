@@ -157,7 +157,7 @@ def _decoder_warnings(source: Source, options: CarefulOptions) -> list[str]:
     elif options.model:
         flag = f"--careful-model={options.model}"
     else:
-        flag = f"the decoder careful_settings.json records ({source.decoder_key})"
+        flag = SETTINGS_FILE
     return decoder_warnings(source.decoder_key, flag, source.entries.values(), str(options.results))
 
 

@@ -103,7 +103,7 @@ def test_copied_node_id_and_markers(pytester):
         (["--careful-model=reference", "--careful-category=bogus"], "unknown category 'bogus'"),
         (["--careful-model=reference", "--careful-protocol=polite"], "unknown protocol 'polite'"),
         (["--careful-model=scripted:nope"], "unknown scripted model 'scripted:nope'"),
-        (["--careful-model=Qwen3-8"], "close matches: qwen3-8b, Qwen/Qwen3-8B"),
+        (["--careful-model=Qwen3-8"], "did you mean qwen3-8b? (close matches: qwen3-8b, "),
         (["--careful-model=/no/such/dir", "--careful-handler=Qwen/Qwen2.5-7B-Instruct"], "is not a directory"),
         (["--careful-min-safe=0.5"], "need --careful-model or --careful-results"),
         (["--careful-model=reference", "--careful-fail-on-regression=0.05"], "needs --careful-baseline"),
@@ -140,7 +140,9 @@ def test_results_dir_missing_a_category_and_unknown_decoder(pytester, logged_run
         pytester, f"--careful-results={logged_run}", "--careful-decoder=gpt-4.2-turbo-FC", "--careful-category=base"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "not in bfcl-eval 2026.3.23's model registry; close matches" in result.stderr.str()
+    assert "not in bfcl-eval 2026.3.23's model registry; did you mean gpt-4.1-2025-04-14-FC? (close matches: " in (
+        result.stderr.str()
+    )
 
 
 def test_rescoring_a_logged_run_junit_and_rule_blocks(pytester, logged_run, mode):

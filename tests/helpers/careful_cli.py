@@ -36,12 +36,18 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def result_lines(output: Path) -> list[dict[str, Any]]:
+def result_lines(output: Path, running: bool = False) -> list[dict[str, Any]]:
     """Every line of a run's multi_turn_base result file under ``output``, parsed (a half-written
-    line fails here); none when nothing was filed."""
+    line fails here); none when nothing was filed. ``running``: the run is still writing, so a last
+    line without its newline is one being appended right now, left out rather than failed."""
     files = list(output.rglob("BFCL_v4_multi_turn_base_result.json"))
     assert len(files) <= 1, files
-    return [json.loads(x) for x in files[0].read_text().splitlines() if x.strip()] if files else []
+    if not files:
+        return []
+    text = files[0].read_text()
+    if running and not text.endswith("\n"):
+        text = text.rpartition("\n")[0]
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
 
 
 def filed_once(output: Path) -> dict[str, Any]:

@@ -141,7 +141,7 @@ def test_kill_9_mid_run_with_workers_in_flight_then_rerun_loses_and_duplicates_n
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        _wait_for(lambda: len(_lines(tmp_path)) >= 4 or proc.poll() is not None)
+        _wait_for(lambda: len(result_lines(tmp_path / "result", running=True)) >= 4 or proc.poll() is not None)
         os.killpg(proc.pid, signal.SIGKILL)  # the controller and both workers, mid-write or not
         proc.wait()
         before = _results(tmp_path)

@@ -164,6 +164,7 @@ def test_hostile_text_in_a_failing_items_report(pytester: pytest.Pytester):
         "--careful-category=base",
         conversation.id,
         f"--junitxml={pytester.path / 'out.xml'}",
+        "-v",  # the transcript section, which the default verbosity leaves to report.html and JUnit
     )
     out = result.stdout.str()
     assert result.ret == 1 and "INTERNALERROR" not in out + result.stderr.str(), out[-3000:]
