@@ -178,7 +178,7 @@ def _refuse_unknown_careful_options(args: list[str], optparser: argparse.Argumen
 def expand_argument_files(args: list[str], depth: int = 0) -> None:
     """``pytest @ids.txt``: the file's lines in its place, one argument each, as pytest's argparse reads
     them (``fromfile_prefix_chars``), so that conversation ids listed there are claimed like typed ones.
-    A file that cannot be read is left for pytest to report."""
+    A file that names no conversation and no careful option, or cannot be read, is left to pytest."""
     i = 0
     while i < len(args):
         arg = args[i]
@@ -186,12 +186,12 @@ def expand_argument_files(args: list[str], depth: int = 0) -> None:
             try:
                 lines = Path(arg[1:]).read_text(encoding="utf-8").splitlines()
             except (OSError, UnicodeDecodeError):
-                i += 1
-                continue
+                lines = []
             expand_argument_files(lines, depth + 1)  # argparse reads @files within @files too
-            args[i : i + 1] = lines
-            i += len(lines)
-            continue
+            if any(NODE_ID.match(line) or line.startswith("--careful-") for line in lines):
+                args[i : i + 1] = lines
+                i += len(lines)
+                continue
         i += 1
 
 

@@ -184,6 +184,13 @@ def test_conversation_ids_from_an_argument_file(pytester: pytest.Pytester, mode:
     assert sorted(listed) == ["multi_turn_base_17[standard]", "multi_turn_base_1[standard]"]
 
 
+def test_an_argument_file_of_a_projects_own_tests_is_left_to_pytest(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_own="def test_own():\n    pass\n")
+    pytester.path.joinpath("args.txt").write_text("test_own.py\n-q\n", encoding="utf-8")
+    result = pytester.runpytest_subprocess("@args.txt")
+    result.assert_outcomes(passed=1)
+
+
 PROJECT_PROBLEMS = {
     "failing test": ("def test_own():\n    assert 1 == 2\n", []),
     "collection error": ("import no_such_module_here\n", ["--continue-on-collection-errors"]),
