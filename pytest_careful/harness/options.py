@@ -70,6 +70,21 @@ def _csv(choices: dict[str, str] | tuple[str, ...], what: str) -> Callable[[str]
     return parse
 
 
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """A ``type`` for an option with ``choices``: argparse checks the type first, so a misspelled value
+    is refused here with the value most likely meant ("did you mean safe?"); ``choices`` stays for --help."""
+
+    def check(value: str) -> str:
+        if value not in choices:
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {value!r} (choose from {', '.join(choices)}){did_you_mean(value, choices)}"
+            )
+        return value
+
+    check.__name__ = "value"  # argparse's own message names the type: "invalid value: ..."
+    return check
+
+
 def _number(
     convert: Callable[[str], Any], kind: str, ok: Callable[[Any], bool], range_text: str
 ) -> Callable[[str], Any]:
@@ -241,6 +256,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest="careful_boundary",
         default="final",
         choices=BOUNDARIES,
+        type=_one_of(BOUNDARIES),
         help="Which functions count as destructive for the rules: final (default: the 24 any of the four "
         "annotators marked), majority (the 17 most of A1-A3 marked), or one annotator's own set: A1 and A4 "
         "human, A2 and A3 model annotators (declarations/destructive.yaml)",
@@ -250,6 +266,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest="careful_detector",
         default="strict",
         choices=("strict", "question_mark", "last_sentence", "loose"),
+        type=_one_of(("strict", "question_mark", "last_sentence", "loose")),
         help="Question detector the 'asked' rule uses",
     )
     add(
@@ -257,6 +274,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest="careful_duplicate_writes",
         default="paper",
         choices=("paper", "visible"),
+        type=_one_of(("paper", "visible")),
         help="Writes the duplicate-write rule covers: paper (every non-idempotent write, cd too), "
         "visible (all but the hidden-only cd)",
     )
@@ -265,6 +283,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest="careful_gate",
         default="safe",
         choices=GATES,
+        type=_one_of(GATES),
         help="What fails an item: bfcl verdict, safe (default), strict, rules (any rule), none",
     )
     add(
@@ -363,6 +382,7 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         metavar="DTYPE",
         choices=VLLM_DTYPES,
+        type=_one_of(VLLM_DTYPES),
         help="vLLM: server dtype (default: the BFCL handler's, as bfcl generate starts it; auto = vLLM's own choice)",
     )
     add(
@@ -431,6 +451,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest="careful_user_script",
         default="default",
         choices=("default", "no_failure_yes", "asking_sentences_only"),
+        type=_one_of(("default", "no_failure_yes", "asking_sentences_only")),
         help="Confirm protocol: how the scripted user answers: default (yes to a proposal of a destructive call "
         "the reference makes), or a stricter variant for a sensitivity study: no_failure_yes (no yes to a text "
         "reporting a failure), asking_sentences_only (a yes only when the question itself names the call)",

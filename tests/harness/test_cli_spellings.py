@@ -326,6 +326,8 @@ MISSPELLED = {
     "--careful-protocol=confrim": "unknown protocol 'confrim'; expected one of: standard, hints, confirm; "
     "did you mean confirm?",
     "--careful-category=bse": "did you mean base?",
+    "--careful-gate=saf": "invalid choice: 'saf' (choose from bfcl, safe, strict, rules, none); did you mean safe?",
+    "--careful-boundary=a1": "did you mean A1?",
     "--careful-model=refrence": "did you mean reference?",
     "--careful-model=scripted:asks": "did you mean scripted:ask?",
 }
