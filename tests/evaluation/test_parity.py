@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import collections
+import json
 
 import pytest
 from perturb import as_result, cases
 
-from conftest import REAL_RUN_DECODER, run_oracle
+from conftest import REAL_RUN_DECODER, ROOT, run_oracle
 from pytest_careful.data import dataset
 from pytest_careful.data.result_files import read_result_file
 from pytest_careful.evaluation.evaluate import evaluate
@@ -72,5 +73,24 @@ def test_real_run_matches_bfcl(real_run, category):
     ours = [evaluate(dataset.get(e.id), e.result, dec, model_name="gpt_oss") for e in entries]
     # Decoding: our guarded decoder gives exactly what the stock decoder gives.
     # (An inference error has nothing to decode: the oracle says None, we keep [].)
+    assert [o.decoded for o in ours] == [t["decoded"] or [] for t in oracle]
+    assert [(o.verdict.valid, o.verdict.error_type) for o in ours] == [(t["valid"], t["error_type"]) for t in oracle]
+
+
+EXAMPLE = ROOT / "examples" / "smollm2-135m-vllm-cpu" / "SmolLM2-135M-Instruct"
+
+
+@pytest.mark.parametrize(
+    "category", ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]
+)
+def test_the_shipped_example_run_matches_bfcl(category):
+    """The run every fresh clone has (examples/), decoded by the handler its settings name: the same
+    decoded calls and verdicts as bfcl-eval's own decoder and checker."""
+    key = json.loads((EXAMPLE / "careful_settings.json").read_text())["decoder"]
+    entries, problems = read_result_file(EXAMPLE / "multi_turn" / f"BFCL_v4_{category}_result.json", category)
+    assert not problems and len(entries) == 40
+    dec = decoder(key)
+    oracle = run_oracle({"id": e.id, "result": e.result, "decoder": key, "model_name": "example"} for e in entries)
+    ours = [evaluate(dataset.get(e.id), e.result, dec, model_name="example") for e in entries]
     assert [o.decoded for o in ours] == [t["decoded"] or [] for t in oracle]
     assert [(o.verdict.valid, o.verdict.error_type) for o in ours] == [(t["valid"], t["error_type"]) for t in oracle]
