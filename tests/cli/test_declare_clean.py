@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REAL_RUN, missing_fixture
 from pytest_careful.cli import declare
 from pytest_careful.effects import declarations
 
@@ -136,9 +137,14 @@ def test_check_fails_on_an_edited_declaration(tmp_path, capsys):
 def test_the_extract_reproduces_the_logged_run_when_it_is_here():
     sources = declare.read_sources(declarations.DECLARATIONS_DIR)
     for source in sources:
-        run = ROOT.parent / "shared" / "real-runs" / source["run"]
+        # The fixture (CAREFUL_REAL_RUN or ../shared) when it is this run; its siblings otherwise.
+        run = (
+            REAL_RUN
+            if source["run"] in (REAL_RUN.name, "gpt-oss-20b-vllm-2025-11-12")
+            else REAL_RUN.parent / source["run"]
+        )
         if not run.is_dir():
-            pytest.skip(f"the logged run {source['run']} is not available here")
+            missing_fixture(f"the logged run {source['run']} is not at {run} (set CAREFUL_REAL_RUN to its folder)")
         text, fingerprint = declare.extract_run(run, source["decoder"])
         assert fingerprint == source["run_sha256"]
         assert text == (declarations.DECLARATIONS_DIR / source["extract"]).read_text(encoding="utf-8")
