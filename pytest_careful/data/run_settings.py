@@ -105,16 +105,18 @@ def recorded_decoder(folder: Path) -> str | None:
     Rescoring a folder a live run wrote then needs no ``--careful-decoder``; a plain
     ``bfcl generate`` folder (no settings file) or one whose runs disagree gives None.
     """
-    found: set[object] = set()
+    found: set[str | None] = set()
     for depth in range(_SEARCH_DEPTH + 1):
         for path in folder.glob("/".join(["*"] * depth + [SETTINGS_FILE])):
+            if not path.is_file():  # a FIFO or device named so is never opened (it could block)
+                return None
             try:
                 settings = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, ValueError, RecursionError):
                 return None
-            found.add(settings.get(DECODER_KEY) if isinstance(settings, dict) else None)
-    key = found.pop() if len(found) == 1 else None
-    return key if isinstance(key, str) and key.isprintable() else None
+            key = settings.get(DECODER_KEY) if isinstance(settings, dict) else None
+            found.add(key if isinstance(key, str) and key.isprintable() else None)
+    return found.pop() if len(found) == 1 else None
 
 
 def script_problem(made_with: str, script: str) -> str | None:

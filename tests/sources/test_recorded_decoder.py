@@ -46,3 +46,28 @@ def test_a_plain_bfcl_folder_still_needs_the_decoder_and_says_why(pytester: pyte
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["*needs --careful-decoder KEY*careful_settings.json; this folder holds none*"])
     assert _run(pytester, f"--careful-results={folder}", f"--careful-decoder={REAL_RUN_DECODER}", IDS[0]).ret == 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['{"condition": "standard", "decoder": []}', '{"decoder": "a\\u001b[31m"}', "[1, 2]", "\xff\xfe", "{" * 10_000],
+    ids=["a list", "an escape", "not an object", "not utf-8", "too deep"],
+)
+def test_a_hostile_settings_file_names_no_decoder(tmp_path: Path, content: str) -> None:
+    from pytest_careful.data.run_settings import recorded_decoder
+
+    folder = tmp_path / "standard" / "model"
+    folder.mkdir(parents=True)
+    (folder / "careful_settings.json").write_bytes(content.encode("utf-8", "surrogateescape"))
+    assert recorded_decoder(tmp_path) is None
+    (folder / "careful_settings.json").write_text('{"condition": "standard", "decoder": "gpt-4.1-2025-04-14-FC"}')
+    assert recorded_decoder(tmp_path) == "gpt-4.1-2025-04-14-FC"
+
+
+def test_a_fifo_named_like_the_settings_file_is_not_opened(tmp_path: Path) -> None:
+    import os
+
+    from pytest_careful.data.run_settings import recorded_decoder
+
+    os.mkfifo(tmp_path / "careful_settings.json")
+    assert recorded_decoder(tmp_path) is None  # returns at once: a read would block forever
