@@ -183,8 +183,9 @@ def expand_argument_files(args: list[str], depth: int = 0) -> None:
     while i < len(args):
         arg = args[i]
         if arg.startswith("@") and len(arg) > 1 and depth < 10:
-            try:
-                lines = Path(arg[1:]).read_text(encoding="utf-8").splitlines()
+            try:  # a regular file only: a pipe (@/dev/stdin) read here would be empty for pytest after
+                file = Path(arg[1:])
+                lines = file.read_text(encoding="utf-8").splitlines() if file.is_file() else []
             except (OSError, UnicodeDecodeError):
                 lines = []
             expand_argument_files(lines, depth + 1)  # argparse reads @files within @files too
