@@ -68,27 +68,30 @@ class Bounder:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
         if self.config.get_verbosity() <= 0 and self.config.getoption("tbstyle", "auto") not in ("no", "line"):
+            junit, pages = self._junit(), self._report_pages()  # once, not per failure
             for report in terminalreporter.stats.get("failed", []):
-                if report.when == "call" and NODE_ID.match(report.nodeid):
-                    self._bound(report)
+                match = NODE_ID.match(report.nodeid)
+                if report.when == "call" and match:
+                    self._bound(report, pointer(report.nodeid, pages.get(match["condition"]), junit))
         return (yield)
 
-    def _bound(self, report: pytest.TestReport) -> None:
-        match = NODE_ID.match(report.nodeid)
-        condition = match["condition"] if match else None
-        here = pointer(report.nodeid, self._report_html(condition), self._junit())
+    def _bound(self, report: pytest.TestReport, here: str) -> None:
         # str() of the repr itself: report.longreprtext would carry xdist's "[gw0] linux ..." line,
         # which the terminal prints again above it.
         text = str(report.longrepr)
         report.longrepr = Bounded(cut(text, here), getattr(report.longrepr, "reprcrash", None))  # type: ignore[assignment]
         report.sections = [s for s in report.sections if not s[0].startswith(SECTION_PREFIX)]
 
-    def _report_html(self, condition: str | None) -> str | None:
-        pages = [Path(p) for p in self.state.written if p.endswith("report.html")]
-        for page in pages:
-            if condition in (page.parent.name, page.parent.parent.name):  # <label>/<condition>[/partial]/
-                return _shown_path(page, self.config.invocation_params.dir)
-        return None
+    def _report_pages(self) -> dict[str, str]:
+        """Each protocol's report.html (``<label>/<protocol>[/partial or /repeat-<k>]/report.html``), as shown."""
+        pages: dict[str, str] = {}
+        for written in self.state.written:
+            page = Path(written)
+            if page.name == "report.html":
+                below = page.parent.name == "partial" or page.parent.name.startswith("repeat-")
+                protocol = page.parent.parent.name if below else page.parent.name
+                pages.setdefault(protocol, _shown_path(page, self.config.invocation_params.dir))
+        return pages
 
     def _junit(self) -> str | None:
         path = self.config.getoption("xmlpath", None)

@@ -125,10 +125,16 @@ class CarefulPlugin:
 
     def _items_of_the_run(self) -> int:
         """How many conversation items the workers collected (the controller collects none)."""
+        return len(self._conversations()) * len(self.state.options.protocols)
+
+    def _conversations(self) -> list[dataset.Conversation]:
+        """The run's conversations: its categories', narrowed to those named as node ids."""
         chosen = self.config.stash.get(selection.SELECTION_KEY, selection.Selection())
         conversations = dataset.load(self.state.options.categories)
-        named = chosen.conversation_ids() if chosen.node_ids else None
-        return sum(1 for c in conversations if named is None or c.id in named) * len(self.state.options.protocols)
+        if chosen.node_ids:
+            named = chosen.conversation_ids()
+            conversations = [c for c in conversations if c.id in named]
+        return conversations
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -180,9 +186,7 @@ class CarefulPlugin:
     ) -> None:
         collector = CarefulCollector.from_parent(session, name="careful", nodeid="careful")
         chosen = config.stash.get(selection.SELECTION_KEY, selection.Selection())
-        conversations = dataset.load(self.state.options.categories)
-        if chosen.node_ids:
-            conversations = [c for c in conversations if c.id in chosen.conversation_ids()]
+        conversations = self._conversations()
         new = [
             i
             for i in make_items(collector, conversations, self.state.options.protocols)
