@@ -18,9 +18,10 @@ end. Its URL reaches the workers in ``CAREFUL_VLLM_ENDPOINT`` (they inherit the
 controller's environment); ``--careful-endpoint`` names servers someone else runs,
 one or several: each process prefers one (xdist worker N the N-th, round robin)
 and moves to the next healthy one when its server stops answering. In every
-process the handler is set up by BFCL's own
-``spin_up_local_server(skip_server_setup=True)`` (tokenizer, context length),
-pointed at that URL.
+process the handler is set up as BFCL's own
+``spin_up_local_server(skip_server_setup=True)`` sets it up (tokenizer, context length:
+:mod:`.tokens` reads them without transformers where the files allow it), pointed at
+that URL.
 
 A hub model's files are fetched once, by the controller, before the server starts
 (:mod:`.hub`: the user's ``HF_*`` settings decide from where, and whether at all);
@@ -48,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..execution.decoding import registry_entry
-from . import hub
+from . import hub, tokens
 from .errors import NotRun, RunAgain, ServerStopped, StopRun
 
 ENDPOINT_ENV = "CAREFUL_VLLM_ENDPOINT"
@@ -382,9 +383,9 @@ def missing_message(plan: ServerPlan, missing: list[str]) -> str:
     if plan.endpoints:
         # No way around it: BFCL formats and counts every prompt with the model's tokenizer.
         return (
-            "--careful-endpoint still needs transformers here: BFCL's handler formats every "
-            "prompt with the model's tokenizer and counts its tokens (transformers' AutoTokenizer) "
-            "before it calls the server: pip install transformers"
+            "--careful-endpoint still needs transformers here: BFCL's handler counts a prompt's "
+            "tokens with the model's tokenizer (transformers' AutoTokenizer) where the count decides "
+            "the request: pip install transformers"
         )
     if missing == ["vllm"]:
         return (
@@ -603,15 +604,18 @@ def point_handler(handler: Any, url: str) -> None:
 
 
 def setup_handler(handler: Any, plan: ServerPlan, model: str, max_tokens: int | None = None) -> None:
-    """Point BFCL's OSS handler at a server; BFCL's own code loads the tokenizer."""
+    """Point BFCL's OSS handler at a server, with the tokenizer and context length BFCL's would load."""
     handler.careful_max_tokens = max_tokens  # pacing.share caps each request's max_tokens with it
     endpoint = plan.current or pick(plan, model)
     point_handler(handler, endpoint)
     local = model if Path(model).is_dir() else None
     with contextlib.redirect_stdout(io.StringIO()), _tokenizer_from_cache(endpoint, local or model):
-        handler.spin_up_local_server(
-            num_gpus=1, gpu_memory_utilization=0.9, backend="vllm", skip_server_setup=True, local_model_path=local
-        )
+        # The files' own tokenizer and context length, without transformers (and torch) where
+        # they allow it (tokens.py); else BFCL's own set-up, which loads them through transformers.
+        if not tokens.light_setup(handler, local):
+            handler.spin_up_local_server(
+                num_gpus=1, gpu_memory_utilization=0.9, backend="vllm", skip_server_setup=True, local_model_path=local
+            )
     fit_context(handler, endpoint, model)
     plan.current = endpoint
     plan.handlers.append(handler)

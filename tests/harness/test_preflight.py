@@ -73,7 +73,7 @@ def test_vllm_model_without_the_engine_is_one_usage_error(pytester: pytest.Pytes
 def test_running_server_without_transformers_says_why_it_is_still_needed(pytester: pytest.Pytester, mode: str) -> None:
     result = _run(pytester, f"--careful-model={VLLM_MODEL}", "--careful-endpoint=http://127.0.0.1:9/v1", *MODES[mode])
     text = _refused_once(result, "--careful-endpoint still needs transformers here")
-    assert "formats every prompt with the model's tokenizer" in text and "pip install transformers" in text
+    assert "counts a prompt's tokens with the model's tokenizer" in text and "pip install transformers" in text
     assert "vllm" not in text.lower().replace("vllm-served", "")  # the engine is not what is missing
     assert "point --careful-endpoint" not in text  # not offered as the way out: it is the way in
 

