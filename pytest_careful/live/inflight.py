@@ -21,6 +21,14 @@ take the conversations from one list:
   runs (not started yet, or its process was killed) the item's process claims and
   runs itself, on the item's thread.
 
+Against a vLLM server under xdist one process drives (:func:`one_driver`): the
+first to take the session's driver lock (another ``flock``) runs every conversation
+on all the slots, and the others only score their items from the outcomes it files,
+never building a handler, tokenizer or client. If the driver dies, its lock goes
+with it and a waiting process takes over the rest. Once its own items are done the
+driver goes on with the queue while another process still runs items (each holds
+a mark of life on the board), since those wait for it; after that, nothing new.
+
 xdist's scheduling, node ids, ``-k``, ``--lf``, JUnit and the item's report are
 untouched: only where the conversation runs moved. A worker whose items are done
 keeps its threads on the conversations still unclaimed, then waits for those it
@@ -32,6 +40,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import tempfile
@@ -49,6 +58,8 @@ Key = tuple[str, str, int]
 POLL_SECONDS = 0.05
 #: How often it checks that the process running it is still alive (its claim is held).
 PROBE_SECONDS = 0.5
+#: Numbers this process's flights (tests run several in one process).
+_FLIGHTS = itertools.count()
 #: How often each process writes its counts for the progress display.
 PROGRESS_SECONDS = 1.0
 
@@ -128,6 +139,26 @@ class Board:
         self.release(fd)
         return False
 
+    def alive(self, name: str) -> int | None:
+        """A flight's mark of life on the board, held until its process's run loop has landed."""
+        return self.claim(("alive", name, 0))
+
+    def others_alive(self, mine: str) -> bool:
+        """Whether another flight of the session still runs its items (it holds its mark)."""
+        for name in os.listdir(self.claims):
+            other = name.removeprefix("alive.0.")
+            if other != name and other != mine and self.held(("alive", other, 0)):
+                return True
+        return False
+
+    def drive(self) -> int | None:
+        """The session's driver lock (held while this process runs the conversations), or None: another has it."""
+        return self.claim(("driver", "session", 0))
+
+    def driven(self) -> bool:
+        """Whether a live process drives the session's conversations (a dead one holds no lock)."""
+        return self.held(("driver", "session", 0))
+
     def read(self, key: Key) -> Outcome | None:
         try:
             text = (self.outcomes / f"{key_name(key)}.json").read_text(encoding="utf-8")
@@ -193,8 +224,12 @@ class Flight:
         board: Board,
         run: Callable[[Key], Outcome],
         unwritable: Callable[[OSError], None] | None = None,
+        driver: int | None | bool = True,
     ) -> None:
         self.board = board
+        # True: every process drives (each its share); an fd: this process holds the session's
+        # driver lock and runs every conversation; None: another process drives, this one waits.
+        self._driver = driver
         self._run = run
         self._unwritable = unwritable  # the session folder cannot be written: the run stops
         self._queue = collections.deque(dict.fromkeys(keys))
@@ -207,9 +242,13 @@ class Flight:
         self.total = len(self._queue)
         self._threads = [
             threading.Thread(target=self._work, name=f"careful-flight-{n}", daemon=True)
-            for n in range(max(1, min(slots, len(self._queue))))
+            for n in range(max(1, min(slots, len(self._queue))) if driver is not None else 0)
         ]
         self._landed = threading.Event()
+        self._slots = max(1, min(slots, len(self._queue)))
+        self._finishing = False  # the run loop ended: run the rest only while other processes need it
+        self._name = f"{os.getpid()}-{next(_FLIGHTS)}"
+        self._alive = board.alive(self._name) if driver is not True else None
 
     def start(self) -> None:
         self.counts.started = time.time()
@@ -236,6 +275,8 @@ class Flight:
         with self._lock:
             while not self._queue and not self._closed and not self.stopping.is_set():
                 self._lock.wait()
+            if self._finishing and self._queue and not self.board.others_alive(self._name):
+                self._queue.clear()  # no process is left whose items could need them (-x, a crash)
             return self._queue.popleft() if self._queue and not self.stopping.is_set() else None
 
     def _work(self) -> None:
@@ -320,7 +361,8 @@ class Flight:
                     kept = self._outcomes.pop(key)
                     if kept is not None:
                         return kept
-                queued = key in self._queue
+                # A waiting process's queue is the driver's to run, not its own.
+                queued = self._driver is not None and key in self._queue
                 if queued and self._queue[0] != key:
                     self._queue.remove(key)  # not started: it is the one this process needs next
                     self._queue.appendleft(key)
@@ -331,15 +373,29 @@ class Flight:
                     return found
                 now = time.monotonic()
                 # Claimed by nobody: not started by the process that took it off its queue,
-                # or that process died (its claim went with it). Run it here.
+                # or that process died (its claim went with it). Run it here, unless a live
+                # driver will (it runs every conversation; this process only scores).
                 if now - probed >= PROBE_SECONDS:
                     probed = now
-                    if not self.board.held(key):
+                    if self._driver is None and not self.board.driven():
+                        self._take_over()
+                    if not self.board.held(key) and not (self._driver is None and self.board.driven()):
                         self._push(key)
                         continue
             with self._lock:
                 if key not in self._outcomes:
                     self._lock.wait(POLL_SECONDS)
+
+    def _take_over(self) -> None:
+        """The driver is gone (killed, or cut short): drive the rest from here, if no other process does."""
+        fd = self.board.drive()
+        if fd is None:
+            return
+        with self._lock:
+            self._driver = fd
+            for _ in range(self._slots):
+                self._revive()
+            self._lock.notify_all()
 
     def _push(self, key: Key) -> None:
         with self._lock:
@@ -367,9 +423,27 @@ class Flight:
                 thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def landed(self) -> None:
-        """The last progress write; the progress thread ends."""
+        """The last progress write; the progress thread ends; another process may drive now."""
         self._landed.set()
         self.write_progress()
+        if self.drives_all:
+            self.board.release(self._driver)  # type: ignore[arg-type]
+            self._driver = True
+        if self._alive is not None:
+            self.board.release(self._alive)
+            self._alive = None
+
+    @property
+    def drives_all(self) -> bool:
+        """This process holds the driver lock: other processes' items wait for its conversations."""
+        return isinstance(self._driver, int) and not isinstance(self._driver, bool)
+
+    def finish(self) -> None:
+        """The run loop ended whole: run the rest of the queue while another process runs items
+        (they wait for it), then end."""
+        with self._lock:
+            self._closed = self._finishing = True
+            self._lock.notify_all()
 
     def close(self) -> None:
         """Start nothing more; what is running goes on."""
@@ -416,16 +490,34 @@ def take_off(source: Any, items: Iterable[Any], repeats: int, workers: int = 1) 
     if not keys:
         return None
     keys.sort(key=_turns, reverse=True)  # stable: collection order among equals
+    board = Board(source.session_dir() / "flight")
+    # A server-backed model: one process drives every conversation (one handler, one tokenizer,
+    # one client per run), the others score; anything else (a scripted policy) runs its share here.
+    driver = board.drive() if one_driver(source, workers) else True
     flight = Flight(
         keys,
-        slots(source.concurrency, workers),
-        Board(source.session_dir() / "flight"),
+        source.concurrency if driver is not True else slots(source.concurrency, workers),
+        board,
         source.execute,
         unwritable=source.cannot_file,
+        driver=driver,
     )
     source.flight = flight
     flight.start()
     return flight
+
+
+def one_driver(source: Any, workers: int) -> bool:
+    """Whether one process drives the session's conversations: one vLLM server's, under xdist.
+
+    The client's work per request is small (a prompt formatted and counted, an answer
+    decoded and executed); the server's is the run's time. Each process that drives builds
+    BFCL's handler, its tokenizer and an HTTP client; workers that only score need none of it.
+    """
+    handle = getattr(source, "handle", None)
+    # Several servers (--careful-endpoint=URL,URL): each worker starts on its own, as before.
+    servers = len(getattr(getattr(source, "server_plan", None), "endpoints", ()) or ())
+    return workers > 1 and getattr(handle, "kind", None) == "vllm" and servers <= 1
 
 
 def _turns(key: Key) -> int:
@@ -450,7 +542,10 @@ def land(flight: Flight, completed: bool) -> None:
     (or paid for): they are finished and filed. Nothing new starts either way: a
     conversation an item still needs is run by that item's process.
     """
-    if completed:
+    if completed and flight.drives_all:
+        flight.finish()  # the conversations other processes' items still wait for
+        flight.drain()
+    elif completed:
         flight.close()
         flight.drain()
     else:

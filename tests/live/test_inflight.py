@@ -209,6 +209,80 @@ def test_two_processes_run_each_conversation_once_and_share_outcomes(tmp_path: P
     assert 5 < recorder.most <= 10  # both flights' slots were used, never more
 
 
+def test_one_driver_runs_every_conversation_and_the_other_process_only_waits(tmp_path: Path) -> None:
+    """A vLLM run under xdist: the process holding the driver lock runs all, with all the slots."""
+    recorder = Recorder()
+    keys = _keys(30)
+    driver = Flight(keys, 10, Board(tmp_path), recorder.runner("driver"), driver=Board(tmp_path).drive())
+    waiter = Flight(keys, 10, Board(tmp_path), recorder.runner("waiter"), driver=Board(tmp_path).drive())
+    assert driver.drives_all and not waiter.drives_all  # the lock is taken once
+    driver.start()
+    waiter.start()
+    # The waiter's items come first and want the last conversations the driver will start.
+    got = {key: waiter.outcome(key) for key in reversed(keys[15:])}
+    got |= {key: driver.outcome(key) for key in keys[:15]}
+    inflight.land(driver, completed=True)
+    inflight.land(waiter, completed=True)
+    assert sorted(key for _, key in recorder.ran) == sorted(keys)
+    assert {who for who, _ in recorder.ran} == {"driver"}
+    assert 5 < recorder.most <= 10
+    assert all(json.loads(o.line or "")["id"] == key[1] for key, o in got.items())
+    assert not Board(tmp_path).driven()  # landed: the lock is let go
+
+
+def test_a_driver_whose_items_are_done_runs_on_only_while_another_process_runs_items(tmp_path: Path) -> None:
+    """Its run loop over, the driver keeps running the queue for the items still to come elsewhere;
+    once no other process runs items (all done, or stopped after -x) it starts nothing more."""
+    recorder = Recorder(seconds=0.2)
+    keys = _keys(20)
+    driver = Flight(keys, 2, Board(tmp_path), recorder.runner("driver"), driver=Board(tmp_path).drive())
+    waiter = Flight(keys, 2, Board(tmp_path), recorder.runner("waiter"), driver=Board(tmp_path).drive())
+    driver.start()
+    waiter.start()
+    landing = threading.Thread(target=inflight.land, args=(driver, True))
+    landing.start()  # the driver's own items are done at once
+    assert waiter.outcome(keys[5]).kind == "entry"  # still run for the other process's item
+    inflight.land(waiter, completed=True)  # that process is done (or was stopped)
+    landing.join(timeout=10)
+    assert not landing.is_alive()
+    ran = [key for _, key in recorder.ran]
+    assert keys[5] in ran and len(ran) <= 10, len(ran)  # the rest was not run for nobody
+    assert {who for who, _ in recorder.ran} == {"driver"}
+
+
+def test_a_dead_driver_is_taken_over_by_a_waiting_process(tmp_path: Path) -> None:
+    held = Board(tmp_path).drive()  # a driver that claimed the run, then was killed before running anything
+    assert held is not None
+    recorder = Recorder()
+    keys = _keys(12)
+    waiter = Flight(keys, 4, Board(tmp_path), recorder.runner("waiter"), driver=Board(tmp_path).drive())
+    waiter.start()
+    waited: list[Outcome] = []
+    thread = threading.Thread(target=lambda: waited.append(waiter.outcome(keys[-1])))
+    thread.start()
+    time.sleep(3 * inflight.PROBE_SECONDS)
+    assert not waited and recorder.ran == []  # a live driver will run it: wait
+    Board.release(held)  # killed: its flock goes with it
+    thread.join(timeout=10)
+    assert waited
+    got = [waiter.outcome(key) for key in keys]
+    inflight.land(waiter, completed=True)
+    assert sorted(key for _, key in recorder.ran) == sorted(keys)  # it drives the rest, not only what it needs
+    assert all(o.kind == "entry" for o in got) and 1 < recorder.most <= 4
+
+
+def test_only_a_vllm_run_under_xdist_has_one_driver() -> None:
+    def source(kind: str, endpoints: tuple[str, ...] = ()) -> Any:
+        plan = types.SimpleNamespace(endpoints=endpoints)
+        return types.SimpleNamespace(handle=types.SimpleNamespace(kind=kind), server_plan=plan)
+
+    assert inflight.one_driver(source("vllm"), 2)  # the server the plugin started
+    assert inflight.one_driver(source("vllm", ("http://a/v1",)), 8)
+    assert not inflight.one_driver(source("vllm", ("http://a/v1", "http://b/v1")), 8)  # workers spread over them
+    assert not inflight.one_driver(source("vllm"), 1)
+    assert not any(inflight.one_driver(source(kind), 8) for kind in ("scripted", "claude", "api"))
+
+
 def test_a_conversation_whose_process_died_is_run_by_the_item_that_needs_it(tmp_path: Path) -> None:
     board = Board(tmp_path)
     key = _keys(1)[0]
