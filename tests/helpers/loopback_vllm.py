@@ -215,6 +215,12 @@ def _json_object(text: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- writing each API's answer
 
 
+def _content_number(body: Mapping[str, Any]) -> int:
+    """A number for a request that depends on its content only."""
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return int(digest[:12], 16)
+
+
 def completion_body(model: str, answer: Answer, number: int) -> dict[str, Any]:
     text = answer.text if answer.call is None else hermes(*answer.call)
     return {
@@ -387,8 +393,11 @@ class LoopbackVLLM(Serving):
         host: str = "127.0.0.1",
         port: int = 0,
         lifetime: float | None = 600.0,
+        keep_bodies: bool = False,
     ) -> None:
         self.latency = latency
+        #: Every model request's body as it came, bytes and all (``keep_bodies``): what a client sent.
+        self.bodies: list[bytes] | None = [] if keep_bodies else None
         self.max_num_seqs = max_num_seqs
         self.models = list(models)
         self.max_model_len = max_model_len
@@ -535,7 +544,10 @@ class LoopbackVLLM(Serving):
             return 503, {}, {"error": {"message": "server stopping", "type": "loopback"}}
         record.status = 200
         record.function = answer.call[0] if answer.call else None
-        return 200, {}, WRITERS[api](record.model or self.models[0], answer, record.number)
+        # Keeping bodies (a comparison of two clients): ids the answer carries come from the request,
+        # not its arrival order, so that the same conversation gets the same ids from either client.
+        number = _content_number(body) if self.bodies is not None else record.number
+        return 200, {}, WRITERS[api](record.model or self.models[0], answer, number)
 
     def _fault(self, number: int) -> tuple[int, dict[str, str], dict[str, Any]] | None:
         if number <= self.rate_limited:
@@ -618,6 +630,8 @@ def _handler_for(server: LoopbackVLLM) -> Callable[..., BaseHTTPRequestHandler]:
                 server.reset()
                 self._send(200, {}, {})
             elif path in MODEL_PATHS:
+                if server.bodies is not None:
+                    server.bodies.append(raw)
                 self._send(*server.serve(MODEL_PATHS[path], _json_object(raw.decode("utf-8", "replace"))))
             else:
                 self._send(404, {}, {"error": {"message": f"no route {path}", "type": "not_found"}})
