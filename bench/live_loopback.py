@@ -49,8 +49,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 HANDLER = "Qwen/Qwen3-8B-FC"
-SIDES = {"bfcl": None, "n2": ["-n", "2"], "n8": ["-n", "8"], "serial": ["-p", "no:xdist"]}
-LABELS = {"bfcl": "bfcl generate", "n2": "pytest -n 2", "n8": "pytest -n 8", "serial": "pytest -p no:xdist"}
+SIDES = {"bfcl": None, "n2": ["-n", "2"], "n8": ["-n", "8"], "n16": ["-n", "16"], "serial": ["-p", "no:xdist"]}
+LABELS = {
+    "bfcl": "bfcl generate",
+    "n2": "pytest -n 2",
+    "n8": "pytest -n 8",
+    "n16": "pytest -n 16",
+    "serial": "pytest -p no:xdist",
+}
 SAMPLE_S = 0.2
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
