@@ -576,9 +576,10 @@ def usable_cpus() -> int:
 def cap_workers(option: Any, kind: str, cpus: int | None = None) -> str | None:
     """A live run against a server: no more xdist workers than usable CPUs; what was done, said in a line.
 
-    Each worker keeps its share of ``--careful-concurrency`` in flight, so a worker adds
-    client CPU (prompting, decoding, scoring), not requests: past the CPUs it only adds
-    memory (about 190 MB each) and start-up time. Measured (bench/live_loopback.py,
+    The conversations run many at a time whatever the workers (``--careful-concurrency``;
+    against one vLLM server one process drives them all), so a worker adds client CPU
+    (prompting, decoding, scoring), not requests: past the CPUs it only adds memory
+    (about 190 MB each) and start-up time. Measured (bench/live_loopback.py,
     2 cores, L = 1 s): ``-n 8`` ran 0.53x as fast as ``-n 2`` with 2.9x the memory.
     A scripted model has no server and is left as asked.
     """
@@ -589,8 +590,8 @@ def cap_workers(option: Any, kind: str, cpus: int | None = None) -> str | None:
     option.tx = ["popen"] * cpus
     option.numprocesses = cpus
     return (
-        f"{cpus} xdist workers, not {len(tx)}: this machine has {cpus} usable CPUs, and each worker "
-        f"keeps many conversations in flight (--careful-concurrency); more workers would only hold more memory"
+        f"{cpus} xdist workers, not {len(tx)}: this machine has {cpus} usable CPUs, and the conversations "
+        f"run many at a time whatever the workers (--careful-concurrency); more workers would only hold more memory"
     )
 
 

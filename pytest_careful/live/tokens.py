@@ -7,7 +7,8 @@ from which ``_query_prompting`` sizes ``max_tokens = min(4096, context - count -
 BFCL's ``spin_up_local_server`` loads both through transformers, and wherever torch is
 installed (a vLLM venv) that import alone takes 4-20 s and 350-870 MB per process.
 
-Here both come from the files themselves: ``config.json``'s top-level
+Here both come from the files themselves (and most prompts need no count at all: see
+:class:`LightTokenizer`): ``config.json``'s top-level
 ``max_position_embeddings`` and ``tokenizer.json`` read by the ``tokenizers`` library
 (0.1 s, 60 MB), which is what a fast transformers tokenizer runs. The count decides a
 request only near the context's end: whenever the prompt is short enough that
@@ -62,11 +63,106 @@ def context_length(folder: Path) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+#: Pipeline steps that never make an ASCII text longer: Unicode normal forms and case leave ASCII
+#: as it is; Strip and StripAccents only shorten it.
+_SAME_LENGTH_NORMALIZERS = frozenset({"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Strip", "StripAccents"})
+#: Pre-tokenizers that split a text without adding characters (ByteLevel: one character per byte).
+_SPLITTING_PRE_TOKENIZERS = frozenset(
+    {"Split", "Whitespace", "WhitespaceSplit", "Punctuation", "Digits", "BertPreTokenizer", "UnicodeScripts"}
+)
+#: Slack on top of the bound, for a rebuilt pipeline's prefix (transformers may rebuild a class's own).
+_SLACK = 8
+
+
+def char_bound(spec: dict[str, Any]) -> Callable[[str], int] | None:
+    """An upper bound on the tokens of an ASCII text, from ``tokenizer.json``'s pipeline; None: none known.
+
+    Every model (BPE, WordPiece, Unigram, WordLevel, byte fallback) cuts each piece of the
+    pre-tokenized text into tokens of one character or more, and an ASCII character is one byte:
+    at most one token per character that the normalizer and pre-tokenizer leave. What they add is
+    counted. ``Replace`` by a longer string adds its growth per occurrence. ``Prepend`` and a
+    leading ``▁`` or space (Metaspace, ByteLevel's ``add_prefix_space``) add ``p`` characters to
+    each section between added tokens; each added token is one token for ``len(a)`` characters, so
+    with every ``len(a) > p`` the sections' prefixes are paid for by the tokens between them:
+
+        tokens <= m + sum(len(s_i) + p) + growth <= len(text) + p + growth + sum(1 + p - len(a_j))
+
+    Anything else (a replacement by pattern, an unknown step) gives no bound.
+    """
+    extra = _normalizer_extra(spec.get("normalizer"))
+    prefix = _pre_tokenizer_extra(spec.get("pre_tokenizer"))
+    if extra is None or prefix is None:
+        return None
+    growth, prepended = extra
+    per_section = prepended + prefix
+    added = [t.get("content") for t in spec.get("added_tokens") or () if isinstance(t, dict)]
+    if per_section and not all(isinstance(a, str) and len(a) > per_section for a in added):
+        return None
+
+    def bound(text: str) -> int:
+        return len(text) + growth(text) + per_section + _SLACK
+
+    return bound
+
+
+def _normalizer_extra(step: Any) -> tuple[Callable[[str], int], int] | None:
+    """(growth of a text by its replacements, characters prepended to each section), or None."""
+    if step is None:
+        return (lambda text: 0), 0
+    kind = step.get("type") if isinstance(step, dict) else None
+    if kind in _SAME_LENGTH_NORMALIZERS:
+        return (lambda text: 0), 0
+    if kind == "Prepend" and isinstance(step.get("prepend"), str):
+        return (lambda text: 0), len(step["prepend"])
+    if kind == "Replace":
+        pattern, content = step.get("pattern"), step.get("content")
+        target = pattern.get("String") if isinstance(pattern, dict) else None
+        if not isinstance(target, str) or not target or not isinstance(content, str):
+            return None  # a regex: what it matches is not known here
+        grows = len(content) - len(target)
+        return ((lambda text: 0) if grows <= 0 else (lambda text: grows * text.count(target))), 0
+    if kind == "Sequence" and isinstance(step.get("normalizers"), list):
+        parts = [_normalizer_extra(part) for part in step["normalizers"]]
+        if any(part is None for part in parts):
+            return None
+        known = [part for part in parts if part is not None]
+        # A later Replace counts its pattern in the original text; what a Prepend puts before it
+        # is counted apart (``▁`` then `` `` -> ``▁``: Llama 2's and Mistral's).
+        return (lambda text: sum(growth(text) for growth, _ in known)), sum(p for _, p in known)
+    return None
+
+
+def _pre_tokenizer_extra(step: Any) -> int | None:
+    """Characters a pre-tokenizer adds to each section (0 or 1), or None: not known."""
+    if step is None:
+        return 0
+    kind = step.get("type") if isinstance(step, dict) else None
+    if kind in _SPLITTING_PRE_TOKENIZERS:
+        return 0
+    if kind == "ByteLevel":
+        return 1 if step.get("add_prefix_space") else 0
+    if kind == "Metaspace":
+        scheme = step.get("prepend_scheme", "always" if step.get("add_prefix_space", True) else "never")
+        return {"never": 0, "first": 1, "always": 1}.get(scheme)
+    if kind == "Sequence" and isinstance(step.get("pretokenizers"), list):
+        parts = [_pre_tokenizer_extra(part) for part in step["pretokenizers"]]
+        return None if any(part is None for part in parts) else sum(p for p in parts if p is not None)
+    return None
+
+
 class LightTokenizer:
     """``tokenize`` by the ``tokenizers`` library; the exact tokenizer near the context's end
-    and for everything else, loaded once on first need (``exact``)."""
+    and for everything else, loaded once on first need (``exact``).
 
-    def __init__(self, path: Path, exact: Callable[[], Any], context: Callable[[], int]) -> None:
+    ``sizing_only``: the handler's ``_query_prompting`` is BFCL's own, whose only use of the
+    count is ``max_tokens``. Then a prompt whose upper bound (:func:`char_bound`) already leaves
+    BFCL's 4096 is not tokenized at all: ``tokenize`` returns that many placeholders, which
+    give the request the true count would (the count can only be smaller, the size the same).
+    """
+
+    def __init__(
+        self, path: Path, exact: Callable[[], Any], context: Callable[[], int], sizing_only: bool = False
+    ) -> None:
         from tokenizers import Tokenizer
 
         self._backend = Tokenizer.from_file(str(path))
@@ -74,11 +170,16 @@ class LightTokenizer:
         self._context = context  # the handler's, which fit_context may shorten
         self._exact: Any = None
         self._lock = threading.Lock()
+        self._bound = char_bound(json.loads(path.read_text(encoding="utf-8"))) if sizing_only else None
         self.exact_loads = 0  # for tests: how often the exact tokenizer was needed (0 or 1)
 
     def tokenize(self, text: str, **kwargs: Any) -> list[str]:
         if kwargs:
             return list(self.exact().tokenize(text, **kwargs))
+        if self._bound is not None and text.isascii():
+            most = self._bound(text)
+            if self._context() - most - BFCL_RESERVED >= BFCL_MAX_TOKENS:
+                return [""] * most  # BFCL sizes the request by len() alone: its cap either way
         # encode_batch, not encode: it lets go of the GIL while it works, and a long prompt takes
         # milliseconds, which the conversations in flight on other threads need.
         tokens: list[str] = self._backend.encode_batch([text], add_special_tokens=False)[0].tokens
@@ -104,6 +205,13 @@ class LightTokenizer:
 def decisive(count: int, context: int) -> bool:
     """Could the exact count give another ``max_tokens`` than BFCL's cap, if ``count`` is MARGIN off?"""
     return context - int(count * (1 + MARGIN)) - 1 - BFCL_RESERVED < BFCL_MAX_TOKENS
+
+
+def bfcl_sizing(handler: Any) -> bool:
+    """Whether the handler counts tokens only where BFCL's ``OSSHandler._query_prompting`` does."""
+    from bfcl_eval.model_handler.local_inference.base_oss_handler import OSSHandler
+
+    return getattr(type(handler), "_query_prompting", None) is OSSHandler._query_prompting
 
 
 def exact_loader(folder: Path) -> Callable[[], Any]:
@@ -133,7 +241,10 @@ def light_setup(handler: Any, local_model_path: str | None) -> bool:
         return False
     try:
         tokenizer = LightTokenizer(
-            folder / "tokenizer.json", exact_loader(folder), lambda: int(handler.max_context_length)
+            folder / "tokenizer.json",
+            exact_loader(folder),
+            lambda: int(handler.max_context_length),
+            sizing_only=bfcl_sizing(handler),
         )
     except ImportError:
         return False  # no tokenizers library: transformers, which needs it, is not here either

@@ -88,8 +88,30 @@ def test_the_files_set_up_the_handler_as_bfcl_would(tmp_path: Path) -> None:
     assert tokens.light_setup(handler, str(folder))
     assert handler.model_path_or_id == str(folder)  # what requests name, as BFCL's set-up sets it
     assert handler.max_context_length == 32768
-    text = json.dumps(dataset.get("multi_turn_base_3").functions)
+    # A context where the bound (~80 characters) could change max_tokens but a count 25% off could not.
+    handler.max_context_length = tokens.BFCL_MAX_TOKENS + 40
+    handler.tokenizer._load_exact = lambda: pytest.fail("the light count was within its margin")
+    text = "Go into the document folder and count the words of report.txt, please."
     assert handler.tokenizer.tokenize(text) == Exact(folder).tokenize(text)
+
+
+def test_a_prompt_far_from_the_end_is_not_tokenized(tmp_path: Path) -> None:
+    """BFCL's own sizing, an ASCII prompt whose bound leaves 4096: no tokenizer runs at all."""
+    folder = _model(tmp_path / "m", context=40960)
+    handler = _handler(folder)
+    encoded: list[str] = []
+    backend = handler.tokenizer._backend
+
+    def encode_batch(texts: list[str], **kwargs: Any) -> Any:
+        encoded.extend(texts)
+        return backend.encode_batch(texts, **kwargs)
+
+    handler.tokenizer._backend = types.SimpleNamespace(encode_batch=encode_batch)
+    prompt = handler._format_prompt([{"role": "user", "content": "hi"}], dataset.get("multi_turn_base_7").functions)
+    assert len(handler.tokenizer.tokenize(prompt)) >= len(Exact(folder).tokenize(prompt)) and not encoded
+    assert handler.tokenizer.tokenize(prompt + " caf\u00e9") and encoded  # not ASCII: counted
+    # A handler whose _query_prompting is its own may use the count otherwise: it gets real tokens.
+    assert not tokens.bfcl_sizing(types.SimpleNamespace(_query_prompting=lambda data: None))
 
 
 @pytest.mark.parametrize("near", [False, True])
@@ -97,10 +119,13 @@ def test_bfcls_own_sizing_gets_the_exact_count_wherever_it_decides(tmp_path: Pat
     """Far from the context's end, the light count is used and BFCL sends 4096; near it, the exact
     tokenizer counts, and BFCL's sizing gets the same number as with the exact tokenizer alone."""
     ids = [f"multi_turn_base_{i}" for i in range(0, 200, 25)]
-    probe = _handler(_model(tmp_path / "probe"))
+    probe_folder = _model(tmp_path / "probe")
+    probe = _handler(probe_folder)
     counts = [
         len(
-            probe.tokenizer.tokenize(probe._format_prompt([{"role": "user", "content": "x"}], dataset.get(i).functions))
+            Exact(probe_folder).tokenize(
+                probe._format_prompt([{"role": "user", "content": "x"}], dataset.get(i).functions)
+            )
         )
         for i in ids
     ]
@@ -187,3 +212,89 @@ def test_files_that_do_not_say_it_plainly_leave_it_to_bfcl(tmp_path: Path, files
     handler = resolve(KEY, None).build()
     assert not tokens.light_setup(handler, str(folder)), why
     assert handler.model_path_or_id is None and not hasattr(handler, "tokenizer")  # untouched: BFCL sets it up
+
+
+def _pipelines() -> dict[str, Any]:
+    """Tokenizers of the kinds model repos ship, trained small (near one token per character)."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    special = ["<|im_start|>", "<|im_end|>", "<s>", "</s>", "[UNK]"]
+
+    def bpe(**kwargs: Any) -> Tokenizer:
+        return Tokenizer(models.BPE(unk_token="[UNK]", **kwargs))
+
+    made: dict[str, Any] = {}
+    made["byte-level (Qwen, Llama 3)"] = bpe(), None, pre_tokenizers.ByteLevel(add_prefix_space=False)
+    made["byte-level with a prefix space"] = bpe(), None, pre_tokenizers.ByteLevel(add_prefix_space=True)
+    made["metaspace, first (Mistral)"] = bpe(byte_fallback=True), None, pre_tokenizers.Metaspace(prepend_scheme="first")
+    made["metaspace, always"] = Tokenizer(models.Unigram()), None, pre_tokenizers.Metaspace(prepend_scheme="always")
+    made["prepend and replace (Llama 2, Gemma)"] = (
+        bpe(byte_fallback=True),
+        normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]),
+        None,
+    )
+    made["wordpiece, lowercased"] = (
+        Tokenizer(models.WordPiece(unk_token="[UNK]")),
+        normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()]),
+        pre_tokenizers.BertPreTokenizer(),
+    )
+    made["word level"] = Tokenizer(models.WordLevel(unk_token="[UNK]")), None, pre_tokenizers.Whitespace()
+    made["a tab grows to four spaces"] = (
+        bpe(),
+        normalizers.Replace("\t", "    "),
+        pre_tokenizers.Split(Regex(r"\s+"), behavior="isolated"),
+    )
+    trainer_for = {
+        models.BPE: lambda: trainers.BpeTrainer(vocab_size=300, special_tokens=special),
+        models.Unigram: lambda: trainers.UnigramTrainer(vocab_size=300, special_tokens=special, unk_token="[UNK]"),
+        models.WordPiece: lambda: trainers.WordPieceTrainer(vocab_size=300, special_tokens=special),
+        models.WordLevel: lambda: trainers.WordLevelTrainer(vocab_size=300, special_tokens=special),
+    }
+    corpus = [json.dumps(dataset.get(f"multi_turn_base_{i}").functions) for i in range(0, 200, 40)]
+    out = {}
+    for name, (tokenizer, normalizer, pre_tokenizer) in made.items():
+        if normalizer is not None:
+            tokenizer.normalizer = normalizer
+        if pre_tokenizer is not None:
+            tokenizer.pre_tokenizer = pre_tokenizer
+        kind = type(tokenizer.model)
+        tokenizer.train_from_iterator(corpus, trainer_for[kind]())
+        out[name] = tokenizer
+    return out
+
+
+def _texts() -> list[str]:
+    """BFCL prompts, and ASCII made to cost the most tokens per character."""
+    rng = random.Random(290)
+    handler = resolve(KEY, None).build()
+    prompts = [
+        handler._format_prompt([{"role": "user", "content": c.questions[0][0]["content"]}], c.functions)
+        for c in map(dataset.get, [f"multi_turn_base_{i}" for i in range(3, 200, 50)])
+    ]
+    printable = [chr(c) for c in range(32, 127)] + ["\n", "\t"]
+    noise = ["".join(rng.choice(printable) for _ in range(rng.randrange(1, 400))) for _ in range(200)]
+    tags = ["<|im_start|><|im_end|>" * 50, "<s> </s>" * 40, "\t\t x" * 100, " " * 300, "<s>a<s>b</s>c" * 30]
+    return prompts + noise + tags + [rng.choice(tags) + text for text in noise[:50]]
+
+
+def test_the_bound_is_never_below_the_count_for_any_kind_of_tokenizer() -> None:
+    texts = _texts()
+    for name, tokenizer in _pipelines().items():
+        bound = tokens.char_bound(json.loads(tokenizer.to_str()))
+        assert bound is not None, name
+        for text in texts:
+            count = len(tokenizer.encode(text, add_special_tokens=False).tokens)
+            assert count <= bound(text), (name, count, bound(text), text[:80])
+
+
+def test_a_pipeline_it_cannot_bound_gets_none() -> None:
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+
+    by_regex = Tokenizer(models.BPE())
+    by_regex.normalizer = normalizers.Replace(Regex(" +"), "  ")
+    assert tokens.char_bound(json.loads(by_regex.to_str())) is None
+    short_added = Tokenizer(models.BPE())
+    short_added.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
+    short_added.add_special_tokens(["\n"])  # a one-character token does not pay for a section's prefix
+    assert tokens.char_bound(json.loads(short_added.to_str())) is None
+    assert tokens.char_bound({"normalizer": {"type": "Precompiled"}, "pre_tokenizer": None}) is None
