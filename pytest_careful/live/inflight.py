@@ -58,6 +58,9 @@ Key = tuple[str, str, int]
 POLL_SECONDS = 0.05
 #: How often it checks that the process running it is still alive (its claim is held).
 PROBE_SECONDS = 0.5
+#: How often, and how long apart, the process that must run a conversation tries its claim again.
+CLAIM_TRIES = 200
+CLAIM_WAIT = 0.005
 #: Numbers this process's flights (tests run several in one process).
 _FLIGHTS = itertools.count()
 #: How often each process writes its counts for the progress display.
@@ -139,9 +142,26 @@ class Board:
         self.release(fd)
         return False
 
+    def claim_soon(self, key: Key) -> int | None:
+        """``claim``, tried again for a moment: another process's probe (``held``) takes a claim
+        for microseconds, which must not make the one process that would run ``key`` drop it."""
+        for _ in range(CLAIM_TRIES):
+            fd = self.claim(key)
+            if fd is not None or self.read(key) is not None:
+                return fd
+            time.sleep(CLAIM_WAIT)
+        return None
+
     def alive(self, name: str) -> int | None:
         """A flight's mark of life on the board, held until its process's run loop has landed."""
-        return self.claim(("alive", name, 0))
+        return self.claim_soon(("alive", name, 0))
+
+    def stop_driving(self) -> None:
+        """The driver was cut short (Ctrl-C, -x): a waiting process runs what its item needs, no more."""
+        (self.outcomes.parent / "driver-stopped").touch()
+
+    def driving_stopped(self) -> bool:
+        return (self.outcomes.parent / "driver-stopped").exists()
 
     def others_alive(self, mine: str) -> bool:
         """Whether another flight of the session still runs its items (it holds its mark)."""
@@ -232,20 +252,24 @@ class Flight:
         self._driver = driver
         self._run = run
         self._unwritable = unwritable  # the session folder cannot be written: the run stops
-        self._queue = collections.deque(dict.fromkeys(keys))
+        every = collections.deque(dict.fromkeys(keys))
+        # A waiting process runs nothing of its own: only what its items need and nobody runs
+        # (pushed), or the whole rest once the driver died (taken over from ``_rest``).
+        self._queue = every if driver is not None else collections.deque()
+        self._rest = every
         self._outcomes: dict[Key, Outcome | None] = {}  # run here (None: filed on the board)
         self._running: set[Key] = set()
         self._lock = threading.Condition()
         self._closed = False  # the run loop ended: threads leave once the queue is empty
         self.stopping = threading.Event()  # interrupted: no new conversation, no new request
         self.counts = Counts()
-        self.total = len(self._queue)
+        self.total = len(every)
+        self._slots = max(1, min(slots, len(every)))
         self._threads = [
             threading.Thread(target=self._work, name=f"careful-flight-{n}", daemon=True)
-            for n in range(max(1, min(slots, len(self._queue))) if driver is not None else 0)
+            for n in range(self._slots if driver is not None else 0)
         ]
         self._landed = threading.Event()
-        self._slots = max(1, min(slots, len(self._queue)))
         self._finishing = False  # the run loop ended: run the rest only while other processes need it
         self._name = f"{os.getpid()}-{next(_FLIGHTS)}"
         self._alive = board.alive(self._name) if driver is not True else None
@@ -288,7 +312,8 @@ class Flight:
         try:
             if self.board.read(key) is not None:
                 return
-            fd = self.board.claim(key)
+            # The driver is the only process meant to run it: a claim it does not get is a probe's.
+            fd = self.board.claim_soon(key) if self.drives_all else self.board.claim(key)
         except OSError as exc:  # the session folder is gone or unwritable: the run stops
             self._cannot_write(exc)
             with self._lock:
@@ -361,8 +386,7 @@ class Flight:
                     kept = self._outcomes.pop(key)
                     if kept is not None:
                         return kept
-                # A waiting process's queue is the driver's to run, not its own.
-                queued = self._driver is not None and key in self._queue
+                queued = key in self._queue
                 if queued and self._queue[0] != key:
                     self._queue.remove(key)  # not started: it is the one this process needs next
                     self._queue.appendleft(key)
@@ -377,8 +401,8 @@ class Flight:
                 # driver will (it runs every conversation; this process only scores).
                 if now - probed >= PROBE_SECONDS:
                     probed = now
-                    if self._driver is None and not self.board.driven():
-                        self._take_over()
+                    if self._driver is None and not self.board.driven() and not self.board.driving_stopped():
+                        self._take_over()  # the driver died: drive the rest from here
                     if not self.board.held(key) and not (self._driver is None and self.board.driven()):
                         self._push(key)
                         continue
@@ -393,6 +417,7 @@ class Flight:
             return
         with self._lock:
             self._driver = fd
+            self._queue.extend(key for key in self._rest if key not in self._queue)
             for _ in range(self._slots):
                 self._revive()
             self._lock.notify_all()
@@ -427,6 +452,8 @@ class Flight:
         self._landed.set()
         self.write_progress()
         if self.drives_all:
+            if self.stopping.is_set():
+                self.board.stop_driving()  # cut short: nobody takes over the whole queue
             self.board.release(self._driver)  # type: ignore[arg-type]
             self._driver = True
         if self._alive is not None:

@@ -54,12 +54,14 @@ def files_folder(local_model_path: str | None, model_id: str) -> Path | None:
 
 
 def context_length(folder: Path) -> int | None:
-    """``max_position_embeddings`` at the top of ``config.json``, where AutoConfig finds it; else None."""
+    """``max_position_embeddings`` at the top of a flat ``config.json``, where AutoConfig finds it; else None."""
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    value = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    if not isinstance(config, dict) or any(isinstance(v, dict) and k.endswith("_config") for k, v in config.items()):
+        return None  # a composite config (text_config, vision_config...): AutoConfig may not keep the top-level key
+    value = config.get("max_position_embeddings")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -80,7 +82,8 @@ def char_bound(spec: dict[str, Any]) -> Callable[[str], int] | None:
     Every model (BPE, WordPiece, Unigram, WordLevel, byte fallback) cuts each piece of the
     pre-tokenized text into tokens of one character or more, and an ASCII character is one byte:
     at most one token per character that the normalizer and pre-tokenizer leave. What they add is
-    counted. ``Replace`` by a longer string adds its growth per occurrence. ``Prepend`` and a
+    counted, in UTF-8 bytes (a byte-level model cuts a ``▁`` into three). ``Replace`` by a longer
+    string adds its growth per occurrence. ``Prepend`` and a
     leading ``▁`` or space (Metaspace, ByteLevel's ``add_prefix_space``) add ``p`` characters to
     each section between added tokens; each added token is one token for ``len(a)`` characters, so
     with every ``len(a) > p`` the sections' prefixes are paid for by the tokens between them:
@@ -89,12 +92,16 @@ def char_bound(spec: dict[str, Any]) -> Callable[[str], int] | None:
 
     Anything else (a replacement by pattern, an unknown step) gives no bound.
     """
-    extra = _normalizer_extra(spec.get("normalizer"))
-    prefix = _pre_tokenizer_extra(spec.get("pre_tokenizer"))
-    if extra is None or prefix is None:
+    normal = _normalizer_extra(spec.get("normalizer"))
+    split = _pre_tokenizer_extra(spec.get("pre_tokenizer"))
+    if normal is None or split is None:
         return None
-    growth, prepended = extra
+    (grown, prepended), (spaced, prefix) = normal, split
     per_section = prepended + prefix
+
+    def growth(text: str) -> int:
+        return grown(text) + spaced(text)
+
     added = [t.get("content") for t in spec.get("added_tokens") or () if isinstance(t, dict)]
     if per_section and not all(isinstance(a, str) and len(a) > per_section for a in added):
         return None
@@ -113,13 +120,13 @@ def _normalizer_extra(step: Any) -> tuple[Callable[[str], int], int] | None:
     if kind in _SAME_LENGTH_NORMALIZERS:
         return (lambda text: 0), 0
     if kind == "Prepend" and isinstance(step.get("prepend"), str):
-        return (lambda text: 0), len(step["prepend"])
+        return (lambda text: 0), _units(step["prepend"])
     if kind == "Replace":
         pattern, content = step.get("pattern"), step.get("content")
         target = pattern.get("String") if isinstance(pattern, dict) else None
         if not isinstance(target, str) or not target or not isinstance(content, str):
             return None  # a regex: what it matches is not known here
-        grows = len(content) - len(target)
+        grows = _units(content) - len(target)  # an ASCII target: its characters are its bytes
         return ((lambda text: 0) if grows <= 0 else (lambda text: grows * text.count(target))), 0
     if kind == "Sequence" and isinstance(step.get("normalizers"), list):
         parts = [_normalizer_extra(part) for part in step["normalizers"]]
@@ -132,21 +139,34 @@ def _normalizer_extra(step: Any) -> tuple[Callable[[str], int], int] | None:
     return None
 
 
-def _pre_tokenizer_extra(step: Any) -> int | None:
-    """Characters a pre-tokenizer adds to each section (0 or 1), or None: not known."""
+def _units(text: str) -> int:
+    """The most pieces a model can cut ``text`` into: one per UTF-8 byte (byte-level and byte fallback)."""
+    return len(text.encode("utf-8"))
+
+
+def _pre_tokenizer_extra(step: Any) -> tuple[Callable[[str], int], int] | None:
+    """(growth of a text, units added to each section), or None: not known."""
     if step is None:
-        return 0
+        return (lambda text: 0), 0
     kind = step.get("type") if isinstance(step, dict) else None
     if kind in _SPLITTING_PRE_TOKENIZERS:
-        return 0
+        return (lambda text: 0), 0
     if kind == "ByteLevel":
-        return 1 if step.get("add_prefix_space") else 0
+        return (lambda text: 0), (1 if step.get("add_prefix_space") else 0)
     if kind == "Metaspace":
+        replacement = step.get("replacement", "\u2581")
         scheme = step.get("prepend_scheme", "always" if step.get("add_prefix_space", True) else "never")
-        return {"never": 0, "first": 1, "always": 1}.get(scheme)
+        if not isinstance(replacement, str) or scheme not in ("never", "first", "always"):
+            return None
+        grows = _units(replacement) - 1  # each space becomes the replacement
+        prefix = 0 if scheme == "never" else _units(replacement)
+        return (lambda text: grows * text.count(" ")), prefix
     if kind == "Sequence" and isinstance(step.get("pretokenizers"), list):
         parts = [_pre_tokenizer_extra(part) for part in step["pretokenizers"]]
-        return None if any(part is None for part in parts) else sum(p for p in parts if p is not None)
+        if any(part is None for part in parts):
+            return None
+        known = [part for part in parts if part is not None]
+        return (lambda text: sum(growth(text) for growth, _ in known)), sum(p for _, p in known)
     return None
 
 
@@ -166,11 +186,14 @@ class LightTokenizer:
         from tokenizers import Tokenizer
 
         self._backend = Tokenizer.from_file(str(path))
+        # transformers' tokenize() counts the whole text whatever the file's truncation or padding says.
+        self._backend.no_truncation()
+        self._backend.no_padding()
         self._load_exact = exact
         self._context = context  # the handler's, which fit_context may shorten
         self._exact: Any = None
         self._lock = threading.Lock()
-        self._bound = char_bound(json.loads(path.read_text(encoding="utf-8"))) if sizing_only else None
+        self._bound = char_bound(_spec(path)) if sizing_only else None
         self.exact_loads = 0  # for tests: how often the exact tokenizer was needed (0 or 1)
 
     def tokenize(self, text: str, **kwargs: Any) -> list[str]:
@@ -191,7 +214,15 @@ class LightTokenizer:
         """BFCL's tokenizer (transformers), loaded on first need, once per process."""
         with self._lock:
             if self._exact is None:
-                self._exact = self._load_exact()
+                try:
+                    self._exact = self._load_exact()
+                except Exception as exc:  # BFCL would have refused at set-up: the run stops, nothing is filed
+                    from .errors import StopRun
+
+                    raise StopRun(
+                        f"cannot load the model's tokenizer as BFCL does (transformers' AutoTokenizer), which "
+                        f"this prompt's count needs: {type(exc).__name__}: {exc}"
+                    ) from exc
                 self.exact_loads += 1
             return self._exact
 
@@ -205,6 +236,18 @@ class LightTokenizer:
 def decisive(count: int, context: int) -> bool:
     """Could the exact count give another ``max_tokens`` than BFCL's cap, if ``count`` is MARGIN off?"""
     return context - int(count * (1 + MARGIN)) - 1 - BFCL_RESERVED < BFCL_MAX_TOKENS
+
+
+def _spec(path: Path) -> dict[str, Any]:
+    """tokenizer.json, with the added tokens transformers also takes from tokenizer_config.json."""
+    spec: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        config = json.loads((path.parent / "tokenizer_config.json").read_text(encoding="utf-8"))
+        decoder = config.get("added_tokens_decoder") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        decoder = None
+    more = [t for t in decoder.values() if isinstance(t, dict)] if isinstance(decoder, dict) else []
+    return {**spec, "added_tokens": [*(spec.get("added_tokens") or []), *more]}
 
 
 def bfcl_sizing(handler: Any) -> bool:

@@ -147,6 +147,44 @@ def test_local_handlers_send_what_bfcl_sends(
         assert _max_tokens(ours) - {4096}, "near the context's end the count decides max_tokens"
 
 
+def _variant(folder: Path, base: Path, variant: str) -> Path:
+    """A model folder whose tokenizer.json is not SmolLM2's plain byte-level one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    folder.mkdir()
+    for name in ("config.json", "tokenizer_config.json", "tokenizer.json"):
+        shutil.copy(base / name, folder / name)
+    if variant == "truncating":  # as some fine-tunes ship it: transformers' tokenize() ignores it
+        tokenizer = Tokenizer.from_file(str(base / "tokenizer.json"))
+        tokenizer.enable_truncation(512)
+    else:  # sentencepiece-like, as Llama 2 and Mistral: Metaspace and byte fallback, trained here
+        from pytest_careful.data import dataset
+
+        tokenizer = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+        corpus = [json.dumps(dataset.get(f"multi_turn_base_{i}").functions) for i in range(0, 200, 20)]
+        special = ["<unk>", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>"]
+        tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=6000, special_tokens=special))
+        settings = json.loads((base / "tokenizer_config.json").read_text())
+        settings.pop("added_tokens_decoder", None)  # SmolLM2's ids; this vocabulary has its own
+        settings.update(tokenizer_class="PreTrainedTokenizerFast", unk_token="<unk>")
+        (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+        config = json.loads((base / "config.json").read_text())
+        config["max_position_embeddings"] = 8192  # near the end for the longer prompts
+        (folder / "config.json").write_text(json.dumps(config))
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+@pytest.mark.parametrize("variant", ["truncating", "metaspace"])
+def test_other_tokenizer_files_send_what_bfcl_sends(variant: str, model_dirs: dict[str, Path], tmp_path: Path) -> None:
+    model = _variant(tmp_path / "model", model_dirs["8k" if variant == "truncating" else "40k"], variant)
+    theirs = _sent(_bfcl, "Qwen/Qwen3-8B-FC", model, tmp_path / "bfcl")
+    ours = _sent(_ours, "Qwen/Qwen3-8B-FC", model, tmp_path / "ours")
+    assert ours == theirs
+    assert _max_tokens(ours) - {4096}, "the counts decided max_tokens"
+
+
 def test_gpt_oss_route_sends_what_bfcl_sends(tmp_path: Path) -> None:
     """gpt-oss-20b as the logged run served it: BFCL's OpenAI FC handler against a vLLM server."""
     key = "gpt-4.1-2025-04-14-FC"

@@ -271,6 +271,38 @@ def test_a_dead_driver_is_taken_over_by_a_waiting_process(tmp_path: Path) -> Non
     assert all(o.kind == "entry" for o in got) and 1 < recorder.most <= 4
 
 
+def test_a_probe_of_a_claim_at_the_wrong_moment_does_not_make_the_driver_drop_it(tmp_path: Path) -> None:
+    """A waiting process's probe (``held``) takes a claim for a moment; the driver tries again."""
+    keys = _keys(3)
+    probe = Board(tmp_path).claim(keys[1])  # held while the driver reaches it
+    recorder = Recorder(seconds=0.05)
+    driver = Flight(keys, 1, Board(tmp_path), recorder.runner("driver"), driver=Board(tmp_path).drive())
+    waiter = Flight(keys, 1, Board(tmp_path), recorder.runner("waiter"), driver=Board(tmp_path).drive())
+    driver.start()
+    time.sleep(0.3)
+    Board.release(probe)
+    got: list[Outcome] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.outcome(keys[1])), daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    assert got and got[0].kind == "entry", "the driver dropped it: the item waits until the driver is gone"
+    inflight.land(driver, completed=False)
+    inflight.land(waiter, completed=True)
+    assert ("driver", keys[1]) in recorder.ran and all(who == "driver" for who, _ in recorder.ran)
+
+
+def test_a_driver_cut_short_is_not_taken_over_an_item_runs_only_its_own(tmp_path: Path) -> None:
+    """-x or Ctrl-C stopped the driver: a waiting item still gets its conversation, and nothing else starts."""
+    recorder = Recorder()
+    keys = _keys(20)
+    driver = Flight(keys, 2, Board(tmp_path), recorder.runner("driver"), driver=Board(tmp_path).drive())
+    waiter = Flight(keys, 8, Board(tmp_path), recorder.runner("waiter"), driver=Board(tmp_path).drive())
+    inflight.land(driver, completed=False)  # stopped before it ran anything
+    assert waiter.outcome(keys[-1]).kind == "entry"
+    inflight.land(waiter, completed=True)
+    assert recorder.ran == [("waiter", keys[-1])]
+
+
 def test_only_a_vllm_run_under_xdist_has_one_driver() -> None:
     def source(kind: str, endpoints: tuple[str, ...] = ()) -> Any:
         plan = types.SimpleNamespace(endpoints=endpoints)
