@@ -193,7 +193,7 @@ class LightTokenizer:
         self._context = context  # the handler's, which fit_context may shorten
         self._exact: Any = None
         self._lock = threading.Lock()
-        self._bound = char_bound(_spec(path)) if sizing_only else None
+        self._bound = char_bound(tokenizer_spec(path)) if sizing_only else None
         self.exact_loads = 0  # for tests: how often the exact tokenizer was needed (0 or 1)
 
     def tokenize(self, text: str, **kwargs: Any) -> list[str]:
@@ -238,7 +238,7 @@ def decisive(count: int, context: int) -> bool:
     return context - int(count * (1 + MARGIN)) - 1 - BFCL_RESERVED < BFCL_MAX_TOKENS
 
 
-def _spec(path: Path) -> dict[str, Any]:
+def tokenizer_spec(path: Path) -> dict[str, Any]:
     """tokenizer.json, with the added tokens transformers also takes from tokenizer_config.json."""
     spec: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     try:

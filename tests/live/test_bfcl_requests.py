@@ -20,6 +20,7 @@ Runs in the venv ``.ci/setup-vllm-cpu`` builds (transformers, torch, the ``bfcl`
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -30,8 +31,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.vllm_cpu
-pytest.importorskip("transformers", reason="BFCL's side loads its tokenizer with transformers")
+pytestmark = [
+    pytest.mark.vllm_cpu,
+    pytest.mark.skipif(
+        importlib.util.find_spec("transformers") is None, reason="BFCL's side loads its tokenizer with transformers"
+    ),
+]
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 sys.path.insert(0, str(HELPERS))

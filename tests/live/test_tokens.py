@@ -334,9 +334,9 @@ def test_added_tokens_from_the_config_count_too(tmp_path: Path) -> None:
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tokenizer.save(str(folder / "tokenizer.json"))
-    assert tokens.char_bound(tokens._spec(folder / "tokenizer.json")) is not None
+    assert tokens.char_bound(tokens.tokenizer_spec(folder / "tokenizer.json")) is not None
     (folder / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {"5000": {"content": "|"}}}))
-    assert tokens.char_bound(tokens._spec(folder / "tokenizer.json")) is None
+    assert tokens.char_bound(tokens.tokenizer_spec(folder / "tokenizer.json")) is None
 
 
 def test_a_tokenizer_transformers_cannot_load_stops_the_run_with_why(tmp_path: Path) -> None:
