@@ -112,7 +112,7 @@ def char_bound(spec: dict[str, Any]) -> Callable[[str], int] | None:
     return bound
 
 
-def _normalizer_extra(step: Any) -> tuple[Callable[[str], int], int] | None:
+def _normalizer_extra(step: Any) -> Extra | None:
     """(growth of a text by its replacements, characters prepended to each section), or None."""
     if step is None:
         return (lambda text: 0), 0
@@ -129,14 +129,21 @@ def _normalizer_extra(step: Any) -> tuple[Callable[[str], int], int] | None:
         grows = _units(content) - len(target)  # an ASCII target: its characters are its bytes
         return ((lambda text: 0) if grows <= 0 else (lambda text: grows * text.count(target))), 0
     if kind == "Sequence" and isinstance(step.get("normalizers"), list):
-        parts = [_normalizer_extra(part) for part in step["normalizers"]]
-        if any(part is None for part in parts):
-            return None
-        known = [part for part in parts if part is not None]
         # A later Replace counts its pattern in the original text; what a Prepend puts before it
         # is counted apart (``▁`` then `` `` -> ``▁``: Llama 2's and Mistral's).
-        return (lambda text: sum(growth(text) for growth, _ in known)), sum(p for _, p in known)
+        return _in_sequence([_normalizer_extra(part) for part in step["normalizers"]])
     return None
+
+
+Extra = tuple[Callable[[str], int], int]
+
+
+def _in_sequence(parts: list[Extra | None]) -> Extra | None:
+    """Steps one after another: their growths and their prefixes add up; one unknown, all unknown."""
+    known = [part for part in parts if part is not None]
+    if len(known) < len(parts):
+        return None
+    return (lambda text: sum(growth(text) for growth, _ in known)), sum(prefix for _, prefix in known)
 
 
 def _units(text: str) -> int:
@@ -144,7 +151,7 @@ def _units(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
-def _pre_tokenizer_extra(step: Any) -> tuple[Callable[[str], int], int] | None:
+def _pre_tokenizer_extra(step: Any) -> Extra | None:
     """(growth of a text, units added to each section), or None: not known."""
     if step is None:
         return (lambda text: 0), 0
@@ -162,11 +169,7 @@ def _pre_tokenizer_extra(step: Any) -> tuple[Callable[[str], int], int] | None:
         prefix = 0 if scheme == "never" else _units(replacement)
         return (lambda text: grows * text.count(" ")), prefix
     if kind == "Sequence" and isinstance(step.get("pretokenizers"), list):
-        parts = [_pre_tokenizer_extra(part) for part in step["pretokenizers"]]
-        if any(part is None for part in parts):
-            return None
-        known = [part for part in parts if part is not None]
-        return (lambda text: sum(growth(text) for growth, _ in known)), sum(p for _, p in known)
+        return _in_sequence([_pre_tokenizer_extra(part) for part in step["pretokenizers"]])
     return None
 
 
