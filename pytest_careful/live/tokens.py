@@ -231,7 +231,7 @@ class LightTokenizer:
 
     def __getattr__(self, name: str) -> Any:
         # Anything else a handler asks (apply_chat_template, model_max_length...) is BFCL's own.
-        if name.startswith("__") or name in ("_backend", "_load_exact", "_context", "_exact", "_lock"):
+        if name.startswith("__") or name in ("_backend", "_load_exact", "_context", "_exact", "_lock", "_bound"):
             raise AttributeError(name)
         return getattr(self.exact(), name)
 
