@@ -401,9 +401,11 @@ class Flight:
                 # driver will (it runs every conversation; this process only scores).
                 if now - probed >= PROBE_SECONDS:
                     probed = now
-                    if self._driver is None and not self.board.driven() and not self.board.driving_stopped():
+                    waits = self._driver is None and self.board.driven()  # a live driver will run it
+                    if self._driver is None and not waits and not self.board.driving_stopped():
                         self._take_over()  # the driver died: drive the rest from here
-                    if not self.board.held(key) and not (self._driver is None and self.board.driven()):
+                        waits = self._driver is None  # another process took over first
+                    if not waits and not self.board.held(key):
                         self._push(key)
                         continue
             with self._lock:
