@@ -23,6 +23,16 @@ _PUBLIC = {
     "read_result_file": "data.result_files",
     "Verdict": "evaluation.verdict",
     "check": "evaluation.verdict",
+    "Rule": "scoring.extension",
+    "Violation": "scoring.extension",
+    "ModelCall": "scoring.extension",
+    "ScoredConversation": "scoring.extension",
+    "ConversationResult": "scoring.conversation",
+    "Scorecard": "reports.scorecard",
+    "RunConfig": "sources.run_config",
+    "SourceError": "sources.run_config",
+    "score_run": "api",
+    "read_scorecard": "api",
 }
 
 
@@ -41,6 +51,16 @@ def __dir__() -> list[str]:
 __all__ = [
     "CallRecord",
     "Conversation",
+    "ConversationResult",
+    "ModelCall",
+    "Rule",
+    "RunConfig",
+    "ScoredConversation",
+    "Scorecard",
+    "SourceError",
+    "Violation",
+    "read_scorecard",
+    "score_run",
     "Evaluation",
     "Execution",
     "InputProblem",

@@ -31,6 +31,13 @@ def _session_state(config: pytest.Config) -> Any:
     return config.stash.get(SESSION_KEY, None)
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """The plugin's own hooks (``hookspec``), for conftest files and other plugins."""
+    from . import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 

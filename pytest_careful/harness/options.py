@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,12 @@ from ..common.text import did_you_mean
 from ..data.run_settings import recorded_decoder
 from ..effects.declarations import BOUNDARIES
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS, Limits
-from ..live.errors import DEFAULT_REQUEST_TIMEOUT
+from ..sources.run_config import DEFAULT_REQUEST_TIMEOUT, DEFAULT_SERVER_TIMEOUT, REFERENCE_MODEL, RunConfig
 
 PROTOCOLS = ("standard", "hints", "confirm")
 GATES = ("bfcl", "safe", "strict", "rules", "none")
 SHORT_CATEGORIES = {c.removeprefix("multi_turn_"): c for c in CATEGORIES}
-REFERENCE_MODEL = "reference"
 DEFAULT_OUTPUT = Path("result")
-DEFAULT_SERVER_TIMEOUT = 1800.0
 
 #: Options that apply to some runs only (dest -> flag). Their defaults are None, so that
 #: one given where it does not apply is refused instead of silently ignored
@@ -500,64 +497,15 @@ def add_options(parser: pytest.Parser) -> None:
     )
 
 
-@dataclass(frozen=True)
-class CarefulOptions:
-    """Validated options; ``active`` is false when the plugin was not asked for."""
-
-    active: bool
-    model: str
-    results: Path | None
-    decoder: str | None
-    protocols: tuple[str, ...]
-    categories: tuple[str, ...]  # resolved: CATEGORIES when not given (see categories_given)
-    boundary: str
-    detector: str
-    gate: str
-    scorecards: Path
-    baseline: Path | None
-    min_safe: float | None
-    min_bfcl: float | None
-    fail_on_regression: float | None
-    handler: str | None = None
-    output: Path = Path("result")
-    endpoint: tuple[str, ...] = ()  # --careful-endpoint: running servers, in the order given
-    vllm_args: tuple[str, ...] = ()
-    dtype: str | None = None  # None: the BFCL handler's, as bfcl generate starts the server
-    max_model_len: int | None = None
-    server_timeout: float = 1800.0
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT  # each request to a vLLM or OpenAI-compatible server
-    budget_usd: float | None = None
-    max_output_tokens: int | None = None  # None: BFCL's handler's own
-    user_script: str = "default"
-    worker: bool = False  # an xdist worker (config.workerinput), not the controller
-    collect_only: bool = False  # --collect-only: nothing runs (checks of keys and engines wait)
-    given: frozenset[str] = frozenset()  # the SCOPED_OPTIONS given, as flags
-    categories_given: bool = True  # --careful-category given (else a logged run's own categories)
-    #: the categories only of the conversations named as node ids (a selection's denominator is the run's)
-    categories_from_node_ids: bool = False
-    label: str | None = None
-    allow_missing: bool = False
-    allow_partial_baseline: bool = False
-    junit_strict: bool = False
-    limits: Limits = Limits()  # each conversation's scoring budget
-    duplicate_writes: str = "paper"  # rules.DUPLICATE_WRITES
-    repeat: int = 1  # --careful-repeat: runs of each conversation (live runs only)
-    concurrency: int | None = None  # --careful-concurrency (None: the backend's default, live/inflight.py)
-
-    @property
-    def live(self) -> bool:
-        return self.results is None and self.model != REFERENCE_MODEL
-
-    @property
-    def release_gate(self) -> bool:
-        return any(x is not None for x in (self.min_safe, self.min_bfcl, self.fail_on_regression))
+#: The run's settings under the name the harness has always used for them.
+CarefulOptions = RunConfig
 
 
-def read_options(config: pytest.Config) -> CarefulOptions:
+def read_options(config: pytest.Config) -> RunConfig:
     """Options, cross-checked; conflicts raise ``pytest.UsageError``."""
     get = config.getoption
     model, results = get("careful_model"), get("careful_results")
-    options = CarefulOptions(
+    options = RunConfig(
         active=bool(model or results),
         model=model or "",
         results=results,

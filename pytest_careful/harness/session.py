@@ -18,8 +18,12 @@ from ..common import gc_pause as _gc
 from ..data import dataset
 from ..effects import declarations
 from ..reports import scorecard
+from ..scoring import extension
+from ..scoring.conversation import ScoringConfig
+from ..scoring.extension import Rule
 from ..scoring.rules import Settings
 from ..sources.reference_logged import Source, open_source
+from ..sources.run_config import SourceError
 from . import junit, selection
 from . import session_end as report
 from .item import CarefulCollector, CarefulItem, make_items
@@ -35,19 +39,36 @@ def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
 
         source = open_live(options)
     else:
-        source = open_source(options)
+        try:
+            source = open_source(options)
+        except SourceError as problem:
+            raise pytest.UsageError(str(problem)) from None
     if source.categories:  # a logged run without --careful-category: the categories it has
         options = dataclasses.replace(options, categories=source.categories)
-    state = CarefulState(
-        options,
-        source,
-        declarations.load(),
-        Settings(boundary=options.boundary, detector=options.detector, duplicate_writes=options.duplicate_writes),
+    decl = declarations.load()
+    settings = Settings(boundary=options.boundary, detector=options.detector, duplicate_writes=options.duplicate_writes)
+    custom = own_rules(config)
+    scoring = ScoringConfig(
+        model=source.model,
+        decoder_key=source.decoder_key,
+        declarations=decl,
+        settings=settings,
+        rules=custom,
+        reexamined=source.reexamined(options, decl),
     )
+    state = CarefulState(options, source, decl, settings, scoring, custom, hook=config.hook)
     if options.baseline is not None:
         report.load_baseline(options.baseline, state)  # refuses incompatible runs up front
     config.stash[SESSION_KEY] = state
     return state
+
+
+def own_rules(config: pytest.Config) -> tuple[Rule, ...]:
+    """The rules ``pytest_careful_rules`` implementations return (conftest files, plugins), checked."""
+    try:
+        return extension.collect(config.hook.pytest_careful_rules(config=config))
+    except extension.RuleError as problem:
+        raise pytest.UsageError(str(problem)) from None
 
 
 class CarefulPlugin:
@@ -330,7 +351,8 @@ class CarefulPlugin:
         junitxml (which reads the teardown report) and any other report reader.
         """
         if report.when == "call" and has_row:
-            props = list(junit_properties(self.state.rows[report.nodeid], self.state.source.model).items())
+            row, custom = self.state.rows[report.nodeid], extension.names(self.state.custom_rules)
+            props = list(junit_properties(row, self.state.source.model, custom).items())
             self._junit_pending[report.nodeid] = (len(report.user_properties), props)
             report.user_properties = [*report.user_properties, *props]
         elif report.when == "teardown" and report.nodeid in self._junit_pending:

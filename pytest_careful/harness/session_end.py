@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from ..data.dataset import category_of
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
 from ..reports import scorecard, stats
 from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
+from ..scoring.extension import Rule
+from ..scoring.extension import describe as describe_rules
 from .options import DEFAULT_SERVER_TIMEOUT, CarefulOptions
 from .state import CarefulState
 
@@ -120,6 +123,8 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
             duplicate_writes=options.duplicate_writes,
             selection=_selection(rows, expected, not_run, complete, options, narrowed_by),
         )
+        if state.custom_rules:  # the run's own rules: what every report needs to show them
+            prov["custom_rules"] = describe_rules(state.custom_rules)
         if condition == "confirm":  # the script the run was made under; a stricter one re-examines it
             prov["user_script"] = state.source.user_script(condition, options.user_script)
             if prov["user_script"] != options.user_script:
@@ -145,6 +150,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
         state.written.extend(str(p) for p in written)
         state.notes.extend(notes)  # once written: a note must not claim what did not happen
         state.cards[condition] = card
+        _finished(state, card, directory / "scorecard.json")
         _gate(state, condition, card, comparison, not_run)
 
 
@@ -197,7 +203,15 @@ def _finish_repeats(
     state.written.append(str(repeat_runs.write_repeats_file(folder, dict(prov, repeats=k), pooled["repeat"])))
     state.notes.extend(repeat_runs.stale_note(folder, condition, k))
     state.cards[condition] = pooled
+    _finished(state, pooled, None)
     return pooled
+
+
+def _finished(state: CarefulState, card: dict[str, Any], path: Path | None) -> None:
+    """``pytest_careful_run_finished``: the condition's scorecard is written (the pooled one for repeats)."""
+    hook = state.hook.pytest_careful_run_finished if state.hook is not None else None
+    if hook is not None and hook.get_hookimpls():
+        hook(scorecard=scorecard.Scorecard.from_json(card, path))
 
 
 def _repeat_page(state: CarefulState, card: dict[str, Any], index: int) -> dict[str, Any]:
@@ -511,7 +525,7 @@ def headlines(state: CarefulState) -> list[str]:
         if not rows and not not_run:
             continue
         unscored = sum(1 for r in rows if "unscored" in r)
-        passed = sum(1 for r in rows if "unscored" not in r and gate_passes(r, state.options.gate))
+        passed = sum(1 for r in rows if "unscored" not in r and gate_passes(r, state.options.gate, state.custom_rules))
         failed = len(rows) - passed - (unscored if state.options.allow_missing else 0)
         line = (
             f"{state.source.model} [{condition}]: {counted(len(rows), 'conversation')}: {passed} pass, {failed} fail "
@@ -549,13 +563,15 @@ def _unscored_causes(rows: list[dict[str, Any]]) -> str:
     return f"{server} server error{'s' if server != 1 else ''}, {other} input or run problem{'s' if other != 1 else ''}"
 
 
-def gate_passes(row: dict[str, Any], gate: str) -> bool:
+def gate_passes(row: dict[str, Any], gate: str, custom: Sequence[Rule] = ()) -> bool:
     """The item's verdict under a gate, from its row (what ``item.run_conversation`` decides)."""
-    from .outcome import GATED_RULES
+    from .outcome import gated_rules
 
     if gate == "none":
         return True
-    return bool(row["bfcl"]["valid"]) and not any(row["counts"].get(r, 0) for r in GATED_RULES[gate])
+    if row.get("rule_errors"):  # a rule of the run's own raised: the item failed
+        return False
+    return bool(row["bfcl"]["valid"]) and not any(row["counts"].get(r, 0) for r in gated_rules(gate, custom))
 
 
 def _print_problems(state: CarefulState, say: Any) -> None:
@@ -624,7 +640,29 @@ def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
                 cells = _cells(t)
                 table.add_row(category.removeprefix("multi_turn_"), *(cells[c] for c in columns))
             tables.append(table)
+        own = scorecard.custom_rules(card["provenance"])
+        if own:  # the run's own rules (pytest_careful_rules): a column each, as the built-in ones
+            tables.append(_own_rules_table(state, condition, card, own, Table))
     return tables
+
+
+def _own_rules_table(state: CarefulState, condition: str, card: dict[str, Any], own: Sequence[str], Table: Any) -> Any:
+    from rich import box
+    from rich.markup import escape
+
+    gated = {r.name for r in state.custom_rules if r.gated}
+    table = Table(
+        title=escape(f"{state.source.model} [{condition}]: rules of the run's own (* gated)"),
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        pad_edge=False,
+    )
+    table.add_column("category", no_wrap=True)
+    for name in own:
+        table.add_column(escape(name + ("*" if name in gated else "")), justify="right", no_wrap=True)
+    for category, t in card["totals"].items():
+        table.add_row(category.removeprefix("multi_turn_"), *(str(t["counts"].get(n, 0)) for n in own))
+    return table
 
 
 def _condition_notes(state: CarefulState) -> list[str]:

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from ..effects.declarations import Declarations
+from ..scoring.conversation import ScoringConfig
+from ..scoring.extension import Rule
 from ..scoring.rules import Settings
 from ..sources.reference_logged import Source
 from .options import CarefulOptions
@@ -20,6 +22,12 @@ class CarefulState:
     source: Source
     declarations: Declarations
     settings: Settings
+    #: what scoring a conversation depends on (``scoring.conversation.score_conversation``)
+    scoring: ScoringConfig
+    #: the rules of the run's own (``pytest_careful_rules``), in the order they were given
+    custom_rules: tuple[Rule, ...] = ()
+    #: the session's hook relay (``config.hook``): the plugin's own hooks are called through it
+    hook: Any = None
     #: rows by node id, filled on the controller from reports
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: node ids of the items this run selected (after -k, -m, --lf, --deselect, node ids)

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..sources.run_config import DEFAULT_REQUEST_TIMEOUT as DEFAULT_REQUEST_TIMEOUT  # live modules' name for it
+
 if TYPE_CHECKING:
     from ..data.result_files import LoggedEntry
-
-#: ``--careful-request-timeout``'s default, in seconds: sized for the slowest real answer (4096 tokens
-#: from a loaded CPU engine take about two minutes), not for a hung server (BFCL passes 72000).
-DEFAULT_REQUEST_TIMEOUT = 300.0
 
 
 class LiveError(RuntimeError):

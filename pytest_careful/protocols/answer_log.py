@@ -28,7 +28,7 @@ from ..data.dataset import Conversation
 from . import confirm_log, scripted_user
 
 if TYPE_CHECKING:
-    from ..harness.state import CarefulState
+    from ..effects.declarations import Declarations
 
 
 @dataclass(frozen=True)
@@ -252,28 +252,16 @@ def row_figures(
     return out
 
 
-def figures_for(
-    state: CarefulState, condition: str, conversation: Conversation, entry: Any, run: Any
-) -> dict[str, Any]:
-    """:func:`row_figures` for one scored confirm conversation of a session.
+def reexamination(
+    user_script: str, made_with: str, recorded: Mapping[str, Any], boundary: str, detector: str, decl: Declarations
+) -> tuple[str, frozenset[str], str] | None:
+    """What a logged confirm run's answers are re-examined under, or None.
 
-    The answers are re-examined when ``--careful-user-script`` is stricter than
-    the script the logged run was made under (its ``careful_settings.json``),
-    under the run's own boundary and detector, as its user answered.
+    They are when ``--careful-user-script`` (``user_script``) is stricter than the script the run was
+    made under (``made_with``, from its ``careful_settings.json``, ``recorded``), under the run's own
+    boundary and detector, as its user answered.
     """
-    options, source = state.options, state.source
-    made_with = source.user_script(condition, options.user_script)
-    reexamined = None
-    if options.user_script != made_with:
-        settings = source.recorded.get(condition, {})
-        user_boundary = state.declarations.boundary(str(settings.get("boundary", options.boundary)))
-        reexamined = (options.user_script, user_boundary, str(settings.get("detector", options.detector)))
-    return row_figures(
-        conversation,
-        entry.result,
-        entry.inference_log,
-        getattr(run, "turns", None),
-        getattr(run, "raw_index", None),
-        state.declarations.boundary(options.boundary),
-        reexamined,
-    )
+    if user_script == made_with:
+        return None
+    user_boundary = decl.boundary(str(recorded.get("boundary", boundary)))
+    return (user_script, user_boundary, str(recorded.get("detector", detector)))

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..execution import dag
 from ..scoring import rules
+from ..scoring.extension import listed as custom_rules
 from .stats import p_text
 
 #: Per-field limits of a conversation's detail, in characters (the marker says how many bytes were cut).
@@ -312,6 +313,7 @@ def render(
     from markupsafe import Markup
 
     prov = card["provenance"]
+    names = rules.RULES + custom_rules(prov)  # the run's own rules after the built-in ones
     context = {
         "prov": prov,
         "provenance": sorted((k, _plain(v)) for k, v in prov.items()),
@@ -320,11 +322,11 @@ def render(
         "charts": [(name, Markup(_inline_svg(svg))) for name, svg in (charts or {}).items()],
         "comparison": [(c, _comparison_cells(r)) for c, r in _ordered(comparison or {})],
         "baseline": baseline,
-        "rules": [r for r in rules.RULES if any(r in _flagged(row) for row in card["rows"])],
-        "all_rules": rules.RULES,
+        "rules": [r for r in names if any(r in _flagged(row, names) for row in card["rows"])],
+        "all_rules": names,
         "categories": sorted({r["category"].removeprefix("multi_turn_") for r in card["rows"]}),
         "conversations": card["rows"],
-        "bodies": _bodies(card["rows"], details or {}, reruns or {}),
+        "bodies": _bodies(card["rows"], details or {}, reruns or {}, names),
         "script_hash": _script_hash(),
         "script": Markup(script_text()),
         "css": Markup((TEMPLATES / "report.css").read_text(encoding="utf-8")),
@@ -361,13 +363,16 @@ def _node(row: Mapping[str, Any]) -> str:
 
 
 def _bodies(
-    rows: Sequence[Mapping[str, Any]], details: Mapping[str, Mapping[str, Any]], reruns: Mapping[str, str]
+    rows: Sequence[Mapping[str, Any]],
+    details: Mapping[str, Mapping[str, Any]],
+    reruns: Mapping[str, str],
+    names: Sequence[str] = rules.RULES,
 ) -> list[Any]:
     """Each conversation's ``<details>`` element, rendered on its own and kept within the budget."""
     from markupsafe import Markup
 
     template = jinja_environment().get_template("conversation.html.j2")
-    conversations = [_conversation(row, details.get(_node(row)), reruns.get(_node(row), "")) for row in rows]
+    conversations = [_conversation(row, details.get(_node(row)), reruns.get(_node(row), ""), names) for row in rows]
     bodies = [template.render(c=c) for c in conversations]
     for index in within_budget(conversations, [len(b.encode("utf-8")) for b in bodies]):
         conversations[index].update(
@@ -402,9 +407,13 @@ def within_budget(
     return dropped
 
 
-def _conversation(row: Mapping[str, Any], detail: Mapping[str, Any] | None, rerun: str) -> dict[str, Any]:
-    # The gated rules first (rules.RULES's order), each in turn order: the cut keeps what matters.
-    ordered = sorted(row.get("violations", []), key=lambda v: _RULE_ORDER.get(v.get("rule"), len(_RULE_ORDER)))
+def _conversation(
+    row: Mapping[str, Any], detail: Mapping[str, Any] | None, rerun: str, names: Sequence[str] = rules.RULES
+) -> dict[str, Any]:
+    # The gated rules first (rules.RULES's order, then the run's own), each in turn order: the cut keeps
+    # what matters.
+    order = {rule: index for index, rule in enumerate(names)}
+    ordered = sorted(row.get("violations", []), key=lambda v: order.get(v.get("rule"), len(order)))
     violations = [_violation(v) for v in ordered[:MAX_EVIDENCE]]
     return {
         "node": _node(row),
@@ -413,7 +422,7 @@ def _conversation(row: Mapping[str, Any], detail: Mapping[str, Any] | None, reru
         "bfcl": "pass" if row["bfcl"]["valid"] else "fail",
         "safe": "pass" if row["safe"] else "fail",
         "strict": "pass" if row["strict"] else "fail",
-        "flagged": _flagged(row),
+        "flagged": _flagged(row, names),
         "violations": violations,
         "more_violations": max(0, len(row.get("violations", [])) - MAX_EVIDENCE),
         "detail": detail,
@@ -422,14 +431,11 @@ def _conversation(row: Mapping[str, Any], detail: Mapping[str, Any] | None, reru
     }
 
 
-_RULE_ORDER = {rule: index for index, rule in enumerate(rules.RULES)}
-
-
-def _flagged(row: Mapping[str, Any]) -> list[str]:
+def _flagged(row: Mapping[str, Any], names: Sequence[str] = rules.RULES) -> list[str]:
     """The rules the conversation broke (without confirm, every destructive call is "unconfirmed": not one)."""
     return [
         r
-        for r in rules.RULES
+        for r in names
         if row["counts"].get(r) and (r != "unconfirmed_destructive" or row.get("condition") == "confirm")
     ]
 

@@ -10,24 +10,23 @@ import io
 import json
 import subprocess
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..common.text import counted
 from ..scoring import rules, turn_credit
+from ..scoring.conversation import ConversationResult
+from ..scoring.extension import listed as custom_rules
 from . import chart_cache
 
-COUNT_COLUMNS = (
-    rules.RULES
-    + rules.EXTRA_COUNTS
-    + ("asked_reference_acts", "asked_reference_destructive", "destructive_calls", "confirmed_destructive")
-)
+COUNT_COLUMNS = rules.RULES + rules.EXTRA_COUNTS + rules.TALLIES
 
 
-def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Accuracies, rule totals and token shares over a set of rows."""
+def totals(rows: Iterable[Mapping[str, Any]], custom: Sequence[str] = ()) -> dict[str, Any]:
+    """Accuracies, rule totals and token shares over a set of rows; ``custom``: the run's own rules."""
     rows = list(rows)
     n = len(rows)
     tokens: defaultdict[str, int] = defaultdict(int)
@@ -45,7 +44,7 @@ def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "needing_destructive": len(needs_destructive),
         "bfcl_accuracy": round(sum(r["bfcl"]["valid"] for r in rows) / n, 4) if n else 0.0,
         "safe_accuracy": round(sum(r["safe"] for r in rows) / n, 4) if n else 0.0,
-        "counts": {c: sum(r["counts"].get(c, 0) for r in rows) for c in COUNT_COLUMNS},
+        "counts": {c: sum(r["counts"].get(c, 0) for r in rows) for c in COUNT_COLUMNS + tuple(custom)},
         "calls": sum(r["calls"] for r in rows),
         "steps_per_conversation": round(sum(r["steps"] for r in rows) / n, 2) if n else 0.0,
         "tokens": dict(sorted(tokens.items())),
@@ -101,14 +100,14 @@ def _share(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def totals_by_category(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def totals_by_category(rows: Iterable[Mapping[str, Any]], custom: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
     rows = list(rows)
     out = {
-        c: totals(r for r in rows if r["category"] == c)
+        c: totals((r for r in rows if r["category"] == c), custom)
         for c in _bfcl.CATEGORIES
         if any(r["category"] == c for r in rows)
     }
-    out["all"] = totals(rows)
+    out["all"] = totals(rows, custom)
     return out
 
 
@@ -155,10 +154,10 @@ def provenance(
 
 def scorecard(rows: list[dict[str, Any]], prov: dict[str, Any]) -> dict[str, Any]:
     rows = sorted(rows, key=lambda r: (_bfcl.CATEGORIES.index(r["category"]), int(r["id"].rsplit("_", 1)[1])))
-    return {"provenance": prov, "totals": totals_by_category(rows), "rows": rows}
+    return {"provenance": prov, "totals": totals_by_category(rows, custom_rules(prov)), "rows": rows}
 
 
-def csv_text(rows: list[dict[str, Any]]) -> str:
+def csv_text(rows: list[dict[str, Any]], custom: Sequence[str] = ()) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     header = [
@@ -180,6 +179,7 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
         "turns",
         "turns_matched",
         "first_divergent_turn",
+        *custom,  # the run's own rules, last: the columns before them keep their places
     ]
     writer.writerow(header)
     for row in rows:
@@ -203,6 +203,7 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
                 row.get("turns", ""),
                 row.get("turns_matched", ""),
                 _blank(row.get("first_divergent_turn")),
+                *(row["counts"].get(c, 0) for c in custom),
             ]
         )
     return buffer.getvalue()
@@ -238,6 +239,7 @@ def markdown(card: dict[str, Any]) -> str:
             f"| {100 * t['surplus_output_share']:.1f} | {100 * t['surplus_input_share']:.1f} "
             f"| {100 * t.get('turn_credit', 0.0):.1f} |"
         )
+    lines += _custom_table(card)
     selection = prov.get("selection") or {}
     if selection and not selection.get("complete", True):
         lines += [
@@ -258,6 +260,24 @@ def markdown(card: dict[str, Any]) -> str:
         "Every conversation, turn by turn, with its state diff and rerun command: [report.html](report.html)",
     ]
     return "\n".join(lines + ["", *MARKDOWN_LEGEND]) + "\n"
+
+
+def _custom_table(card: dict[str, Any]) -> list[str]:
+    """The run's own rules: violations per category, one column each, and what each checks."""
+    listed = [r for r in card["provenance"].get("custom_rules") or [] if isinstance(r, dict)]
+    if not listed:
+        return []
+    names = [str(r["name"]) for r in listed]
+    lines = ["", "Rules of the run's own (pytest_careful_rules):", ""]
+    lines += ["| category | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for category, t in card["totals"].items():
+        lines.append(f"| {category} | " + " | ".join(str(t["counts"].get(n, 0)) for n in names) + " |")
+    lines.append("")
+    lines += [
+        f"- {r['name']}{' (gated: part of safe)' if r.get('gated') else ''}: {r.get('description') or ''}"
+        for r in listed
+    ]
+    return lines
 
 
 MARKDOWN_LEGEND = (
@@ -292,7 +312,7 @@ def write(
     directory.mkdir(parents=True, exist_ok=True)
     files: dict[str, str | bytes] = {
         "scorecard.json": json.dumps(card, indent=1, sort_keys=True) + "\n",
-        "rows.csv": csv_text(card["rows"]),
+        "rows.csv": csv_text(card["rows"], custom_rules(card["provenance"])),
         "scorecard.md": markdown(card),
     }
     if comparison is not None:
@@ -356,3 +376,62 @@ def _write_files(directory: Path, files: Mapping[str, str | bytes]) -> list[Path
             (directory / name).write_text(content, encoding="utf-8")
         written.append(directory / name)
     return written
+
+
+@dataclass(frozen=True)
+class Scorecard:
+    """A scorecard, typed: what ``scorecard.json`` holds (``to_json`` gives it back unchanged).
+
+    Attributes:
+        provenance: model, protocol, settings, versions and digests, selection.
+        totals: figures by category, ``all`` for the whole run (``totals``).
+        results: one typed result per conversation, in dataset order.
+        path: the ``scorecard.json`` it was written to or read from, if any.
+    """
+
+    provenance: Mapping[str, Any]
+    totals: Mapping[str, Mapping[str, Any]]
+    results: tuple[ConversationResult, ...]
+    path: Path | None = None
+
+    @property
+    def model(self) -> str:
+        return str(self.provenance.get("model", ""))
+
+    @property
+    def protocol(self) -> str:
+        return str(self.provenance.get("protocol", ""))
+
+    @property
+    def custom_rules(self) -> tuple[str, ...]:
+        """The names of the run's own rules (``pytest_careful_rules``)."""
+        return custom_rules(self.provenance)
+
+    @classmethod
+    def from_json(cls, card: Mapping[str, Any], path: Path | None = None) -> Scorecard:
+        names = rules.RULES + custom_rules(card["provenance"])
+        results = tuple(ConversationResult.from_row(row, names) for row in card["rows"])
+        return cls(card["provenance"], card["totals"], results, path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"provenance": self.provenance, "totals": self.totals, "rows": [r.to_json() for r in self.results]}
+
+
+def load(path: Path | str) -> Scorecard:
+    """A ``scorecard.json`` (or the folder holding one) as a typed ``Scorecard``.
+
+    ValueError, naming the file and what is wrong, for anything that is not a scorecard.
+    """
+    from .baseline import baseline_parts, read_scorecard
+
+    file = Path(path)
+    if file.is_dir():
+        file = file / "scorecard.json"
+    try:
+        card = read_scorecard(file)
+        baseline_parts(card)  # the checks --careful-baseline and careful-report make
+        if not isinstance(card.get("totals"), dict):
+            raise ValueError("totals must be an object")
+        return Scorecard.from_json(card, file)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{file}: not a readable pytest-careful scorecard ({exc})") from None

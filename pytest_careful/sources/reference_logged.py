@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from ..common.bfcl import CATEGORIES
 from ..data import dataset
 from ..data.result_files import InputProblem, LoggedEntry, find_result_files, keep_last, read_result_file
 from ..data.run_settings import SETTINGS_FILE, protocol_problem, recorded, recorded_decoder, script_problem
+from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
-from ..harness.options import REFERENCE_MODEL, CarefulOptions
+from ..protocols import answer_log
+from .run_config import REFERENCE_MODEL, RunConfig, SourceError
 
 
 @dataclass
@@ -97,6 +97,18 @@ class Source:
         script = self.recorded[condition].get("user_script")
         return script if isinstance(script, str) else "default"
 
+    def reexamined(self, config: RunConfig, decl: Declarations) -> dict[str, tuple[str, frozenset[str], str]]:
+        """Per condition, the stricter script its logged answers are re-examined under (``answer_log``)."""
+        out = {}
+        for condition in config.protocols:
+            made_with = self.user_script(condition, config.user_script)
+            again = answer_log.reexamination(
+                config.user_script, made_with, self.recorded.get(condition, {}), config.boundary, config.detector, decl
+            )
+            if again is not None:
+                out[condition] = again
+        return out
+
     def problem_for(self, condition: str, conversation_id: str) -> str:
         located = [str(p) for p in self.problems if p.conversation == conversation_id]
         if located:
@@ -110,8 +122,8 @@ class Source:
         return f"{path}: no entry for {conversation_id}" + (f" ({'; '.join(whole)})" if whole else "")
 
 
-def open_source(options: CarefulOptions) -> Source:
-    """The references or a logged run, validated; user mistakes raise ``pytest.UsageError``.
+def open_source(options: RunConfig) -> Source:
+    """The references or a logged run, validated; user mistakes raise ``SourceError``.
 
     A live run is opened by ``pytest_careful.live.source.open_live`` (``harness.session``).
     """
@@ -126,7 +138,7 @@ def open_source(options: CarefulOptions) -> Source:
             raise UnknownModel(missing)
     except UnknownModel as exc:
         flag = "--careful-decoder" if options.decoder else "--careful-model" if options.model else SETTINGS_FILE
-        raise pytest.UsageError(f"{flag}: {exc}") from None
+        raise SourceError(f"{flag}: {exc}") from None
     # Without --careful-model, the run is named after its folder (BFCL names
     # result folders after the model).
     source = Source(options.model or options.results.resolve().name, key)
@@ -142,13 +154,13 @@ def open_source(options: CarefulOptions) -> Source:
     if "confirm" in source.recorded:
         problem = script_problem(source.user_script("confirm"), options.user_script)
         if problem:
-            raise pytest.UsageError(problem)
+            raise SourceError(problem)
     if not options.worker:  # the controller tells; workers would only pay for it
         source.check_in_background(lambda: _decoder_warnings(source, options))
     return source
 
 
-def _decoder_warnings(source: Source, options: CarefulOptions) -> list[str]:
+def _decoder_warnings(source: Source, options: RunConfig) -> list[str]:
     """A warning when the chosen decoder reads (almost) none of the run (``format_check``)."""
     from .format_check import decoder_warnings
 
@@ -167,7 +179,7 @@ def _present(folders: dict[str, Path], required: bool = True) -> tuple[str, ...]
     found = tuple(c for c in CATEGORIES if all(c in p for p in present))
     if not found and required:
         where = ", ".join(str(d) for d in folders.values())
-        raise pytest.UsageError(
+        raise SourceError(
             f"--careful-results: no BFCL multi-turn result file "
             f"(BFCL_v4_multi_turn_<category>_result.json) under {where}"
         )
@@ -188,7 +200,7 @@ def _files_of_one_run(directory: Path) -> dict[str, Path]:
     several = sorted({p.parent for paths in by_category.values() if len(paths) > 1 for p in paths})
     if several:
         listed = "\n  ".join(str(p) for p in several)
-        raise pytest.UsageError(
+        raise SourceError(
             f"--careful-results: {directory} holds the result files of several runs:\n  {listed}\n"
             "point --careful-results at one of them (or name the model with --careful-model)"
         )
@@ -214,7 +226,7 @@ def _registry_dir(model: str) -> str:
 
 def _read_condition(source: Source, condition: str, directory: Path, categories: tuple[str, ...]) -> None:
     if not directory.is_dir():
-        raise pytest.UsageError(
+        raise SourceError(
             f"--careful-results: no folder {directory} for condition {condition!r} "
             "(with several protocols, the run of each lies in DIR/<protocol>/)"
         )
@@ -223,13 +235,13 @@ def _read_condition(source: Source, condition: str, directory: Path, categories:
     source.problems.extend(problems)
     missing = [c for c in categories if c not in files]
     if missing:
-        raise pytest.UsageError(
+        raise SourceError(
             f"--careful-results: {directory} has no result file for {', '.join(missing)} "
             f"(expected BFCL_v4_<category>_result.json); choose categories with --careful-category"
         )
     problem = protocol_problem(condition, [files[c] for c in categories], directory)
     if problem:
-        raise pytest.UsageError(problem)
+        raise SourceError(problem)
     source.recorded[condition] = recorded(files[c] for c in categories)
     for category in categories:
         source.files[(condition, category)] = files[category]

@@ -34,7 +34,7 @@ def full_card(**provenance: Any) -> dict[str, Any]:
 def _no_tables(monkeypatch):
     """The data files are not what this module tests (and need real rows)."""
     monkeypatch.setattr(scorecard, "markdown", lambda card: "")
-    monkeypatch.setattr(scorecard, "csv_text", lambda rows: "")
+    monkeypatch.setattr(scorecard, "csv_text", lambda rows, custom=(): "")
 
 
 def _write(directory: Path, the_card: dict[str, Any], comparison: Any = None) -> dict[str, bytes]:

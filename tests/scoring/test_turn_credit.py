@@ -250,10 +250,10 @@ def test_rows_scorecard_and_junit_carry_turn_credit(pytester: pytest.Pytester, l
 def test_unscored_row_has_no_turn_matched() -> None:
     from pytest_careful.data import dataset
     from pytest_careful.effects import declarations
-    from pytest_careful.harness.outcome import unscored_row
+    from pytest_careful.scoring.conversation import ScoringConfig, unscored_row
 
     conversation = dataset.get("multi_turn_base_3")
-    row = unscored_row(conversation, "standard", "m", "missing", declarations.load(), "final")
+    row = unscored_row(conversation, "standard", "missing", ScoringConfig("m", "passthrough", declarations.load()))
     acting = [index for index, calls in enumerate(conversation.ground_truth) if calls]
     assert (row["turns"], row["turns_matched"], row["first_divergent_turn"]) == (len(acting), 0, acting[0])
 

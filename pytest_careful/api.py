@@ -1,0 +1,160 @@
+"""The Python API: score a logged run, or read a scorecard, from a notebook or a script. No pytest.
+
+``score_run`` opens the run as ``pytest --careful-results`` opens it (``sources.open_source``) and
+scores each conversation with the function the pytest items call (``score_conversation``), under
+the same budget, so the two cannot disagree; a test checks it on every conversation of a real run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from .common.bfcl import CATEGORIES
+from .data import dataset
+from .effects import declarations
+from .execution import limits
+from .reports.scorecard import Scorecard, load
+from .scoring import extension
+from .scoring.conversation import RESOURCE_LIMIT, ConversationResult, ScoringConfig, score_conversation, unscored_row
+from .scoring.extension import Rule
+from .scoring.rules import DUPLICATE_WRITES, Settings
+from .sources.reference_logged import Source, open_source
+from .sources.run_config import RunConfig, SourceError
+
+PROTOCOLS = ("standard", "hints", "confirm")
+
+
+def score_run(
+    results_dir: Path | str,
+    decoder: str | None = None,
+    protocol: str = "standard",
+    categories: Sequence[str] | None = None,
+    *,
+    model: str | None = None,
+    rules: Iterable[Rule | type[Rule]] = (),
+    boundary: str = "final",
+    detector: str = "strict",
+    duplicate_writes: str = "paper",
+    user_script: str = "default",
+    budget: limits.Limits | None = None,
+) -> list[ConversationResult]:
+    """Score a logged BFCL run: one typed result per conversation, in dataset order.
+
+    The same as ``pytest --careful-results=DIR --careful-decoder=KEY --careful-protocol=P`` gives
+    for the folder (its scorecard's rows are the results' ``row``), without a pytest session.
+
+    Args:
+        results_dir: the run's folder (BFCL's ``result/<model>`` layout, or any folder holding
+            ``BFCL_v4_multi_turn_<category>_result.json`` files).
+        decoder: the BFCL registry key whose decoder reads the output (``--careful-decoder``);
+            None: ``model``, else the folder's ``careful_settings.json``.
+        protocol: ``standard``, ``hints`` or ``confirm``.
+        categories: ``base``, ``multi_turn_miss_func``...; None: the categories the folder has.
+        model: the run's name in the results (default: the folder's name).
+        rules: rules of your own (``pytest_careful.Rule`` instances or subclasses).
+        boundary, detector, duplicate_writes, user_script: as the ``--careful-*`` options.
+        budget: each conversation's scoring budget (``--careful-max-calls`` and so on); None: the defaults.
+
+    Raises:
+        SourceError (a ValueError): the folder, decoder or a setting cannot be used; the message says why.
+    """
+    config = _run_config(results_dir, decoder, protocol, categories, model, boundary, detector, duplicate_writes)
+    budget = budget or limits.Limits()
+    config = _replace(config, user_script=user_script, limits=budget)
+    try:
+        own = extension.collect([list(rules)], "score_run(rules=...)")
+    except extension.RuleError as problem:
+        raise SourceError(str(problem)) from None
+    source = open_source(config)
+    decl = declarations.load()
+    scoring = ScoringConfig(
+        model=source.model,
+        decoder_key=source.decoder_key,
+        declarations=decl,
+        settings=Settings(boundary=boundary, detector=detector, duplicate_writes=duplicate_writes),
+        rules=own,
+        reexamined=source.reexamined(config, decl),
+    )
+    chosen = source.categories or config.categories
+    return [_result(source, conversation, protocol, scoring, budget) for conversation in dataset.load(chosen)]
+
+
+def read_scorecard(path: Path | str) -> Scorecard:
+    """A ``scorecard.json`` (or its folder) as a typed ``Scorecard``; ValueError naming the file otherwise."""
+    return load(path)
+
+
+def _result(
+    source: Source, conversation: dataset.Conversation, protocol: str, scoring: ScoringConfig, budget: limits.Limits
+) -> ConversationResult:
+    """One conversation, as its pytest item scores it (``harness.item.run_conversation``)."""
+    try:
+        result, entry = source.result(protocol, conversation)
+    except LookupError as problem:
+        row = unscored_row(conversation, protocol, f"input problem: {problem}", scoring)
+        return ConversationResult.from_row(row, scoring.rule_names)
+    decoder = source.decoder()
+    try:
+        with limits.metered(budget):
+            row, _ = score_conversation(conversation, result, entry, decoder, protocol, scoring)
+    except limits.ResourceLimit as exceeded:
+        row = unscored_row(conversation, protocol, exceeded.reason, scoring, RESOURCE_LIMIT)
+    return ConversationResult.from_row(row, scoring.rule_names)
+
+
+def _run_config(
+    results_dir: Path | str,
+    decoder: str | None,
+    protocol: str,
+    categories: Sequence[str] | None,
+    model: str | None,
+    boundary: str,
+    detector: str,
+    duplicate_writes: str,
+) -> RunConfig:
+    """The ``RunConfig`` the same command line would give (``harness.options.read_options``)."""
+    if protocol not in PROTOCOLS:
+        raise SourceError(f"protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    if duplicate_writes not in DUPLICATE_WRITES:
+        raise SourceError(f"duplicate_writes {duplicate_writes!r}: expected one of {', '.join(DUPLICATE_WRITES)}")
+    if boundary not in declarations.BOUNDARIES:
+        raise SourceError(f"boundary {boundary!r}: expected one of {', '.join(declarations.BOUNDARIES)}")
+    folder = Path(results_dir)
+    if not folder.is_dir():
+        raise SourceError(f"{folder}: no such folder")
+    chosen = tuple(_category(c) for c in categories) if categories else CATEGORIES
+    return RunConfig(
+        active=True,
+        model=model or "",
+        results=folder,
+        decoder=decoder,
+        protocols=(protocol,),
+        categories=chosen,
+        categories_given=bool(categories),
+        boundary=boundary,
+        detector=detector,
+        gate="safe",
+        scorecards=Path("scorecards"),
+        baseline=None,
+        min_safe=None,
+        min_bfcl=None,
+        fail_on_regression=None,
+        duplicate_writes=duplicate_writes,
+        worker=True,  # no background format check: nothing here would print its warnings
+    )
+
+
+def _replace(config: RunConfig, **changes: object) -> RunConfig:
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+
+
+def _category(name: str) -> str:
+    full = name if name.startswith("multi_turn_") else f"multi_turn_{name}"
+    if full not in CATEGORIES:
+        raise SourceError(
+            f"category {name!r}: expected one of {', '.join(c.removeprefix('multi_turn_') for c in CATEGORIES)}"
+        )
+    return full
