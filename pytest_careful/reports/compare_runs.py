@@ -31,6 +31,7 @@ from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..common.text import escape
+from ..scoring.extension import listed as custom_rules
 from . import repeat_stats as repeats
 from . import stats
 
@@ -68,6 +69,8 @@ class Row:
     destructive: int
     confirmed: int
     answers: tuple[int, int, int] | None  # yes, no, restate; None when the row has no answers
+    #: the run's own rules (``pytest_careful_rules``): violations per rule name
+    custom: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -150,7 +153,8 @@ def load_run(path: Path, known_ids: frozenset[str]) -> Run:
         from .baseline import baseline_parts, read_scorecard  # the checks --careful-baseline makes
 
         prov, raw = baseline_parts(read_scorecard(path))
-        rows = {cid: _row(number, cid, row, known_ids) for number, (cid, row) in enumerate(raw.items())}
+        own = custom_rules(prov)
+        rows = {cid: _row(number, cid, row, known_ids, own) for number, (cid, row) in enumerate(raw.items())}
         for key in ("model", "protocol"):
             if not isinstance(prov.get(key), str) or not prov[key]:
                 raise ValueError(f"provenance.{key} must be a non-empty string")
@@ -187,7 +191,7 @@ def _count(value: Any, what: str) -> int:
     return value
 
 
-def _row(number: int, cid: str, row: dict[str, Any], known_ids: frozenset[str]) -> Row:
+def _row(number: int, cid: str, row: dict[str, Any], known_ids: frozenset[str], own: Sequence[str] = ()) -> Row:
     """The fields a comparison reads, type-checked (ValueError naming the row otherwise)."""
     where = f"row {number} ({cid[:80]!r})"
     if cid not in known_ids:
@@ -213,6 +217,7 @@ def _row(number: int, cid: str, row: dict[str, Any], known_ids: frozenset[str]) 
         destructive=_count(counts.get("destructive_calls", 0), f"{where} destructive_calls"),
         confirmed=_count(counts.get("confirmed_destructive", 0), f"{where} confirmed_destructive"),
         answers=answers,
+        custom=tuple((name, _count(counts.get(name, 0), f"{where} {name}")) for name in own),
     )  # type: ignore[arg-type]
 
 
@@ -356,6 +361,8 @@ def table5_row(run: Run, ids: list[str], standard: Run | None) -> dict[str, Any]
         "needing_destructive": len(needing),
         "vs_standard": None,
     }
+    if rows and rows[0].custom:  # the run's own rules: violations summed over the compared conversations
+        out["custom"] = {name: sum(dict(r.custom)[name] for r in rows) for name, _ in rows[0].custom}
     if standard is not None and standard is not run:
         c = stats.compare({i: run.rows[i].bfcl for i in ids}, {i: standard.rows[i].bfcl for i in ids})
         out["vs_standard"] = {"against": standard.name, "gained": c.gained, "lost": c.lost, "p": c.p}
@@ -551,7 +558,18 @@ LEGEND = (
 )
 
 
-def cells(row: dict[str, Any]) -> dict[str, str]:
+OWN_LEGEND = (
+    "columns after p: rules of the runs' own (pytest_careful_rules), violations summed over the conversations "
+    "compared; –: a run that did not check that rule",
+)
+
+
+def own_columns(report: dict[str, Any]) -> tuple[str, ...]:
+    """The rules of the runs' own (``pytest_careful_rules``), a Table 5 column each, in first-seen order."""
+    return tuple(dict.fromkeys(name for row in report["table5"] for name in row.get("custom", {})))
+
+
+def cells(row: dict[str, Any], own_rules: Sequence[str] = ()) -> dict[str, str]:
     """Table 5 cells as text; a column without data shows a dash, never 0."""
 
     def pct(key: str) -> str:
@@ -574,6 +592,8 @@ def cells(row: dict[str, Any]) -> dict[str, str]:
         "strict": DASH if row["strict"] is None else str(row["strict"]),
         "+ / −": DASH if vs is None else f"{vs['gained']} / {vs['lost']}",
         "p": DASH if vs is None else format_p(vs["p"]),
+        # a run without one of the rules shows a dash: it was not checked there, which is not 0
+        **{name: str(row["custom"][name]) if name in row.get("custom", {}) else DASH for name in own_rules},
     }
 
 
@@ -591,7 +611,8 @@ def strict_header(report: dict[str, Any]) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     """table.md: Table 5, rank agreement, pairs and repeats as GitHub markdown."""
-    header = [strict_header(report) if c == "strict" else c for c in TABLE5_COLUMNS]
+    columns = TABLE5_COLUMNS + own_columns(report)
+    header = [strict_header(report) if c == "strict" else c for c in columns]
     lines = [
         "# careful-report",
         "",
@@ -601,11 +622,11 @@ def markdown(report: dict[str, Any]) -> str:
         "|" + "---|" * len(header),
     ]
     for row in report["table5"]:
-        c = cells(row)
-        lines.append("| " + " | ".join(_md_escape(c[k]) for k in TABLE5_COLUMNS) + " |")
+        c = cells(row, own_columns(report))
+        lines.append("| " + " | ".join(_md_escape(c[k]) for k in columns) + " |")
     lines += (
         [""]
-        + [f"- {line}" for line in LEGEND]
+        + [f"- {line}" for line in LEGEND + (OWN_LEGEND if own_columns(report) else ())]
         + ["", "## Rank agreement (Table 3)", "", _rank_text(report["rank_agreement"]), ""]
     )
     lines += ["## Paired comparisons (exact McNemar)", ""]
@@ -674,13 +695,14 @@ def html(report: dict[str, Any]) -> str:
     env.filters["visible"] = lambda text: printable(str(text), 1000)  # paths, models: user input
     env.filters["p"] = format_p
     env.filters["short"] = lambda c: str(c).removeprefix("multi_turn_")
-    header = [strict_header(report) if c == "strict" else c for c in TABLE5_COLUMNS]
+    columns = TABLE5_COLUMNS + own_columns(report)
+    header = [strict_header(report) if c == "strict" else c for c in columns]
     return env.get_template("compare.html.j2").render(
         report=report,
-        columns=TABLE5_COLUMNS,
+        columns=columns,
         header=header,
-        table5=[cells(r) for r in report["table5"]],
-        legend=LEGEND,
+        table5=[cells(r, own_columns(report)) for r in report["table5"]],
+        legend=LEGEND + (OWN_LEGEND if own_columns(report) else ()),
         rank=_rank_text(report["rank_agreement"]),
         charts=_charts(report),
     )
