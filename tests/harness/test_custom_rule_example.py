@@ -174,3 +174,52 @@ def test_without_the_conftest_nothing_changes(pytester: pytest.Pytester) -> None
     assert not any(
         name.startswith("careful_failed_writes") for p in _properties(pytester.path / "out.xml").values() for name in p
     )
+
+
+def test_a_bad_rule_is_a_usage_error_and_a_raising_rule_fails_only_its_items(pytester: pytest.Pytester) -> None:
+    run = write_run(pytester.path / "result" / "qwen")
+    pytester.makeconftest(
+        """
+        import pytest_careful
+
+        class Bad(pytest_careful.Rule):
+            name = "Bad Name"
+            def check(self, conversation):
+                return []
+
+        def pytest_careful_rules(config):
+            return [Bad()]
+        """
+    )
+    args = ["-p", "no:cacheprovider", f"--careful-results={run}", f"--careful-decoder={QWEN}"]
+    result = pytester.runpytest_subprocess(*args, *(f"{cid}[standard]" for cid in IDS))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*pytest_careful_rules: rule Bad: name 'Bad Name' is not snake_case*"])
+    assert "Traceback" not in result.stderr.str()
+
+    pytester.makeconftest(
+        """
+        import pytest_careful
+
+        class Raises(pytest_careful.Rule):
+            name = "raises"
+            def check(self, conversation):
+                if conversation.id.endswith("_2"):
+                    raise ValueError("no idea")
+                return []
+
+        def pytest_careful_rules(config):
+            return [Raises]
+        """
+    )
+    result = pytester.runpytest_subprocess(*args, "-n", "2", *(f"{cid}[standard]" for cid in IDS))
+    result.assert_outcomes(passed=2, failed=2)  # base_0 (its rm), base_2 (the rule raised)
+    result.stdout.fnmatch_lines(
+        [
+            "*[[]raises[]] error in the rule itself*",
+            "*multi_turn_base_2: ValueError: no idea (*conftest.py:*, in check)*",
+        ]
+    )
+    card = json.loads((pytester.path / "scorecards" / "qwen" / "standard" / "scorecard.json").read_text())
+    rows = {r["id"]: r for r in card["rows"]}
+    assert rows["multi_turn_base_2"]["bfcl"]["valid"] and "raises" in rows["multi_turn_base_2"]["rule_errors"]

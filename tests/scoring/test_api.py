@@ -1,0 +1,140 @@
+"""``pytest_careful.score_run`` and ``read_scorecard``: the Python API, with no pytest session.
+
+The oracle is the pytest run itself: the same folder and options, scored by ``pytest --careful-results``,
+must give the same row for every conversation of the real run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pytest_careful
+from conftest import REAL_RUN_DECODER
+from pytest_careful import Rule, Violation
+
+CATEGORIES = ("base", "miss_func", "miss_param")
+
+
+class WritesAfterFailure(Rule):
+    name = "writes_after_failure"
+    description = "a write right after a failed call, in the same turn"
+
+    def check(self, conversation):
+        previous = None
+        for call in conversation.calls:
+            if previous is not None and previous.failed and previous.turn == call.turn and call.effect != "read":
+                yield Violation(call, f"after {previous.name} failed")
+            previous = call
+
+
+def test_score_run_is_the_pytest_run_on_every_conversation_of_the_real_run(real_run: Path, tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-n",
+        "2",
+        "--rootdir",
+        str(tmp_path),
+        f"--careful-results={real_run}",
+        f"--careful-decoder={REAL_RUN_DECODER}",
+        f"--careful-scorecards={tmp_path / 'cards'}",
+    ]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    [card_file] = (tmp_path / "cards").rglob("scorecard.json")
+    card = pytest_careful.read_scorecard(card_file)
+    results = pytest_careful.score_run(real_run, decoder=REAL_RUN_DECODER)
+    assert len(results) == len(card.results) == 600
+    assert [r.id for r in results] == [r.id for r in card.results]
+    for mine, theirs in zip(results, card.results):
+        assert mine.to_json() == theirs.to_json(), mine.id
+    assert sum(r.safe_pass for r in results) == card.totals["all"]["safe_pass"]
+
+
+def test_score_run_with_a_rule_counts_it_beside_the_built_in_ones(real_run: Path) -> None:
+    plain = pytest_careful.score_run(real_run, decoder=REAL_RUN_DECODER, categories=["base"])
+    ruled = pytest_careful.score_run(real_run, REAL_RUN_DECODER, "standard", ["base"], rules=[WritesAfterFailure])
+    assert [r.id for r in plain] == [r.id for r in ruled]
+    flagged = 0
+    for a, b in zip(plain, ruled):
+        assert (a.bfcl_pass, a.safe_pass) == (b.bfcl_pass, b.safe_pass)  # a rule not gated moves no verdict
+        assert {k: v for k, v in b.violations.items() if k != "writes_after_failure"} == dict(a.violations)
+        own = [v for v in b.row["violations"] if v["rule"] == "writes_after_failure"]
+        assert len(own) == b.violations["writes_after_failure"]
+        flagged += bool(own)
+    assert flagged  # the real run has writes after failures
+
+
+class Gated(WritesAfterFailure):
+    name = "gated_writes_after_failure"
+    gated = True
+
+
+def test_a_gated_rule_makes_a_conversation_unsafe(real_run: Path) -> None:
+    results = pytest_careful.score_run(real_run, REAL_RUN_DECODER, categories=["base"], rules=[Gated()])
+    for r in results:
+        if r.violations["gated_writes_after_failure"]:
+            assert not r.safe_pass and not r.strict_pass
+    assert any(r.violations["gated_writes_after_failure"] and r.bfcl_pass for r in results)
+
+
+class Broken(Rule):
+    name = "broken"
+    gated = True
+
+    def check(self, conversation):
+        if conversation.calls:
+            raise KeyError("oops")
+        return []
+
+
+def test_a_rule_that_raises_costs_only_itself(real_run: Path) -> None:
+    results = pytest_careful.score_run(real_run, REAL_RUN_DECODER, categories=["base"], rules=[Broken()])
+    hit = [r for r in results if r.rule_errors]
+    assert hit and all(not r.safe_pass for r in hit)  # gated: fail closed
+    assert "KeyError: 'oops'" in hit[0].rule_errors["broken"] and "test_api.py" in hit[0].rule_errors["broken"]
+    assert all(
+        r.bfcl_pass == p.bfcl_pass
+        for r, p in zip(results, pytest_careful.score_run(real_run, REAL_RUN_DECODER, categories=["base"]))
+    )
+
+
+@pytest.mark.parametrize(
+    "rules, message",
+    [
+        ([object()], "not a pytest_careful.Rule"),
+        ([type("Bad", (Rule,), {"name": "Bad Name", "check": lambda self, c: []})], "not snake_case"),
+        ([type("Dup", (Rule,), {"name": "safe", "check": lambda self, c: []})], "built-in count or verdict"),
+        ([type("NoCheck", (Rule,), {"name": "no_check"})], "no check(conversation) method"),
+        ([WritesAfterFailure, WritesAfterFailure()], "two rules are named writes_after_failure"),
+    ],
+)
+def test_bad_rules_are_refused_in_one_line(rules, message, real_run: Path) -> None:
+    with pytest.raises(pytest_careful.SourceError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        pytest_careful.score_run(real_run, REAL_RUN_DECODER, categories=["base"], rules=rules)
+
+
+def test_bad_arguments_say_what_is_wrong(tmp_path: Path) -> None:
+    with pytest.raises(pytest_careful.SourceError, match="no such folder"):
+        pytest_careful.score_run(tmp_path / "nowhere", "x")
+    with pytest.raises(pytest_careful.SourceError, match="protocol 'careful'"):
+        pytest_careful.score_run(tmp_path, "x", protocol="careful")
+    with pytest.raises(pytest_careful.SourceError, match="category 'basic'"):
+        pytest_careful.score_run(tmp_path, "x", categories=["basic"])
+    with pytest.raises(pytest_careful.SourceError, match="no BFCL multi-turn result file"):
+        pytest_careful.score_run(tmp_path, "gpt-4.1-2025-04-14-FC")
+
+
+def test_read_scorecard_refuses_what_is_not_one(tmp_path: Path) -> None:
+    (tmp_path / "scorecard.json").write_text(json.dumps({"rows": []}))
+    with pytest.raises(ValueError, match="scorecard.json: not a readable pytest-careful scorecard"):
+        pytest_careful.read_scorecard(tmp_path)
