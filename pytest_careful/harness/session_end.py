@@ -620,48 +620,36 @@ def _cells(t: dict[str, Any]) -> dict[str, str]:
 
 
 def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
-    """Two narrow tables (accuracy, violations), one pair per condition, for 80 columns."""
-    from rich import box
-    from rich.markup import escape
-
+    """Two narrow tables (accuracy, violations), one pair per condition, for 80 columns; a third for
+    the run's own rules (pytest_careful_rules), a column each, ``*`` marking the gated ones."""
+    gated = {r.name for r in state.custom_rules if r.gated}
     tables = []
     for condition, card in state.cards.items():
+        rows = [(category.removeprefix("multi_turn_"), _cells(t), t) for category, t in card["totals"].items()]
         for title, columns in (("accuracy", _ACCURACY), ("rule violations", _VIOLATIONS)):
-            table = Table(
-                title=escape(f"{state.source.model} [{condition}]: {title}"),
-                box=box.SIMPLE_HEAD,
-                title_justify="left",
-                pad_edge=False,
-            )
-            table.add_column("category", no_wrap=True)
-            for column in columns:
-                table.add_column(column, justify="right", no_wrap=True)
-            for category, t in card["totals"].items():
-                cells = _cells(t)
-                table.add_row(category.removeprefix("multi_turn_"), *(cells[c] for c in columns))
+            table = _table(Table, f"{state.source.model} [{condition}]: {title}", columns)
+            for category, cells, _ in rows:
+                table.add_row(category, *(cells[c] for c in columns))
             tables.append(table)
         own = scorecard.custom_rules(card["provenance"])
-        if own:  # the run's own rules (pytest_careful_rules): a column each, as the built-in ones
-            tables.append(_own_rules_table(state, condition, card, own, Table))
+        if own:
+            headers = [name + ("*" if name in gated else "") for name in own]
+            table = _table(Table, f"{state.source.model} [{condition}]: rules of the run's own (* gated)", headers)
+            for category, _, t in rows:
+                table.add_row(category, *(str(t["counts"].get(n, 0)) for n in own))
+            tables.append(table)
     return tables
 
 
-def _own_rules_table(state: CarefulState, condition: str, card: dict[str, Any], own: Sequence[str], Table: Any) -> Any:
+def _table(Table: Any, title: str, columns: Sequence[str]) -> Any:
+    """A summary table: its title (user input escaped), a category column, right-aligned figures."""
     from rich import box
     from rich.markup import escape
 
-    gated = {r.name for r in state.custom_rules if r.gated}
-    table = Table(
-        title=escape(f"{state.source.model} [{condition}]: rules of the run's own (* gated)"),
-        box=box.SIMPLE_HEAD,
-        title_justify="left",
-        pad_edge=False,
-    )
+    table = Table(title=escape(title), box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     table.add_column("category", no_wrap=True)
-    for name in own:
-        table.add_column(escape(name + ("*" if name in gated else "")), justify="right", no_wrap=True)
-    for category, t in card["totals"].items():
-        table.add_row(category.removeprefix("multi_turn_"), *(str(t["counts"].get(n, 0)) for n in own))
+    for column in columns:
+        table.add_column(escape(column), justify="right", no_wrap=True)
     return table
 
 
