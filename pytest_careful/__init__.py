@@ -31,6 +31,7 @@ _PUBLIC = {
     "Scorecard": "reports.scorecard",
     "RunConfig": "sources.run_config",
     "SourceError": "sources.run_config",
+    "ModelEntry": "execution.decoding",
     "score_run": "api",
     "read_scorecard": "api",
 }
@@ -53,6 +54,7 @@ __all__ = [
     "Conversation",
     "ConversationResult",
     "ModelCall",
+    "ModelEntry",
     "Rule",
     "RunConfig",
     "ScoredConversation",

@@ -7,13 +7,14 @@ the same budget, so the two cannot disagree; a test checks it on every conversat
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from .common.bfcl import CATEGORIES
 from .data import dataset
 from .effects import declarations
 from .execution import limits
+from .execution.decoding import ModelEntry, ModelEntryError, own_models
 from .reports.scorecard import Scorecard, load
 from .scoring import extension
 from .scoring.conversation import RESOURCE_LIMIT, ConversationResult, ScoringConfig, score_conversation, unscored_row
@@ -38,6 +39,7 @@ def score_run(
     duplicate_writes: str = "paper",
     user_script: str = "default",
     budget: limits.Limits | None = None,
+    models: Mapping[str, ModelEntry] | None = None,
 ) -> list[ConversationResult]:
     """Score a logged BFCL run: one typed result per conversation, in dataset order.
 
@@ -55,6 +57,8 @@ def score_run(
         rules: rules of your own (``pytest_careful.Rule`` instances or subclasses).
         boundary, detector, duplicate_writes, user_script: as the ``--careful-*`` options.
         budget: each conversation's scoring budget (``--careful-max-calls`` and so on); None: the defaults.
+        models: models of your own by name (``pytest_careful.ModelEntry``), as ``pytest_careful_model_handlers``
+            gives them: ``decoder`` may then name one. Registered for this call only.
 
     Raises:
         SourceError (a ValueError): the folder, decoder or a setting cannot be used; the message says why.
@@ -66,17 +70,29 @@ def score_run(
         own = extension.collect([list(rules)], "score_run(rules=...)")
     except extension.RuleError as problem:
         raise SourceError(str(problem)) from None
+    try:
+        undo = own_models(models or {}, "score_run(models=...)")
+    except ModelEntryError as problem:
+        raise SourceError(str(problem)) from None
+    try:
+        return _score(config, own, budget)
+    finally:
+        undo()
+
+
+def _score(config: RunConfig, own: tuple[Rule, ...], budget: limits.Limits) -> list[ConversationResult]:
     source = open_source(config)
     decl = declarations.load()
     scoring = ScoringConfig(
         model=source.model,
         decoder_key=source.decoder_key,
         declarations=decl,
-        settings=Settings(boundary=boundary, detector=detector, duplicate_writes=duplicate_writes),
+        settings=Settings(boundary=config.boundary, detector=config.detector, duplicate_writes=config.duplicate_writes),
         rules=own,
         reexamined=source.reexamined(config, decl),
     )
     chosen = source.categories or config.categories
+    protocol = config.protocols[0]
     return [_result(source, conversation, protocol, scoring, budget) for conversation in dataset.load(chosen)]
 
 

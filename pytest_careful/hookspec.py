@@ -7,7 +7,7 @@ load your ``conftest.py`` too, and score with the same rules. See docs/extending
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -15,6 +15,7 @@ import pluggy
 if TYPE_CHECKING:
     import pytest
 
+    from .execution.decoding import ModelEntry
     from .reports.scorecard import Scorecard
     from .scoring.conversation import ConversationResult
     from .scoring.extension import Rule
@@ -53,4 +54,21 @@ def pytest_careful_run_finished(scorecard: Scorecard) -> None:
 
     ``scorecard.path`` is its ``scorecard.json``; ``scorecard.results`` the typed rows;
     ``scorecard.totals`` the figures by category (``all`` for the run).
+    """
+
+
+@hookspec
+def pytest_careful_model_handlers(config: pytest.Config) -> Mapping[str, ModelEntry] | None:
+    """Return models of your own, by name: ``{"acme-large-FC": pytest_careful.ModelEntry(AcmeHandler, ...)}``.
+
+    As BFCL's ``model_config`` maps names to ``ModelConfig(model_handler=..., is_fc_model=...)``: each
+    name then works wherever a registry key does (``--careful-model=acme-large-FC`` for a live run,
+    ``--careful-decoder=acme-large-FC`` to rescore its logged output). The handler is a subclass of
+    BFCL's ``BaseHandler``, built and run as ``bfcl generate`` runs a registered one: an internal
+    gateway speaking OpenAI's API subclasses BFCL's OpenAI handler and points its client elsewhere.
+    A subclass of BFCL's ``OSSHandler`` is run against a vLLM server.
+
+    Called once per process, before the run's options are read. A name BFCL's registry already
+    has, ``reference``, or a ``scripted:``/``bfcl:`` prefix is refused, as is a class that is not a
+    BFCL handler (one line, exit 4).
     """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -56,6 +57,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 def pytest_configure(config: pytest.Config) -> None:
     for marker, text in _markers():
         config.addinivalue_line("markers", f"{marker}: {text}")
+    _own_models(config)
     options = read_options(config)
     if not options.active:
         return
@@ -98,6 +100,27 @@ def pytest_configure(config: pytest.Config) -> None:
         from .harness.failure_text import Bounder
 
         config.pluginmanager.register(Bounder(config, state), "careful-failure-text")
+
+
+def _own_models(config: pytest.Config) -> None:
+    """``pytest_careful_model_handlers``: models of the user's own, registered for this session only."""
+    hook = config.hook.pytest_careful_model_handlers
+    if not hook.get_hookimpls() or not (config.getoption("careful_model") or config.getoption("careful_results")):
+        return  # nothing asks for one (and bfcl-eval is not imported for nothing)
+    from .execution.decoding import ModelEntryError, own_models
+
+    for models in hook(config=config):
+        if models is None:
+            continue
+        if not isinstance(models, Mapping):
+            raise pytest.UsageError(
+                f"pytest_careful_model_handlers returned a {type(models).__name__}, "
+                "not a mapping of model names to pytest_careful.ModelEntry"
+            )
+        try:
+            config.add_cleanup(own_models(models))
+        except ModelEntryError as problem:
+            raise pytest.UsageError(str(problem)) from None
 
 
 def _markers() -> list[tuple[str, str]]:

@@ -22,7 +22,8 @@ import importlib.util
 import inspect
 import sys
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..common import bfcl as _bfcl
@@ -95,6 +96,69 @@ class RegistryEntry:
     is_fc_model: bool
     handler_module: str
     handler_class: str
+    #: the class itself, for a model of one's own (``own_models``); BFCL's are imported by name
+    handler: type | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A model of one's own (``pytest_careful_model_handlers``), as BFCL's ``ModelConfig`` names one.
+
+    Attributes:
+        handler: a subclass of BFCL's ``BaseHandler`` (``bfcl_eval.model_handler.base_handler``): it
+            prompts, calls and decodes, as ``bfcl generate`` would run it.
+        model_name: the model's name as the handler sends it (default: the name it is registered under).
+        is_fc_model: whether it calls functions natively (FC) or writes them as text (prompting).
+    """
+
+    handler: type
+    model_name: str = ""
+    is_fc_model: bool = True
+
+
+class ModelEntryError(ValueError):
+    """A model of one's own that cannot be registered: its name, or its handler."""
+
+
+#: The models of one's own registered in this process (``own_models``), by name.
+_OWN: dict[str, RegistryEntry] = {}
+
+
+def own_models(models: Mapping[str, ModelEntry], where: str = "pytest_careful_model_handlers") -> Callable[[], None]:
+    """Register models of one's own beside BFCL's registry; returns what unregisters them.
+
+    Their names then resolve like registry keys (``--careful-model``, ``--careful-decoder``).
+    A name that is already BFCL's, ``reference``, or ``scripted:``/``bfcl:``-prefixed is refused,
+    as is a handler that is not a BFCL handler class (``ModelEntryError``, one line).
+    """
+    from bfcl_eval.model_handler.base_handler import BaseHandler
+
+    bfcl_keys = set(_bfcl_keys())
+    added = {}
+    for name, model in models.items():
+        label = f"{where}: model {name!r}"
+        if not isinstance(name, str) or not name.strip() or name != name.strip() or len(name) > 200:
+            raise ModelEntryError(f"{label}: a model's name is a non-empty string without surrounding blanks")
+        if name in bfcl_keys or name == "reference" or name.startswith(("scripted:", "bfcl:")):
+            raise ModelEntryError(f"{label}: the name is taken (BFCL's registry, reference, scripted: or bfcl:)")
+        if not isinstance(model, ModelEntry):
+            raise ModelEntryError(f"{label}: expected a pytest_careful.ModelEntry, got {type(model).__name__}")
+        if not (isinstance(model.handler, type) and issubclass(model.handler, BaseHandler)):
+            raise ModelEntryError(f"{label}: its handler {model.handler!r} is not a subclass of BFCL's BaseHandler")
+        cls = model.handler
+        added[name] = RegistryEntry(
+            name, model.model_name or name, bool(model.is_fc_model), cls.__module__, cls.__qualname__, cls
+        )
+    clash = sorted(set(added) & set(_OWN))
+    if clash:
+        raise ModelEntryError(f"{where}: {', '.join(clash)} registered twice")
+    _OWN.update(added)
+
+    def undo() -> None:
+        for name in added:
+            _OWN.pop(name, None)
+
+    return undo
 
 
 @functools.cache
@@ -245,6 +309,8 @@ def _module_level_imports(module: str) -> list[str]:
 
 def import_handler_class(entry: RegistryEntry) -> type:
     """The handler class of ``entry``, importing its module only; MissingExtra names the extra."""
+    if entry.handler is not None:  # a model of one's own: the class itself
+        return entry.handler
     _bfcl.contain_project_root()  # handler modules import bfcl's eval_config
     try:
         module = importlib.import_module(entry.handler_module)
@@ -256,9 +322,14 @@ def import_handler_class(entry: RegistryEntry) -> type:
     return getattr(module, entry.handler_class)  # type: ignore[no-any-return]
 
 
-@functools.cache
 def registry_keys() -> tuple[str, ...]:
-    """The registry's keys, in its order (read from source; see ``registry_source``)."""
+    """The models of one's own (``own_models``), then the registry's keys in its order."""
+    return tuple(_OWN) + _bfcl_keys() if _OWN else _bfcl_keys()
+
+
+@functools.cache
+def _bfcl_keys() -> tuple[str, ...]:
+    """BFCL's registry keys, in its order (read from source; see ``registry_source``)."""
     return tuple(registry_source()) or tuple(_bfcl.model_registry())
 
 
@@ -310,7 +381,7 @@ def decoder(registry_key: str) -> Decoder:
         handler = make_handler(key)
         shadow_eval(type(handler))
         return Decoder(key, handler)
-    entry = registry_source().get(key)
+    entry = _OWN.get(key) or registry_source().get(key)
     if entry is not None:
         handler_class = import_handler_class(entry)
         model_name, is_fc_model = entry.model_name, entry.is_fc_model
@@ -344,7 +415,7 @@ def passthrough_decoder() -> Decoder:
 
 def registry_entry(key: str) -> RegistryEntry:
     """The registry entry of ``key``: read from model_config.py's source, else from the registry itself."""
-    entry = registry_source().get(key)
+    entry = _OWN.get(key) or registry_source().get(key)
     if entry is None:
         config = _bfcl.model_registry()[key]
         cls = config.model_handler

@@ -353,8 +353,10 @@ def _installed(key: str) -> str:
 
 
 def _kind(entry: RegistryEntry) -> str:
-    if entry.handler_module.startswith("bfcl_eval.model_handler.local_inference"):
+    # A model of one's own is of the kind of the BFCL handler it subclasses (an OSSHandler: vLLM).
+    modules = [c.__module__ for c in entry.handler.__mro__] if entry.handler else [entry.handler_module]
+    if any(m.startswith("bfcl_eval.model_handler.local_inference") for m in modules):
         return "vllm"
-    if entry.handler_module.endswith(".claude"):
+    if any(m.startswith("bfcl_eval.") and m.endswith(".claude") for m in modules):
         return "claude"
     return "api"

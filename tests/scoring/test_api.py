@@ -138,3 +138,18 @@ def test_read_scorecard_refuses_what_is_not_one(tmp_path: Path) -> None:
     (tmp_path / "scorecard.json").write_text(json.dumps({"rows": []}))
     with pytest.raises(ValueError, match="scorecard.json: not a readable pytest-careful scorecard"):
         pytest_careful.read_scorecard(tmp_path)
+
+
+def test_a_model_of_ones_own_decodes_a_logged_run(real_run: Path) -> None:
+    """``models=``: the real run decoded by BFCL's handler registered under another name scores the same."""
+    from bfcl_eval.model_handler.api_inference.openai_response import OpenAIResponsesHandler
+
+    from pytest_careful.execution import decoding
+
+    mine = {"internal-gateway-FC": pytest_careful.ModelEntry(OpenAIResponsesHandler, "gpt-4.1-2025-04-14")}
+    ours = pytest_careful.score_run(real_run, "internal-gateway-FC", categories=["base"], models=mine)
+    theirs = pytest_careful.score_run(real_run, REAL_RUN_DECODER, categories=["base"])
+    assert [r.to_json() for r in ours] == [r.to_json() for r in theirs]
+    assert "internal-gateway-FC" not in decoding.registry_keys()  # registered for the call only
+    with pytest.raises(pytest_careful.SourceError, match="not in bfcl-eval"):
+        pytest_careful.score_run(real_run, "internal-gateway-FC", categories=["base"])
