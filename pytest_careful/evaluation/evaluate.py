@@ -110,9 +110,9 @@ def decode_run(decoder: Decoder, result: Sequence[Sequence[Any]]) -> DecodedRun:
     return run
 
 
-def _decode(decoder: Decoder, item: Any) -> tuple[Any, str | None]:
+def _decode(decoder: Decoder, step: Any) -> tuple[Any, str | None]:
     try:
-        return decoder.decode_step(item), None
+        return decoder.decode_step(step), None
     except Exception as exc:  # BFCL ignores any failed decoding, and so do we
         return [], type(exc).__name__
 

@@ -366,9 +366,10 @@ class Decoder:
     def is_fc_model(self) -> bool:
         return bool(self.handler.is_fc_model)
 
-    def decode_step(self, item: Any) -> list[str]:
-        """BFCL's ``decode_execute`` on one logged step; raises if it does not decode."""
-        return self.handler.decode_execute(item, has_tool_call_tag=False)
+    def decode_step(self, step: Any) -> list[str]:
+        """BFCL's ``decode_execute`` on one logged step (the model's output, as logged: any JSON value);
+        raises if it does not decode."""
+        return self.handler.decode_execute(step, has_tool_call_tag=False)
 
 
 @functools.cache

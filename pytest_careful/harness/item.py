@@ -11,7 +11,7 @@ from _pytest.nodeid import coerce_node_id
 
 from ..data import dataset
 from ..execution import limits
-from ..live.errors import LiveError, ServerError
+from ..live.errors import LiveError, NotRun, ServerError
 from . import outcome
 from .markers import CLASS_MARKERS
 from .repeat_runs import run_repeats
@@ -64,10 +64,12 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
     conversation = dataset.get(item.conversation_id)
     if state.options.repeat > 1:  # --careful-repeat: K runs in this one item (repeat_runs.py says why)
         return run_repeats(item, state, conversation)
-    run_failure = unscored = None
+    run_failure = unscored = not_run = None
     error_type = outcome.UNSCORED
     try:
         result, entry = state.source.result(item.condition, conversation)
+    except NotRun as problem:  # this session did not run it (the run stopped first): skipped, rerun runs it
+        not_run = str(problem)
     except LookupError as problem:
         unscored = f"input problem: {problem}"
     except ServerError as problem:  # the server failed it: never the model's verdict
@@ -79,6 +81,8 @@ def run_conversation(request: pytest.FixtureRequest) -> None:
             # Scored as BFCL scores an inference error; the next run retries it.
             run_failure = f"model run failed: {problem} (scored as an inference error; a rerun retries it)"
             result, entry = problem.entry.result, problem.entry
+    if not_run is not None:
+        pytest.skip(not_run)
     if unscored is not None:  # outside the except: the failure carries no chained exception
         outcome.unscored(item, state, conversation, unscored, error_type)
     decoder = state.source.decoder()  # outside the budget: the first one imports its handler

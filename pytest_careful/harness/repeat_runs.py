@@ -35,7 +35,7 @@ from ..common import bfcl as _bfcl
 from ..common.text import counted
 from ..data import dataset
 from ..execution import limits
-from ..live.errors import LiveError, ServerError
+from ..live.errors import LiveError, NotRun, ServerError
 from ..reports import repeat_stats as repeats
 from .outcome import (
     RESOURCE_LIMIT,
@@ -81,6 +81,8 @@ def _one_repeat(
     run_failure = None
     try:
         result, entry = state.source.result(item.condition, conversation, repeat)
+    except NotRun as problem:  # this session did not run it: the item is skipped, a rerun runs it
+        pytest.skip(str(problem))
     except ServerError as problem:  # the server failed it: never the model's verdict
         return failed_row(item, state, conversation, str(problem), SERVER_ERROR), f"unscored: {problem}"
     except LiveError as problem:

@@ -37,7 +37,10 @@ def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
     if options.live:
         from ..live.source import open_live  # the live backends, only for a live run (start-up time)
 
-        source = open_live(options)
+        try:
+            source = open_live(options)
+        except SourceError as problem:
+            raise pytest.UsageError(str(problem)) from None
     else:
         try:
             source = open_source(options)
@@ -276,8 +279,9 @@ class CarefulPlugin:
         if live and session.items:
             from ..live.inflight import take_off, worker_count
 
-            careful = [i for i in session.items if isinstance(i, CarefulItem)]
-            flight = take_off(self.state.source, careful, self.state.options.repeat, worker_count(self.config))
+            careful = [(i.condition, i.conversation_id) for i in session.items if isinstance(i, CarefulItem)]
+            workers = worker_count(getattr(self.config, "workerinput", None))
+            flight = take_off(self.state.source, careful, self.state.options.repeat, workers)  # type: ignore[arg-type]
         if live and not self.is_worker:
             from ..live.progress import Display
 

@@ -9,12 +9,17 @@ Claude cost estimate needs no key).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ..sources.run_config import RunConfig, SourceError
+
+if TYPE_CHECKING:
+    from .source import LiveSource
 
 
-def configure(source: Any, options: Any) -> None:
-    """Attach the backend's per-process set-up (``source.setup``) for ``source.handle``."""
-    kind = source.handle.kind
+def configure(source: LiveSource, options: RunConfig) -> None:
+    """Attach the backend's per-process set-up (``source.setup``) for ``source.model_handle``."""
+    kind = source.model_handle.kind
     if kind == "vllm":
         from .vllm_server import configure_source
 
@@ -26,14 +31,12 @@ def configure(source: Any, options: Any) -> None:
     if not options.worker and not options.collect_only:
         problem = preflight(source)
         if problem:
-            import pytest
-
-            raise pytest.UsageError(f"--careful-model={options.model}: {problem}")
+            raise SourceError(f"--careful-model={options.model}: {problem}")
 
 
-def preflight(source: Any) -> str | None:
+def preflight(source: LiveSource) -> str | None:
     """Controller: what would fail every conversation of this backend, or None."""
-    kind = source.handle.kind
+    kind = source.model_handle.kind
     if kind == "vllm":
         from .vllm_server import missing_message, missing_modules
 
@@ -44,7 +47,7 @@ def preflight(source: Any) -> str | None:
 
         return missing_credentials()
     if kind == "api":
-        return _unbuildable(source.handle)
+        return _unbuildable(source.model_handle)
     return None
 
 

@@ -464,14 +464,14 @@ def _number(value: Any, what: str) -> float:
     return float(value)
 
 
-def _checked(state: Any) -> dict[str, Any]:
+def _checked(parsed: object) -> dict[str, Any]:
     """The parsed file if it has the shape the ledger writes; ValueError otherwise."""
-    if not isinstance(state, dict) or state.get("version") != LEDGER_VERSION:
-        version = state.get("version") if isinstance(state, dict) else None
+    if not isinstance(parsed, dict) or parsed.get("version") != LEDGER_VERSION:
+        version = parsed.get("version") if isinstance(parsed, dict) else None
         raise ValueError(f"version {version!r}, expected {LEDGER_VERSION}")
-    if state.get("cap_usd") is not None:
-        _number(state["cap_usd"], "cap_usd")
-    sessions, reservations = state.get("sessions"), state.get("reservations")
+    if parsed.get("cap_usd") is not None:
+        _number(parsed["cap_usd"], "cap_usd")
+    sessions, reservations = parsed.get("sessions"), parsed.get("reservations")
     if not isinstance(sessions, dict) or not isinstance(reservations, dict):
         raise ValueError("sessions and reservations must be objects")
     for name, counters in sessions.items():
@@ -483,7 +483,7 @@ def _checked(state: Any) -> dict[str, Any]:
         if not isinstance(reservation, dict) or not isinstance(reservation.get("session"), str):
             raise ValueError(f"reservation {name!r} is malformed")
         _number(reservation.get("bound"), f"reservations[{name!r}]['bound']")
-    return state
+    return parsed
 
 
 def _bound(state: dict[str, Any], reservation_id: str) -> float:

@@ -46,10 +46,13 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .source import LiveSource
 
 #: (condition, conversation id, repeat)
 Key = tuple[str, str, int]
@@ -507,14 +510,17 @@ def slots(concurrency: int, workers: int) -> int:
     return max(1, -(-concurrency // max(1, workers)))
 
 
-def take_off(source: Any, items: Iterable[Any], repeats: int, workers: int = 1) -> Flight | None:
-    """Start ``source``'s flight over the conversations of ``items`` not yet filed; None if none is needed.
+def take_off(
+    source: LiveSource, conversations: Iterable[tuple[str, str]], repeats: int, workers: int = 1
+) -> Flight | None:
+    """Start ``source``'s flight over ``conversations`` not yet filed; None if none is needed.
 
-    ``items`` are this process's collected items, in order (every xdist worker has
-    the same); each conversation's repeats follow one another. ``workers``: how many
-    processes share the concurrency (this run's xdist workers, 1 without xdist).
+    ``conversations``: the (condition, conversation id) of this process's collected items,
+    in order (every xdist worker has the same); each conversation's repeats follow one
+    another. ``workers``: how many processes share the concurrency (this run's xdist
+    workers, 1 without xdist).
     """
-    keys = [(item.condition, item.conversation_id, r) for item in items for r in range(1, repeats + 1)]
+    keys = [(condition, cid, r) for condition, cid in conversations for r in range(1, repeats + 1)]
     keys = [k for k in keys if not source.filed(k)]
     if not keys:
         return None
@@ -536,7 +542,7 @@ def take_off(source: Any, items: Iterable[Any], repeats: int, workers: int = 1) 
     return flight
 
 
-def one_driver(source: Any, workers: int) -> bool:
+def one_driver(source: LiveSource, workers: int) -> bool:
     """Whether one process drives the session's conversations: one vLLM server's, under xdist.
 
     The client's work per request is small (a prompt formatted and counted, an answer
@@ -624,14 +630,14 @@ def cap_workers(option: Any, kind: str, cpus: int | None = None) -> str | None:
     )
 
 
-def worker_count(config: Any) -> int:
+def worker_count(workerinput: Mapping[str, Any] | None) -> int:
     """Processes running items at once: this run's xdist workers, else 1.
 
-    From the controller's ``workerinput``, not ``PYTEST_XDIST_WORKER_COUNT``: that
-    variable is inherited by any pytest started from inside a worker (a test suite's
-    own subprocess runs), which has no workers of its own.
+    From the controller's ``workerinput`` (a worker's ``config.workerinput``; None outside
+    xdist), not ``PYTEST_XDIST_WORKER_COUNT``: that variable is inherited by any pytest
+    started from inside a worker (a test suite's own subprocess runs), which has no workers
+    of its own.
     """
-    workerinput = getattr(config, "workerinput", None)
     try:
         return max(1, int(workerinput["workercount"])) if workerinput else 1
     except (KeyError, TypeError, ValueError):

@@ -33,6 +33,7 @@ from ..data.run_settings import DECODER_KEY, SETTINGS_FILE
 from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder
 from ..sources.reference_logged import Source
+from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
 from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
 from .handles import ModelHandle
@@ -84,10 +85,18 @@ class LiveSource(Source):
     _before: set[str] | None = None  # key names complete when the session started (``snapshot_filed``)
     _stop_lock: threading.Lock = field(default_factory=threading.Lock)
     _lock_fd: int | None = None  # the output folder's run lock (controller), held to the end
+    spend_ledger: Any = None  # Claude: the session's budget.SpendLedger (the summary reads its totals)
 
     @property
     def is_reference(self) -> bool:
         return False
+
+    @property
+    def model_handle(self) -> ModelHandle:
+        """The handle the source was opened with (``open_live`` always gives one)."""
+        if self.handle is None:
+            raise RuntimeError("a LiveSource without a model handle")
+        return self.handle
 
     def protocol(self, condition: str) -> runner.Protocol:
         assert self.declarations is not None
@@ -194,9 +203,7 @@ class LiveSource(Source):
         outcome = self.flight.outcome(key) if self.flight is not None else self.execute(key)
         if outcome.kind == "not_run":
             self._mark_not_run(conversation.id, condition, outcome.message)
-            import pytest
-
-            pytest.skip(f"{outcome.message}; a rerun of the same command runs it")
+            raise NotRun(f"{outcome.message}; a rerun of the same command runs it")
         if outcome.kind == "server_error":
             raise ServerError(outcome.message)  # unscored, never the model's verdict; nothing was filed
         if outcome.kind == "setup_failed":
@@ -544,20 +551,18 @@ class LiveSource(Source):
         return entry
 
 
-def open_live(options: Any) -> LiveSource:
-    """The live source of ``options``; user mistakes raise ``pytest.UsageError``."""
-    import pytest
-
+def open_live(options: RunConfig) -> LiveSource:
+    """The live source of ``options``; user mistakes raise ``SourceError`` (one line)."""
     from ..effects import declarations
     from .handles import HandleError, resolve
 
     try:
         handle = resolve(options.model, options.handler)
     except HandleError as exc:
-        raise pytest.UsageError(f"--careful-model={options.model}: {exc}") from None
+        raise SourceError(f"--careful-model={options.model}: {exc}") from None
     problem = inapplicable(options, handle)
     if problem:
-        raise pytest.UsageError(problem)
+        raise SourceError(problem)
     source = LiveSource(
         options.model,
         handle.registry_key,
@@ -583,7 +588,7 @@ def open_live(options: Any) -> LiveSource:
     if not options.worker and not options.collect_only:
         problem = take_output(source, options.output)
         if problem:
-            raise pytest.UsageError(problem)
+            raise SourceError(problem)
     if not options.worker:
         source.start_session()  # this session starts afresh: a stop or a skip of an earlier one is resumed
     if not options.worker:  # checked once, up front
@@ -592,14 +597,14 @@ def open_live(options: Any) -> LiveSource:
         paths += [source.settings_file(c, r) for c, r in pairs]
         unusable = [str(path) for path in paths if os.path.lexists(path) and not path.is_file()]
         if unusable:
-            raise pytest.UsageError(
+            raise SourceError(
                 "--careful-output: not a regular file, results cannot be written to it: " + ", ".join(unusable)
             )
         source.problems.extend(source.stored_problems(options.categories, options.protocols))
         source.snapshot_filed(options.categories, options.protocols)
         problems = [p for c, r in pairs if (p := source.claim(c, options.categories, r))]
         if problems:
-            raise pytest.UsageError(
+            raise SourceError(
                 "--careful-output: resuming would mix runs made under other settings:\n  "
                 + "\n  ".join(problems)
                 + "\nchoose another --careful-output, or move those results away"
@@ -656,7 +661,7 @@ def take_output(source: LiveSource, output: Path) -> str | None:
 SERVER_OPTIONS = ("--careful-vllm-arg", "--careful-dtype", "--careful-max-model-len", "--careful-server-timeout")
 
 
-def inapplicable(options: Any, handle: ModelHandle) -> str | None:
+def inapplicable(options: RunConfig, handle: ModelHandle) -> str | None:
     """Why an option given does not apply to this model (refused, not silently ignored), or None."""
     given, model = options.given, options.model
     if "--careful-budget-usd" in given and handle.kind != "claude":

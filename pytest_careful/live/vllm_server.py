@@ -46,11 +46,15 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..execution.decoding import registry_entry
+from ..sources.run_config import RunConfig
 from . import hub, tokens
 from .errors import NotRun, RunAgain, ServerStopped, StopRun
+
+if TYPE_CHECKING:
+    from .source import LiveSource
 
 ENDPOINT_ENV = "CAREFUL_VLLM_ENDPOINT"
 LOG_ENV = "CAREFUL_VLLM_LOG"
@@ -494,9 +498,9 @@ def _die_with_parent() -> None:
 # -- per process -------------------------------------------------------------
 
 
-def configure_source(source: Any, options: Any) -> None:
+def configure_source(source: LiveSource, options: RunConfig) -> None:
     """Plan the server (controller) and set up each process's handler against it."""
-    handle = source.handle
+    handle = source.model_handle
     model = handle.model_path or _hub_id(handle)
     plan = ServerPlan(
         model=model,

@@ -32,7 +32,7 @@ from pytest_careful.execution.decoding import Decoder
 from pytest_careful.live import budget, claude, runner
 from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger, UnknownPrice, Usage
 from pytest_careful.live.claude import CreditExhausted, MissingApiKey
-from pytest_careful.live.errors import StopRun
+from pytest_careful.live.errors import NotRun, StopRun
 from pytest_careful.live.handles import resolve
 from pytest_careful.live.scripted import call_to_fc, keyword_call
 from pytest_careful.live.source import LiveSource
@@ -328,9 +328,10 @@ def test_budget_cap_stops_before_the_request_that_could_cross_it(server: Recordi
     assert totals.spent_conservative == pytest.approx(hand_cost(spent)[1], rel=1e-9)
     assert totals.spent_conservative <= cap
 
-    # The source stops the run: the next conversation is not even started; its item is skipped with why.
+    # The source stops the run: the next conversation is not even started; NotRun says why (its item is
+    # skipped with that reason by harness/item.py).
     before = len(server.requests)
-    with pytest.raises(pytest.skip.Exception, match="not run: the run stopped"):
+    with pytest.raises(NotRun, match="not run: the run stopped"):
         source.result("standard", dataset.get("multi_turn_base_1"))
     assert len(server.requests) == before
 
