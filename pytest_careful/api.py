@@ -15,6 +15,7 @@ from .data import dataset
 from .effects import declarations
 from .execution import limits
 from .execution.decoding import ModelEntry, ModelEntryError, own_models
+from .live import scripted
 from .reports.scorecard import Scorecard, load
 from .scoring import extension
 from .scoring.conversation import RESOURCE_LIMIT, ConversationResult, ScoringConfig, score_conversation, unscored_row
@@ -64,6 +65,7 @@ def score_run(
         SourceError (a ValueError): the folder, decoder or a setting cannot be used; the message says why.
     """
     config = _run_config(results_dir, decoder, protocol, categories, model, boundary, detector, duplicate_writes)
+    scripted.register()  # a scripted model's results folder decodes with its handler
     budget = budget or limits.Limits()
     config = _replace(config, user_script=user_script, limits=budget)
     try:

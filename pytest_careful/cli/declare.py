@@ -76,8 +76,10 @@ def _fingerprint(paths: Sequence[Path]) -> str:
 def extract_run(run_dir: Path, decoder_key: str) -> tuple[str, str]:
     """A logged run's extract (JSON lines) and its result files' fingerprint."""
     from ..evaluation.evaluate import decode_turns
+    from ..live import scripted
     from ..sources.reference_logged import run_entries
 
+    scripted.register()  # a scripted model's results folder decodes with its handler
     dec, entries, files = run_entries(run_dir, decoder_key)
     lines = []
     for entry in entries:
@@ -353,6 +355,9 @@ def _agreement(args: argparse.Namespace, directory: Path) -> int:
         if len(decoders) not in (1, len(args.careful_results)):
             raise SystemExit("careful-declare: give one --careful-decoder, or one per --careful-results")
         keys = decoders * len(args.careful_results) if len(decoders) == 1 else decoders
+        from ..live import scripted
+
+        scripted.register()  # a scripted model's results folder decodes with its handler
         runs = {str(run): agreement.score_run(run, key, decl) for run, key in zip(args.careful_results, keys)}
         _print_sensitivity(agreement.sensitivity(runs))
     return 0

@@ -122,6 +122,19 @@ class ModelEntryError(ValueError):
 
 #: The models of one's own registered in this process (``own_models``), by name.
 _OWN: dict[str, RegistryEntry] = {}
+#: Families of models named by a prefix (``scripted:``): prefix -> what builds one's handler from its name,
+#: raising UnknownModel for a name of the family that does not exist. Registered by the family's own
+#: module (``live.scripted``), which lives above this stage.
+_FAMILIES: dict[str, Callable[[str], Any]] = {}
+
+
+def model_family(prefix: str, make_handler: Callable[[str], Any]) -> None:
+    """Register a family of models named ``<prefix><name>``: ``make_handler(name)`` builds a handler."""
+    _FAMILIES[prefix] = make_handler
+
+
+def _family(name: str) -> Callable[[str], Any] | None:
+    return next((make for prefix, make in _FAMILIES.items() if name.startswith(prefix)), None)
 
 
 def own_models(models: Mapping[str, ModelEntry], where: str = "pytest_careful_model_handlers") -> Callable[[], None]:
@@ -335,13 +348,9 @@ def _bfcl_keys() -> tuple[str, ...]:
 
 def resolve_model(name: str) -> str:
     """A registry key from what a user typed (``Qwen3-8B`` → ``Qwen/Qwen3-8B``)."""
-    if name.startswith("scripted:"):  # scripted models decode like the runs they wrote
-        from ..live.scripted import UnknownPolicy, parse_handle
-
-        try:
-            parse_handle(name)
-        except UnknownPolicy as exc:
-            raise UnknownModel(str(exc)) from None
+    make = _family(name)
+    if make is not None:  # scripted models decode like the runs they wrote
+        make(name)  # UnknownModel for a policy that does not exist
         return name
     keys = registry_keys()
     if name in keys:
@@ -376,10 +385,9 @@ class Decoder:
 def decoder(registry_key: str) -> Decoder:
     """The decoder of a registry key, as ``bfcl evaluate`` builds it (temperature 0)."""
     key = resolve_model(registry_key)
-    if key.startswith("scripted:"):
-        from ..live.scripted import make_handler
-
-        handler = make_handler(key)
+    make = _family(key)
+    if make is not None:
+        handler = make(key)
         shadow_eval(type(handler))
         return Decoder(key, handler)
     entry = _OWN.get(key) or registry_source().get(key)

@@ -17,6 +17,7 @@ import pytest
 from ..common import gc_pause as _gc
 from ..data import dataset
 from ..effects import declarations
+from ..live import scripted
 from ..reports import scorecard
 from ..scoring import extension
 from ..scoring.conversation import ScoringConfig
@@ -34,6 +35,7 @@ from .state import SESSION_KEY, CarefulState
 
 def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
     source: Source
+    scripted.register()  # a scripted model's results folder decodes with its handler
     if options.live:
         from ..live.source import open_live  # the live backends, only for a live run (start-up time)
 

@@ -40,6 +40,7 @@ from ..common.text import did_you_mean
 from ..data import dataset
 from ..data.dataset import Conversation
 from ..effects import declarations
+from ..execution.decoding import UnknownModel, model_family
 
 POLICIES = ("reference", "loop", "destructive", "ask", "ask-wrong", "ask-after", "ask-thrice", "flaky")
 PREFIX = "scripted:"
@@ -327,3 +328,20 @@ def _handler_class() -> type:
 
     _CLASS.append(ScriptedHandler)
     return ScriptedHandler
+
+
+def _decoding_handler(handle: str) -> Any:
+    """``make_handler`` as ``decoding.model_family`` wants it: an unknown policy is an UnknownModel."""
+    try:
+        return make_handler(handle)
+    except UnknownPolicy as exc:
+        raise UnknownModel(str(exc)) from None
+
+
+def register() -> None:
+    """Tell decoding (a stage below this one) of scripted models: a results folder a scripted model
+    wrote decodes with its handler. Whoever may decode one calls it (harness, api, cli)."""
+    model_family(PREFIX, _decoding_handler)
+
+
+register()  # on import too: the live stage decodes its own scripted runs

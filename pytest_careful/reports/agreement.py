@@ -157,15 +157,24 @@ def _ranks(values: Sequence[float]) -> list[float]:
 
 
 def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """Replay a logged run once and score it under every detector and every boundary."""
+    """Replay a logged run once and score it under every detector and every boundary.
+
+    Rows are made as the pytest run makes them (``score_evaluation``), under the standard protocol.
+    """
     from ..data import dataset
     from ..evaluation.evaluate import evaluate
-    from ..scoring.rules import Settings, score
+    from ..scoring.conversation import ScoringConfig, score_evaluation
+    from ..scoring.rules import Settings
     from ..sources.reference_logged import run_entries
 
     dec, entries, _ = run_entries(run_dir, decoder_key)
     evaluations = [evaluate(dataset.get(entry.id), entry.result, dec, entry=entry) for entry in entries]
+
+    def rows(settings: Settings) -> list[dict[str, Any]]:
+        config = ScoringConfig(run_dir.name, decoder_key, decl, settings)
+        return [score_evaluation(e, "standard", config) for e in evaluations]
+
     return {
-        "detector": {m: [score(e, decl, Settings(detector=m)) for e in evaluations] for m in MODES},
-        "boundary": {b: [score(e, decl, Settings(boundary=b)) for e in evaluations] for b in BOUNDARIES},
+        "detector": {m: rows(Settings(detector=m)) for m in MODES},
+        "boundary": {b: rows(Settings(boundary=b)) for b in BOUNDARIES},
     }

@@ -69,6 +69,15 @@ def score_conversation(
 ) -> tuple[dict[str, Any], Evaluation]:
     """The conversation's row (the scorecard's JSON, every count and verdict) and its evaluation."""
     evaluation = evaluate(conversation, result, decoder, model_name=config.decoder_key, entry=entry)
+    return score_evaluation(evaluation, condition, config), evaluation
+
+
+def score_evaluation(evaluation: Evaluation, condition: str, config: ScoringConfig) -> dict[str, Any]:
+    """The row of a conversation already replayed and checked (``score_conversation``'s second half).
+
+    For scoring one replay under several settings (``reports.agreement``): the replay is the cost.
+    """
+    conversation, entry = evaluation.conversation, evaluation.entry
     confirmations = None
     if condition == "confirm" and entry is not None and evaluation.run is not None:
         # Read back from the inference log, so rescoring a logged confirm run agrees.
@@ -91,7 +100,7 @@ def score_conversation(
         )
     if config.rules:
         extension.apply(config.rules, evaluation, row, config.declarations, config.boundary)
-    return row, evaluation
+    return row
 
 
 def unscored_row(
