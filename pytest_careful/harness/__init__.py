@@ -4,20 +4,23 @@ Takes: pytest's config and the stages below. Gives: the plugin's options (:mod:`
 :mod:`.selection`), one item per conversation x condition (:mod:`.item`, :mod:`.markers`), what
 running it comes to (:mod:`.outcome`, :mod:`.repeat_runs`), the session's hooks and state
 (:mod:`.session`, :mod:`.state`), JUnit properties (:mod:`.junit`) and the end of the session:
-scorecards, baseline, gate, terminal summary (:mod:`.session_end`). The entry point pytest loads
+scorecard folders (:mod:`.scorecard_files`), baseline and release gate (:mod:`.gate`), terminal
+summary (:mod:`.summary`). The entry point pytest loads
 is :mod:`pytest_careful.plugin`.
 """
 
 #: The stage's modules (imported when named: importing the stage runs none of them).
 __all__ = [
+    "gate",
     "item",
     "junit",
     "markers",
     "options",
     "outcome",
     "repeat_runs",
+    "scorecard_files",
     "selection",
     "session",
-    "session_end",
     "state",
+    "summary",
 ]

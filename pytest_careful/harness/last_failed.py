@@ -4,7 +4,7 @@ pytest keys its record (``cache/lastfailed``) by node id alone, and every model'
 conversations have the same node ids: after a Qwen3-8B run, ``--lf`` on gpt-oss
 would rerun Qwen's failures. So the careful entries of the record are kept per run
 identity (the model; a logged run's folder and decoder; a live run's output folder,
-``session_end.run_identity``) under ``careful/lastfailed/<digest>`` in pytest's cache.
+``scorecard_files.run_identity``) under ``careful/lastfailed/<digest>`` in pytest's cache.
 At configure, in every process (xdist's workers deselect too), the record pytest
 read is given this run's entries instead of the last run's; at the end the
 controller files this run's entries under its key. A project's own tests in the
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from .scorecard_files import run_identity
 from .selection import NODE_ID
-from .session_end import run_identity
 from .state import CarefulState
 
 CACHE_PREFIX = "careful/lastfailed/"

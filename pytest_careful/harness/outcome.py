@@ -98,7 +98,7 @@ def write_detail(item: pytest.Item, state: Any, evaluation: Any) -> None:
     from ..reports import html_report
 
     worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
-    repeat = getattr(item, "repeat", 1)  # --careful-repeat: each repeat's detail apart (session_end._repeat_page)
+    repeat = getattr(item, "repeat", 1)  # --careful-repeat: each repeat's detail apart (scorecard_files._repeat_page)
     node = item.nodeid if repeat == 1 else f"{item.nodeid}@repeat-{repeat}"
     try:
         detail = html_report.conversation_detail(evaluation)

@@ -25,8 +25,7 @@ from ..scoring.extension import Rule
 from ..scoring.rules import Settings
 from ..sources.reference_logged import Source, open_source
 from ..sources.run_config import SourceError
-from . import junit, selection
-from . import session_end as report
+from . import gate, junit, scorecard_files, selection, summary
 from .item import CarefulCollector, CarefulItem, make_items
 from .options import CarefulOptions
 from .outcome import ROW_KEY, call_sections, junit_properties
@@ -63,7 +62,7 @@ def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
     )
     state = CarefulState(options, source, decl, settings, scoring, custom, hook=config.hook)
     if options.baseline is not None:
-        report.load_baseline(options.baseline, state)  # refuses incompatible runs up front
+        gate.load_baseline(options.baseline, state)  # refuses incompatible runs up front
     config.stash[SESSION_KEY] = state
     return state
 
@@ -379,7 +378,7 @@ class CarefulPlugin:
         if stopped is not None and stopped() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run that stopped short never passes
         try:
-            report.finish(self.state, self.config.invocation_params.dir, selection.describe(self.config))
+            scorecard_files.finish(self.state, self.config.invocation_params.dir, selection.describe(self.config))
         except OSError as exc:
             # The run's record is lost: that fails the command, gate or not.
             self.state.notes.append(f"could not write scorecards: {exc}")
@@ -415,4 +414,4 @@ class CarefulPlugin:
         if self.is_worker or self.config.getoption("collectonly"):
             return
         terminalreporter.section("careful")
-        terminalreporter.write(report.summary_text(self.state, terminalreporter._tw.fullwidth))
+        terminalreporter.write(summary.summary_text(self.state, terminalreporter._tw.fullwidth))

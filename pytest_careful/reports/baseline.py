@@ -1,6 +1,6 @@
 """An earlier scorecard read back: checked for what a comparison with it reads, never trusted.
 
-``--careful-baseline`` (the session's end, :mod:`pytest_careful.harness.session_end`) and
+``--careful-baseline`` (the session's end, :mod:`pytest_careful.harness.gate`) and
 ``careful-report`` (:mod:`pytest_careful.reports.compare_runs`) read scorecards that are user
 input: only a regular file, of bounded size, whose rows carry an id and both verdicts.
 """

@@ -321,7 +321,7 @@ def run_modules_loaded() -> None:
     and imported again, mixes two copies of its classes in later tests of this process)."""
     import numpy  # noqa: F401
 
-    from pytest_careful.harness import session_end as report  # noqa: F401
+    from pytest_careful.harness import scorecard_files, summary  # noqa: F401
 
 
 def test_objects_frozen_during_a_run_and_thawed_after_an_in_process_one(run_modules_loaded, pytester):

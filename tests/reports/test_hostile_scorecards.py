@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pytest_careful.harness import session_end as report
+from pytest_careful.harness import gate as report
 from pytest_careful.reports import compare_runs
 
 SCRIPT = Path(sys.executable).parent / "careful-report"
@@ -93,7 +93,7 @@ def test_only_regular_files_are_read(card: dict[str, Any], tmp_path: Path, kind:
     ]()
     code = (
         "import sys, pytest, json; from types import SimpleNamespace as N; from pathlib import Path; "
-        "from pytest_careful.harness import session_end as report\n"
+        "from pytest_careful.harness import gate as report\n"
         "s = N(declarations=N(digest='x'), options=N(allow_partial_baseline=True), baseline=None)\n"
         "try:\n    report.load_baseline(Path(sys.argv[1]), s)\nexcept pytest.UsageError as e:\n    print(e)"
     )

@@ -1,0 +1,178 @@
+"""The baseline (``--careful-baseline``) and the release gate (``--careful-min-safe``,
+``--careful-min-bfcl``, ``--careful-fail-on-regression``), judged from the scorecards.
+
+Reading a baseline scorecard is :mod:`pytest_careful.reports.baseline`'s (careful-report reads them too)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..common import bfcl as _bfcl
+from ..common.text import counted
+from ..data import dataset
+from ..data.dataset import category_of
+from ..reports import scorecard, stats
+from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
+from ..scoring.extension import Rule
+from .state import CarefulState
+
+
+def load_baseline(path: Path, state: CarefulState) -> None:
+    """Read an earlier scorecard; refuse one from another dataset or declarations, or a selection.
+
+    A baseline that cannot be used fails closed, before any conversation runs: one usage error
+    (exit 4) naming the file and what is wrong, so no model time is spent on a run whose gate
+    could not be judged. The file is user input: the message is escaped and cut (``printable``).
+    """
+    try:
+        _check_baseline(path, state)
+    except pytest.UsageError as exc:
+        from ..reports.compare_runs import printable
+
+        raise pytest.UsageError(printable(str(exc))) from None
+
+
+def _check_baseline(path: Path, state: CarefulState) -> None:
+    file = path / "scorecard.json" if path.is_dir() else path
+    try:
+        prov, rows = baseline_parts(read_scorecard(file))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise pytest.UsageError(f"--careful-baseline: {file} is not a pytest-careful scorecard ({exc})") from None
+    current_dataset, current_decl = scorecard.dataset_digest(), state.declarations.digest
+    if prov.get("dataset") != current_dataset:
+        raise pytest.UsageError(
+            f"--careful-baseline: {file} was scored on another dataset "
+            f"({prov.get('dataset')} != {current_dataset}); the runs cannot be paired"
+        )
+    if prov.get("declarations") != current_decl:
+        raise pytest.UsageError(
+            f"--careful-baseline: {file} was scored under other declarations "
+            f"({prov.get('declarations')} != {current_decl}); rescore it first"
+        )
+    _check_baseline_ids(file, rows)
+    covered, expected = baseline_coverage(rows)
+    partial = covered < expected or prov.get("selection", {}).get("complete") is False
+    if partial and not state.options.allow_partial_baseline:
+        raise pytest.UsageError(
+            f"--careful-baseline: {file} scored a selection ({covered} of {expected} conversations), not a "
+            "whole run; pass --careful-allow-partial-baseline to compare with it anyway"
+        )
+    state.baseline = {"provenance": prov, "rows": rows}
+
+
+def _check_baseline_ids(file: Path, rows: dict[str, dict[str, Any]]) -> None:
+    """Rows of conversations the dataset has, and some: else the pairing fails late or means nothing."""
+    if not rows:
+        raise pytest.UsageError(f"--careful-baseline: {file} has no rows")
+    known = {c.id for c in dataset.load(_bfcl.CATEGORIES)}
+    unknown = [(number, cid) for number, cid in enumerate(rows) if cid not in known]
+    if unknown:
+        number, cid = unknown[0]
+        raise pytest.UsageError(
+            f"--careful-baseline: {file}: row {number} ({cid[:80]!r}) is not a BFCL multi-turn conversation id"
+        )
+
+
+def compare_with_baseline(state: CarefulState, rows: list[dict[str, Any]], condition: str) -> dict[str, Any] | None:
+    baseline = state.baseline
+    if baseline is None:
+        return None
+    current = {r["id"]: bool(r["bfcl"]["valid"]) for r in rows}
+    before = {i: bool(r["bfcl"]["valid"]) for i, r in baseline["rows"].items() if i in current}
+    if set(before) != set(current):
+        missing = sorted(set(current) - set(before))[:5]
+        state.gate_messages.append(
+            f"{condition}: baseline lacks {len(set(current) - set(before))} "
+            f"conversations (e.g. {', '.join(missing)}); compared on none"
+        )
+        return None
+    comparison = stats.to_json(stats.compare_by_category(current, before, category_of))
+    state.comparisons[condition] = comparison
+    return comparison
+
+
+def judge_gate(
+    state: CarefulState, condition: str, card: dict[str, Any], comparison: dict[str, Any] | None, not_run: list[str]
+) -> None:
+    """Release-gate messages; fail closed on conversations that could not be scored or did not run."""
+    options, overall = state.options, card["totals"]["all"]
+    if not options.release_gate:
+        return  # without a gate, the headline says what went unscored
+    if not_run:
+        state.gate_messages.append(
+            f"{condition}: {len(not_run)} selected conversations did not run "
+            f"(e.g. {not_run[0]}): stopped early, interrupted or a worker crashed"
+        )
+    errored = sorted(n for n in state.errors if n.endswith(f"[{condition}]"))
+    if errored:
+        state.gate_messages.append(
+            f"{condition}: {counted(len(errored), 'conversation')} errored outside scoring "
+            f"(e.g. {errored[0]}: a fixture's setup or teardown, a crashed worker)"
+        )
+    unscored = overall.get("unscored", 0)
+    if unscored and not options.allow_missing:
+        state.gate_messages.append(
+            f"{condition}: {counted(unscored, 'conversation')} could not be scored and count as "
+            "failures (--careful-allow-missing judges only the scored ones)"
+        )
+    accuracy = _gate_accuracy(overall, options.allow_missing)
+    if options.min_safe is not None and accuracy["safe"] < options.min_safe:
+        state.gate_messages.append(
+            f"{condition}: success under effect safety {accuracy['safe']:.3f} "
+            f"< --careful-min-safe {options.min_safe}{accuracy['over']}"
+        )
+    if options.min_bfcl is not None and accuracy["bfcl"] < options.min_bfcl:
+        state.gate_messages.append(
+            f"{condition}: BFCL accuracy {accuracy['bfcl']:.3f} "
+            f"< --careful-min-bfcl {options.min_bfcl}{accuracy['over']}"
+        )
+    if options.fail_on_regression is not None and comparison is not None:
+        for category, result in comparison.items():
+            if result["lost"] > result["gained"] and result["p"] < options.fail_on_regression:
+                state.gate_messages.append(
+                    f"{condition}/{category}: worse than the baseline ({result['gained']} gained, "
+                    f"{result['lost']} lost, p {p_clause(result['p'])}, below {options.fail_on_regression})"
+                )
+
+
+def _gate_accuracy(overall: dict[str, Any], allow_missing: bool) -> dict[str, Any]:
+    """Accuracies the gate judges: over every selected conversation, or only the scored ones."""
+    unscored = overall.get("unscored", 0)
+    if not (allow_missing and unscored):
+        return {"bfcl": overall["bfcl_accuracy"], "safe": overall["safe_accuracy"], "over": ""}
+    scored = overall["conversations"] - unscored
+    return {
+        "bfcl": overall["bfcl_pass"] / scored if scored else 0.0,
+        "safe": overall["safe_pass"] / scored if scored else 0.0,
+        "over": f" (over the {scored} scored conversations)",
+    }
+
+
+# --- terminal summary ------------------------------------------------------------
+
+
+def gate_verdict(state: CarefulState) -> str:
+    """The gate's last line; with nothing selected there is nothing it could have passed."""
+    if state.gate_messages:
+        return "FAILED"
+    return "passed" if state.selected else "nothing to judge: no conversation was selected (pytest exits 5)"
+
+
+def gate_passes(row: dict[str, Any], gate: str, custom: Sequence[Rule] = ()) -> bool:
+    """The item's verdict under a gate, from its row (what ``item.run_conversation`` decides)."""
+    from .outcome import gated_rules
+
+    if gate == "none":
+        return True
+    if row.get("rule_errors"):  # a rule of the run's own raised: the item failed
+        return False
+    return bool(row["bfcl"]["valid"]) and not any(row["counts"].get(r, 0) for r in gated_rules(gate, custom))
+
+
+def p_clause(p: float) -> str:
+    text = stats.p_text(p)
+    return text if text.startswith("<") else f"= {text}"
