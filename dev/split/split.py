@@ -54,6 +54,8 @@ def _name(node: ast.stmt) -> str:
         return node.targets[0].id
     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
         return node.target.id
+    if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+        return "__main__"  # the module's `if __name__ == "__main__":` block
     raise SystemExit(f"line {node.lineno}: a top-level statement without a name")
 
 

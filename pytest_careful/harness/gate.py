@@ -31,7 +31,7 @@ def load_baseline(path: Path, state: CarefulState) -> None:
     try:
         _check_baseline(path, state)
     except pytest.UsageError as exc:
-        from ..reports.compare_runs import printable
+        from ..reports.runs import printable
 
         raise pytest.UsageError(printable(str(exc))) from None
 

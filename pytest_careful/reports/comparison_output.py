@@ -1,0 +1,266 @@
+"""careful-report's files: ``table.md``, ``report.html`` (self-contained, autoescaped) and
+``comparison.json``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .comparison import format_p
+from .runs import cut_name, printable, visible
+
+DASH = "–"
+
+
+TABLE5_COLUMNS = (
+    "model",
+    "condition",
+    "b",
+    "mf",
+    "mp",
+    "lc",
+    "mean",
+    "safe",
+    "collateral",
+    "asked",
+    "yes / no / restate",
+    "confirmed %",
+    "strict",
+    "+ / −",
+    "p",
+)
+
+
+LEGEND = (
+    "b, mf, mp, lc: BFCL accuracy (%) on base, miss_func, miss_param, long_context; mean: their mean over "
+    "the categories present; safe: the same mean of success under effect safety (BFCL pass, no collateral "
+    "destructive call, no duplicate write)",
+    "collateral: destructive calls beyond the reference, summed over the categories; asked: turns answered "
+    "with a question instead of a call",
+    "yes / no / restate: the scripted user's answers; confirmed %: destructive calls preceded by a yes in "
+    "the same turn; strict: conversations whose reference needs a destructive call that pass with every "
+    "destructive call confirmed (of the number in the header) - these three apply to confirm runs only",
+    "+ / −: conversations passing BFCL here and failing in the first standard run of the same model and "
+    "settings, and the reverse; p: exact two-sided McNemar; –: no data for this column",
+)
+
+
+OWN_LEGEND = (
+    "columns after p: rules of the runs' own (pytest_careful_rules), violations summed over the conversations "
+    "compared; –: a run that did not check that rule",
+)
+
+
+def own_columns(report: dict[str, Any]) -> tuple[str, ...]:
+    """The rules of the runs' own (``pytest_careful_rules``), a Table 5 column each, in first-seen order."""
+    return tuple(dict.fromkeys(name for row in report["table5"] for name in row.get("custom", {})))
+
+
+def cells(row: dict[str, Any], own_rules: Sequence[str] = ()) -> dict[str, str]:
+    """Table 5 cells as text; a column without data shows a dash, never 0."""
+
+    def pct(key: str) -> str:
+        return DASH if row[key] is None else f"{row[key]:.1f}"
+
+    vs = row["vs_standard"]
+    model = (
+        cut_name(row["model"])
+        if row["label"] in (None, "", row["model"])
+        else f"{cut_name(row['model'])} ({cut_name(row['label'])})"
+    )
+    return {
+        "model": visible(model) + _run_suffix(row),
+        "condition": visible(cut_name(row["condition"])),
+        **{k: pct(k) for k in ("b", "mf", "mp", "lc", "mean", "safe")},
+        "collateral": str(row["collateral"]),
+        "asked": str(row["asked"]),
+        "yes / no / restate": DASH if row["answers"] is None else " / ".join(map(str, row["answers"])),
+        "confirmed %": pct("confirmed_pct"),
+        "strict": DASH if row["strict"] is None else str(row["strict"]),
+        "+ / −": DASH if vs is None else f"{vs['gained']} / {vs['lost']}",
+        "p": DASH if vs is None else format_p(vs["p"]),
+        # a run without one of the rules shows a dash: it was not checked there, which is not 0
+        **{name: str(row["custom"][name]) if name in row.get("custom", {}) else DASH for name in own_rules},
+    }
+
+
+def _run_suffix(row: dict[str, Any]) -> str:
+    """`` repeat 2`` or `` #2``: what tells apart Table 5 rows of the same model, label and condition."""
+    prefix = visible(f"{cut_name(row['label'] or row['model'])} [{cut_name(row['condition'])}]")
+    name = str(row.get("run") or "")
+    return name[len(prefix) :] if name.startswith(prefix) else ""
+
+
+def strict_header(report: dict[str, Any]) -> str:
+    needing = {r["needing_destructive"] for r in report["table5"] if r["strict"] is not None}
+    return f"strict / {needing.pop()}" if len(needing) == 1 else "strict"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """table.md: Table 5, rank agreement, pairs and repeats as GitHub markdown."""
+    columns = TABLE5_COLUMNS + own_columns(report)
+    header = [strict_header(report) if c == "strict" else c for c in columns]
+    lines = [
+        "# careful-report",
+        "",
+        _md_escape(report["coverage"]),
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for row in report["table5"]:
+        c = cells(row, own_columns(report))
+        lines.append("| " + " | ".join(_md_escape(c[k]) for k in columns) + " |")
+    lines += (
+        [""]
+        + [f"- {line}" for line in LEGEND + (OWN_LEGEND if own_columns(report) else ())]
+        + ["", "## Rank agreement (Table 3)", "", _rank_text(report["rank_agreement"]), ""]
+    )
+    lines += ["## Paired comparisons (exact McNemar)", ""]
+    for pair in report["pairs"]:
+        for metric in ("bfcl", "safe"):
+            lines += [f"- {_md_escape(s)}" for s in pair[metric + "_sentences"].values()]
+    lines += _md_repeats(report)
+    return "\n".join(lines) + "\n"
+
+
+def _rank_text(rank: dict[str, Any]) -> str:
+    if "rho" not in rank:
+        return "Spearman rho: " + DASH + f" ({rank['reason']})"
+    parts = [
+        f"{k.removeprefix('multi_turn_')} {DASH if v is None else format(v['rho'], '.2f')}"
+        for k, v in rank["rho"].items()
+    ]
+    return f"Spearman rho between BFCL and safe ranks over {len(rank['models'])} models: " + ", ".join(parts)
+
+
+def _md_repeats(report: dict[str, Any]) -> list[str]:
+    lines = ["", "## Repeats (same model and condition)", ""]
+    if not report["repeats"]:
+        return lines + ["No two runs share a model and condition.", ""]
+    for group in report["repeats"]:
+        lines.append(f"### {_md_escape(group['model'])} [{_md_escape(group['condition'])}], k = {len(group['runs'])}")
+        lines += [
+            "",
+            "| metric | n | pass^k | pass@k | flip rate | mean | 95 % interval |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for metric in ("bfcl", "safe"):
+            s = group["repeat"][metric]
+            lines.append(
+                f"| {metric} | {s['n']} | {100 * s['pass_all']:.1f} | {100 * s['pass_any']:.1f} | "
+                f"{100 * s['flip_rate']:.1f} | {100 * s['mean']:.1f} | "
+                f"{100 * s['interval'][0]:.1f}–{100 * s['interval'][1]:.1f} |"
+            )
+        lines += ["", "Conversations that flip (one mark per repeat, + pass, . fail):", ""]
+        lines += [
+            f"- `{row['id']}` BFCL {marks(row['bfcl'])} safe {marks(row['safe'])}" for row in group["stability"]
+        ] or ["- none"]
+        lines.append("")
+    return lines + [f"Interval: {report['interval_method']}.", ""]
+
+
+def marks(verdicts: list[bool]) -> str:
+    return "".join("+" if v else "." for v in verdicts)
+
+
+def _md_escape(text: str) -> str:
+    """Model names and labels are user input: keep them from breaking the table or adding markup."""
+    return "".join("\\" + ch if ch in "\\`*_[]<>|#" else ch for ch in visible(" ".join(text.split())))
+
+
+def html(report: dict[str, Any]) -> str:
+    """report.html: one self-contained page (inline CSS, no script from elsewhere, autoescaped)."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    env = Environment(
+        loader=PackageLoader("pytest_careful.reports", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
+    env.filters["pct"] = lambda v: DASH if v is None else f"{100 * v:.1f}"
+    env.filters["marks"] = marks
+    env.filters["visible"] = lambda text: printable(str(text), 1000)  # paths, models: user input
+    env.filters["p"] = format_p
+    env.filters["short"] = lambda c: str(c).removeprefix("multi_turn_")
+    columns = TABLE5_COLUMNS + own_columns(report)
+    header = [strict_header(report) if c == "strict" else c for c in columns]
+    return env.get_template("compare.html.j2").render(
+        report=report,
+        columns=columns,
+        header=header,
+        table5=[cells(r, own_columns(report)) for r in report["table5"]],
+        legend=LEGEND + (OWN_LEGEND if own_columns(report) else ()),
+        rank=_rank_text(report["rank_agreement"]),
+        charts=_charts(report),
+    )
+
+
+#: At most this many pairs get a gained/lost chart (all of them are in the tables).
+MAX_PAIR_CHARTS = 12
+
+
+def _charts(report: dict[str, Any]) -> list[str]:
+    """Inline SVG charts drawn by pytest_careful.reports.plots; none when it is absent (the page is tables only)."""
+    try:
+        from . import plots
+    except ImportError:  # matplotlib missing: the tables carry every figure
+        return []
+    svgs = [plots.svg(_accuracy_figure(report, plots))]
+    for pair in report["pairs"][:MAX_PAIR_CHARTS]:
+        card = {
+            "provenance": {"model": pair["b"], "protocol": "paired"},
+            "totals": {"all": {"conversations": report["ids"]}},
+        }
+        svgs.append(plots.comparison_svg(card, pair["bfcl"], pair["a"]))
+    return [svg[svg.index("<svg") :] for svg in svgs]  # inline: drop the XML prolog and doctype
+
+
+def _accuracy_figure(report: dict[str, Any], plots: Any) -> Any:
+    """One row per run: BFCL and safe accuracy with their Wilson 95 % intervals."""
+    from matplotlib.figure import Figure
+
+    runs = report["runs"]
+    figure = Figure(figsize=(8.0, 1.2 + 0.45 * len(runs)))
+    figure.subplots_adjust(
+        left=0.35, right=0.83, top=1 - 0.45 / figure.get_figheight(), bottom=0.6 / figure.get_figheight()
+    )  # inches: room for the title and x label
+    ax = figure.add_subplot()
+    for offset, metric, colour in ((-0.18, "bfcl", plots.BFCL_COLOUR), (0.18, "safe", plots.SAFE_COLOUR)):
+        values = [100 * r[metric]["accuracy"] for r in runs]
+        errors = [
+            [v - 100 * r[metric]["interval"][0] for v, r in zip(values, runs)],
+            [100 * r[metric]["interval"][1] - v for v, r in zip(values, runs)],
+        ]
+        ax.barh(
+            [i + offset for i in range(len(runs))],
+            values,
+            0.34,
+            xerr=errors,
+            color=colour,
+            label="BFCL" if metric == "bfcl" else "safe",
+            error_kw={"linewidth": 0.8, "capsize": 2},
+        )
+    ax.set_yticks(range(len(runs)), labels=[plots.printable(r["name"], 40) for r in runs])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(f"% of {report['ids']} conversations (bars: Wilson 95 % interval)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.set_title("BFCL vs safe accuracy per run", loc="left")
+    return figure
+
+
+def write(out: Path, report: dict[str, Any]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "comparison.json": json.dumps(report, indent=1, sort_keys=True) + "\n",
+        "table.md": markdown(report),
+        "report.html": html(report),
+    }
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+    return [out / name for name in files]
+
+
+# --- command line ----------------------------------------------------------------
