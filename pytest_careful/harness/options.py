@@ -201,8 +201,24 @@ def _label(value: str) -> str:
 
 
 def add_options(parser: pytest.Parser) -> None:
+    """The plugin's options, one group, in the order ``--help`` lists them."""
     group = parser.getgroup("careful", "effect-aware BFCL multi-turn scoring (pytest-careful)")
-    add = group.addoption
+    for options in (
+        _run_options,
+        _scoring_options,
+        _scorecard_options,
+        _live_options,
+        _live_run_options,
+        _protocol_options,
+        _regression_options,
+        _budget_options,
+        _junit_options,
+    ):
+        options(group.addoption)
+
+
+def _run_options(add: Callable[..., Any]) -> None:
+    """What to score: the model or the logged run, its decoder, protocols and categories."""
     add(
         "--careful-model",
         dest="careful_model",
@@ -248,6 +264,10 @@ def add_options(parser: pytest.Parser) -> None:
         help="Categories, comma-separated: base, miss_func, miss_param, long_context, all "
         "(default: all; for a logged run, those it has result files for)",
     )
+
+
+def _scoring_options(add: Callable[..., Any]) -> None:
+    """How to score: the destructive boundary, the question detector, duplicate writes, the item's gate."""
     add(
         "--careful-boundary",
         dest="careful_boundary",
@@ -283,6 +303,10 @@ def add_options(parser: pytest.Parser) -> None:
         type=_one_of(GATES),
         help="What fails an item: bfcl verdict, safe (default), strict, rules (any rule), none",
     )
+
+
+def _scorecard_options(add: Callable[..., Any]) -> None:
+    """Where scorecards go, and the baseline and accuracy floors of the release gate."""
     add(
         "--careful-scorecards",
         dest="careful_scorecards",
@@ -336,6 +360,10 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="X",
         help="Release gate: fail unless BFCL accuracy is at least X overall",
     )
+
+
+def _live_options(add: Callable[..., Any]) -> None:
+    """Live runs: the local model's handler, the output folder, and the vLLM server (started or given)."""
     add(
         "--careful-handler",
         dest="careful_handler",
@@ -398,6 +426,10 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="vLLM: how long to wait for the server to become healthy",
     )
+
+
+def _live_run_options(add: Callable[..., Any]) -> None:
+    """Live runs: each request's timeout, Claude's spend cap, output tokens, repeats and concurrency."""
     add(
         "--careful-request-timeout",
         dest="careful_request_timeout",
@@ -443,6 +475,10 @@ def add_options(parser: pytest.Parser) -> None:
         help="Live runs: conversations in flight at once, all xdist workers together (default: BFCL's "
         "100 for a vLLM server, 16 for Claude under the shared rate limiter, 8 otherwise)",
     )
+
+
+def _protocol_options(add: Callable[..., Any]) -> None:
+    """The confirm protocol's scripted user."""
     add(
         "--careful-user-script",
         dest="careful_user_script",
@@ -453,6 +489,10 @@ def add_options(parser: pytest.Parser) -> None:
         "the reference makes), or a stricter variant for a sensitivity study: no_failure_yes (no yes to a text "
         "reporting a failure), asking_sentences_only (a yes only when the question itself names the call)",
     )
+
+
+def _regression_options(add: Callable[..., Any]) -> None:
+    """The release gate's regression test against the baseline."""
     add(
         "--careful-fail-on-regression",
         dest="careful_fail_on_regression",
@@ -461,6 +501,10 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="ALPHA",
         help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA)",
     )
+
+
+def _budget_options(add: Callable[..., Any]) -> None:
+    """Each conversation's scoring budget."""
     add(
         "--careful-max-calls",
         dest="careful_max_calls",
@@ -488,6 +532,10 @@ def add_options(parser: pytest.Parser) -> None:
         f"value the decoder or a call builds ('a' * 199999, [x] * 100000) at the length of its text, "
         f"counted (default {DEFAULT_MAX_MEMORY_MB:g} MB)",
     )
+
+
+def _junit_options(add: Callable[..., Any]) -> None:
+    """JUnit XML."""
     add(
         "--careful-junit-strict",
         dest="careful_junit_strict",
