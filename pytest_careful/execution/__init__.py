@@ -2,7 +2,7 @@
 
 Takes: a conversation and a model's raw output. Gives: a :class:`~.decoding.Decoder` (BFCL's own
 decoders with ``eval`` replaced by literals); :class:`~.executor.Simulators` running call strings
-through an ``ast`` interpreter (never ``eval``); pristine process state per conversation
+through an ``ast`` interpreter (:mod:`.interpreter`, never ``eval``); pristine process state per conversation
 (:mod:`.isolation`); state snapshots and diffs (:mod:`.snapshot`, :mod:`.dag`); each conversation's
 budget of calls, time and memory (:mod:`.limits`).
 """
@@ -12,6 +12,7 @@ __all__ = [
     "dag",
     "decoding",
     "executor",
+    "interpreter",
     "isolation",
     "limits",
     "passthrough",

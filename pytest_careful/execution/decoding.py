@@ -29,7 +29,8 @@ from typing import Any
 from ..common import bfcl as _bfcl
 from ..common.text import did_you_mean
 from . import limits, plain_values
-from .executor import MAX_CALL_CHARS, Refused, arithmetic
+from .interpreter import MAX_CALL_CHARS, arithmetic
+from .plain_values import Refused
 
 _PATCH_LOCK = threading.Lock()
 

@@ -13,44 +13,50 @@ rewritten string with :mod:`ast`, and interpret a small, closed language:
 
 Anything else (an unknown name, attribute access, a comprehension, ``**`` of a
 non-literal, ...) never runs: the call fails with an ``Error during execution:``
-result that says why. Instances live in a :class:`Simulators` object owned by
-one replay, never in module globals.
-"""
+result that says why. The instances are a conversation's own (:class:`~.executor.Simulators`, owned by one
+replay), never module globals; this module parses and interprets, :mod:`.executor` holds them."""
 
 from __future__ import annotations
 
 import ast
 import builtins
-import copy
 import functools
 import inspect
 import itertools
 import json
 import operator
-import pickle
 import re
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
-from ..common import bfcl as _bfcl
 from . import isolation, plain_values
 from .plain_values import Refused
 
 #: bfcl-eval's own deny-list, checked on the rewritten string as BFCL does.
 BLOCKED_NAMES = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")
+
+
 #: bfcl-eval's rewrite: every identifier directly followed by ``(``. Possessive quantifiers match
 #: the same names as bfcl-eval's ``\b([a-zA-Z_]\w*)\s*(?=\()`` (a shorter word is followed by a
 #: word character, never by ``(``) without backtracking through a 200,000-character word.
-_CALL_NAME = re.compile(r"\b([a-zA-Z_]\w*+)\s*+(?=\()")
-_INSTANCE_NAME_SANITIZE = re.compile(r"[-./:]")
+CALL_NAME = re.compile(r"\b([a-zA-Z_]\w*+)\s*+(?=\()")
+
 
 MAX_CALL_CHARS = 200_000
+
+
 MAX_NUMBER_MAGNITUDE = 10**100
+
+
 ERROR_PREFIX = "Error during execution: "
+
+
 #: Deepest expression interpreted (nested brackets, calls, operators, signs); eval goes
 #: deeper (a run of 1,000 signs), but no real call string comes near.
 MAX_EXPRESSION_DEPTH = 100
+
+
 #: Names ``eval`` resolves in bfcl-eval's executor besides the builtins and the
 #: instances: ``multi_turn_utils``' globals and ``execute_multi_turn_func_call``'s
 #: locals (``eval`` without namespaces sees both). A call string naming one is
@@ -101,6 +107,7 @@ BFCL_SCOPE_NAMES = frozenset(
     }
 )
 
+
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -109,11 +116,6 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
 }
-
-
-def instance_name(model_name: str, test_entry_id: str, class_name: str) -> str:
-    """The global name bfcl-eval gives an instance (it shows in rewritten strings)."""
-    return _INSTANCE_NAME_SANITIZE.sub("_", f"{model_name}_{test_entry_id}_{class_name}_instance")
 
 
 def format_result(value: Any) -> str:
@@ -140,185 +142,8 @@ class Invocation:
     raised: str | None = None
 
 
-@dataclass
-class Execution:
-    """The outcome of executing one decoded call string."""
-
-    call: str
-    result: str
-    name: str
-    arguments: dict[str, Any]
-    invocations: list[Invocation]
-    refused: bool = False
-    raised: bool = False
-
-    @property
-    def touched_classes(self) -> set[str]:
-        return {inv.class_name for inv in self.invocations}
-
-
-class Simulators:
-    """The simulator instances of one conversation, created as bfcl-eval does.
-
-    Args:
-        involved_classes: class names in dataset order.
-        initial_config: the conversation's ``initial_config`` (deep-copied here).
-        long_context: bfcl-eval's long-context flag.
-        model_name: the name bfcl-eval builds instance names from; it only
-            matters for BFCL's rewrite quirk inside string literals.
-        test_entry_id: the conversation id (same reason).
-    """
-
-    def __init__(
-        self,
-        involved_classes: Iterable[str],
-        initial_config: Mapping[str, Any],
-        long_context: bool,
-        model_name: str = "careful",
-        test_entry_id: str = "",
-        template: bytes | None = None,
-    ) -> None:
-        self.instances: dict[str, Any] = {}
-        self._names: dict[str, str] = {}  # instance name -> class name
-        self._mapping: dict[str, str] = {}  # method name -> instance name
-        self._model_name, self._test_entry_id = model_name, test_entry_id
-        #: bfcl-eval's process-wide state (mutable defaults, module globals) as this conversation sees it.
-        self.world = isolation.World()
-        with isolation.EXCLUSIVE:  # constructors read the process-wide state (a world's)
-            fresh = (
-                pickle.loads(template)
-                if template is not None
-                else fresh_instances(involved_classes, initial_config, long_context, self.world)
-            )
-        for class_name, instance in fresh.items():
-            self._register(class_name, instance)
-
-    @classmethod
-    def around(cls, instances: Mapping[str, Any], model_name: str = "careful", test_entry_id: str = "") -> Simulators:
-        """Wrap existing instances (e.g. restored copies used for probing)."""
-        sim = cls((), {}, False, model_name, test_entry_id)
-        for class_name, instance in instances.items():
-            sim._register(class_name, instance)
-        return sim
-
-    def _register(self, class_name: str, instance: Any) -> None:
-        name = instance_name(self._model_name, self._test_entry_id, class_name)
-        self.instances[class_name] = instance
-        self._names[name] = class_name
-        # Same mapping as bfcl-eval: later classes win on a shared method name.
-        for method_name in _public_methods(instance):
-            self._mapping[method_name] = name
-
-    def owner(self, method: str) -> str | None:
-        """Class that serves ``method`` in this conversation, if any."""
-        name = self._mapping.get(method)
-        return None if name is None else self._names[name]
-
-    def rewrite(self, call: str) -> str:
-        """bfcl-eval's ``_process_method_calls``."""
-        mapping = self._mapping
-        return _CALL_NAME.sub(
-            lambda m: f"{mapping[m.group(1)]}.{m.group(1)}" if m.group(1) in mapping else m.group(1),
-            call,
-        )
-
-    def execute(self, call: str) -> Execution:
-        """Execute one decoded call string; never raises for bad input."""
-        with isolation.EXCLUSIVE:  # another thread's conversation may run calls too (live runs)
-            return self._execute(call)
-
-    def _execute(self, call: str) -> Execution:
-        isolation.activate(self.world)
-        interpreter = _Interpreter(self)
-        name, arguments = "<invalid>", {}
-        try:
-            if not isinstance(call, str):
-                raise Refused(f"a call must be a string, got {type(call).__name__}")
-            if len(call) > MAX_CALL_CHARS:
-                raise Refused(f"call string of {len(call)} characters exceeds {MAX_CALL_CHARS}")
-            parsed = _parse_raw(call)
-            name, arguments = self._named(call, parsed.name), dict(parsed.arguments)
-            tree = self._tree(call, parsed)
-            # The result string of an mpmath/decimal value depends on the precision
-            # the call set: format it before that precision is put back.
-            if "MathAPI" in self.instances:
-                with _process_precision_restored():
-                    result = format_result(interpreter.evaluate(tree.body))
-            else:
-                result = format_result(interpreter.evaluate(tree.body))
-            return Execution(call, result, name, arguments, interpreter.invocations)
-        except _Blocked as exc:
-            return Execution(call, ERROR_PREFIX + str(exc), name, arguments, interpreter.invocations, refused=True)
-        except Refused as exc:
-            return Execution(
-                call,
-                ERROR_PREFIX + f"careful: {exc} (not executed)",
-                name,
-                arguments,
-                interpreter.invocations,
-                refused=True,
-            )
-        except (RecursionError, MemoryError) as exc:
-            return Execution(
-                call,
-                ERROR_PREFIX + f"careful: input too complex ({type(exc).__name__}; not executed)",
-                name,
-                arguments,
-                interpreter.invocations,
-                refused=True,
-            )
-        except Exception as exc:  # same catch-all as bfcl-eval
-            return Execution(call, ERROR_PREFIX + str(exc), name, arguments, interpreter.invocations, raised=True)
-
-    @property
-    def methods(self) -> frozenset[str]:
-        return frozenset(self._mapping)
-
-    def _named(self, call: str, name: str) -> str:
-        """An unparsable call keeps its function's name when the text before ``(`` is one.
-
-        bfcl-eval's rewrite resolves ``echo(`` to its instance before ``eval``
-        fails on ``file?=``, so ``echo(content='6500', file?='x')`` is a failed
-        ``echo``, not a call of no function.
-        """
-        if name != "<unparsable>":
-            return name
-        head = call.split("(", 1)[0].strip()
-        return head if "(" in call and head in self._mapping else name
-
-    def _tree(self, call: str, parsed: _Parsed) -> ast.Expression:
-        """The expression to interpret, with bfcl-eval's checks done first.
-
-        Fast path: a plain ``name(...)`` call in which bfcl-eval's rewrite
-        would change nothing but the calls of plain names it marks (no
-        ``method(`` in a string literal, no instance name) parses the same before
-        and after the rewrite, so the cached parse of the raw string serves.
-        Everything else takes the exact path: rewrite, then parse, where a call
-        of a plain name is never a method (bfcl-eval's ``eval`` would not find it).
-        """
-        if (
-            parsed.simple
-            and not (parsed.string_calls & self._mapping.keys())
-            and not (parsed.names & self._names.keys())
-        ):
-            if parsed.head in BLOCKED_NAMES:
-                raise _Blocked(f"Function call {parsed.head} is not allowed.")
-            if parsed.compile_error is not None:
-                raise parsed.compile_error
-            if parsed.refusal is not None:
-                raise Refused(parsed.refusal)
-            assert parsed.tree is not None
-            return parsed.tree
-        rewritten = self.rewrite(call)
-        _check_deny_list(rewritten)
-        tree = ast.parse(_eval_source(rewritten), filename="<string>", mode="eval")
-        _check_compile_time_errors(tree)
-        _check_supported(tree)
-        return tree
-
-
 @dataclass(frozen=True)
-class _Parsed:
+class Parsed:
     """What the raw call string is, computed once per distinct string."""
 
     tree: ast.Expression | None
@@ -330,11 +155,15 @@ class _Parsed:
     string_calls: frozenset[str]
     names: frozenset[str]  # every Name in the expression
     compile_error: SyntaxError | None
-    refusal: str | None = None  # why the interpreter would refuse the tree (``_check_supported``)
+    refusal: str | None = None  # why the interpreter would refuse the tree (``check_supported``)
 
 
 _SIMPLE_HEAD = re.compile(r"([A-Za-z_]\w*)\(")
+
+
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the tokenizer's line ends
+
+
 #: Set on a raw tree's ``Call`` whose plain-name callee bfcl-eval's rewrite prefixes.
 _REWRITE_SITE = "_careful_rewrite_site"
 
@@ -344,16 +173,16 @@ _REWRITE_SITE = "_careful_rewrite_site"
 _CACHED_CALL_CHARS = 10_000
 
 
-def _parse_raw(call: str) -> _Parsed:
+def parse_raw(call: str) -> Parsed:
     return _parse_raw_cached(call) if len(call) <= _CACHED_CALL_CHARS else _parse(call)
 
 
-def _parse(call: str) -> _Parsed:
+def _parse(call: str) -> Parsed:
     name, arguments = _describe(call)
     try:
-        tree = ast.parse(_eval_source(call), filename="<string>", mode="eval")
+        tree = ast.parse(eval_source(call), filename="<string>", mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return _Parsed(None, name, arguments, False, "", frozenset(), frozenset(), None)
+        return Parsed(None, name, arguments, False, "", frozenset(), frozenset(), None)
     head = _SIMPLE_HEAD.match(call)
     nodes = list(ast.walk(tree))
     calls = [n for n in nodes if isinstance(n, ast.Call)]
@@ -372,23 +201,23 @@ def _parse(call: str) -> _Parsed:
         strings = frozenset(name for _, name in sites)
     names = frozenset(n.id for n in nodes if isinstance(n, ast.Name))
     try:
-        _check_compile_time_errors(tree)
+        check_compile_time_errors(tree)
         error = None
     except SyntaxError as exc:
         error = exc
     try:
-        _check_supported(tree)
+        check_supported(tree)
         refusal = None
     except Refused as exc:
         refusal = str(exc)
-    return _Parsed(tree, name, arguments, simple, head.group(1) if head else "", strings, names, error, refusal)
+    return Parsed(tree, name, arguments, simple, head.group(1) if head else "", strings, names, error, refusal)
 
 
 _parse_raw_cached = functools.lru_cache(maxsize=1 << 16)(_parse)
 
 
 def _call_sites(call: str) -> set[tuple[int, str]]:
-    """``{(m.start(1), m.group(1)) for m in _CALL_NAME.finditer(call)}``, found from each ``(``.
+    """``{(m.start(1), m.group(1)) for m in CALL_NAME.finditer(call)}``, found from each ``(``.
 
     The regex tries every position of a call: 5 ms for one 200,000-character literal, paid by
     every such call. Read back from each ``(``: the whitespace before it, then the word before
@@ -410,7 +239,7 @@ def _call_sites(call: str) -> set[tuple[int, str]]:
     return sites
 
 
-def _eval_source(call: str) -> str:
+def eval_source(call: str) -> str:
     """The text ``eval`` compiles: it encodes the string, then skips leading spaces and tabs."""
     call.encode("utf-8")  # raises eval's UnicodeEncodeError (a lone surrogate)
     return call.lstrip(" \t")
@@ -435,56 +264,10 @@ def _source_index(source: str) -> Callable[[int, int], int]:
     return index
 
 
-def independent_of_names(call: str, methods: Set[str], names: Set[str]) -> bool:
-    """Whether executing ``call`` cannot depend on the instances' names.
-
-    Instance names carry the model name (bfcl-eval's naming), and bfcl-eval's
-    rewrite can paste them into string literals. A call that takes the fast path
-    of ``Simulators._tree`` under ``methods`` and ``names`` runs from its raw
-    parse: two ``Simulators`` of one conversation in the same state, named for
-    different models, give it the same result.
-    """
-    if not isinstance(call, str) or len(call) > MAX_CALL_CHARS:
-        return False
-    parsed = _parse_raw(call)
-    return parsed.simple and not (parsed.string_calls & methods) and not (parsed.names & names)
-
-
-def fresh_instances(
-    involved_classes: Iterable[str],
-    initial_config: Mapping[str, Any],
-    long_context: bool,
-    world: isolation.World | None = None,
-) -> dict[str, Any]:
-    """Instances as bfcl-eval creates them: ``_load_scenario`` on a deep copy.
-
-    Constructors read bfcl-eval's module state, so they run in ``world`` (a
-    fresh one by default: a pristine process).
-    """
-    # Activating a world rebinds module and class state that another thread's conversation may be
-    # reading or rebinding at that moment (live runs build templates on the flight's threads).
-    with isolation.EXCLUSIVE:
-        instances = {}
-        stateless = _bfcl.stateless_classes()
-        involved_classes = tuple(involved_classes)
-        (world if world is not None else isolation.World()).building(involved_classes)
-        for class_name in involved_classes:
-            instance = _bfcl.simulator_class(class_name)()
-            if class_name not in stateless:
-                instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context)
-            instances[class_name] = instance
-        return instances
-
-
-def template_of(involved_classes: Iterable[str], initial_config: Mapping[str, Any], long_context: bool) -> bytes:
-    """Fresh instances, pickled: loading them is much cheaper than building them again."""
-    return pickle.dumps(fresh_instances(involved_classes, initial_config, long_context), pickle.HIGHEST_PROTOCOL)
-
-
 _METHODS: dict[type, tuple[str, ...]] = {}
 
 
-def _public_methods(instance: Any) -> tuple[str, ...]:
+def public_methods(instance: Any) -> tuple[str, ...]:
     """bfcl-eval's ``inspect.getmembers(instance, ismethod)`` public names, once per class."""
     cls = type(instance)
     found = _METHODS.get(cls)
@@ -499,15 +282,15 @@ def _public_methods(instance: Any) -> tuple[str, ...]:
     return found
 
 
-def _check_deny_list(rewritten: str) -> None:
+def check_deny_list(rewritten: str) -> None:
     head = rewritten.split("(")[0] if "(" in rewritten else rewritten
     if "." in head:
         head = head.split(".")[1]
     if head in BLOCKED_NAMES:
-        raise _Blocked(f"Function call {head} is not allowed.")
+        raise Blocked(f"Function call {head} is not allowed.")
 
 
-def _check_compile_time_errors(tree: ast.Expression) -> None:
+def check_compile_time_errors(tree: ast.Expression) -> None:
     """Raise the SyntaxError that compiling (as eval does) would raise before running.
 
     The compiler reports the first it meets, visiting in evaluation order and a
@@ -537,7 +320,7 @@ def _check_compile_time_errors(tree: ast.Expression) -> None:
         pending.extend(reversed(children))
 
 
-class _Blocked(Exception):
+class Blocked(Exception):
     """bfcl-eval's own deny-list message (reported like an exception)."""
 
 
@@ -566,13 +349,15 @@ _SUPPORTED = (
     ast.boolop,
     ast.cmpop,
 )
+
+
 #: CPython's compiler builds a display of up to this many stack items after evaluating
 #: them all, a longer one item by item: that decides which calls run before an
 #: unhashable key or element fails.
 _STACK_USE_GUIDELINE = 30
 
 
-def _check_supported(tree: ast.Expression) -> None:
+def check_supported(tree: ast.Expression) -> None:
     """Refuse, before anything runs, a tree the interpreter would not evaluate to the end.
 
     An attribute is read only off a plain name (``instance.method``, and what
@@ -630,14 +415,30 @@ class _Method:
     method_name: str
 
 
-class _Interpreter:
-    """Evaluates a checked tree (``_check_supported``) as ``eval`` would in bfcl-eval's executor.
+class Instances(Protocol):
+    """What the interpreter needs of a conversation's instances (``executor.Simulators``)."""
+
+    instances: dict[str, Any]
+    world: isolation.World
+
+    @property
+    def instance_classes(self) -> Mapping[str, str]:
+        """Instance name (as bfcl-eval names it) -> class name."""
+        ...
+
+    def owner(self, method: str) -> str | None:
+        """The class that serves ``method`` in this conversation, if any."""
+        ...
+
+
+class Interpreter:
+    """Evaluates a checked tree (``check_supported``) as ``eval`` would in bfcl-eval's executor.
 
     Method calls go to this conversation's instances; operators to
     :mod:`pytest_careful.execution.plain_values`; a name is never looked up anywhere.
     """
 
-    def __init__(self, simulators: Simulators) -> None:
+    def __init__(self, simulators: Instances) -> None:
         self.sim = simulators
         self.invocations: list[Invocation] = []
 
@@ -679,7 +480,7 @@ class _Interpreter:
 
     def _name(self, name: str) -> NoReturn:
         """A name as a value: eval in bfcl-eval's executor finds only what is never handed out here."""
-        if name in self.sim._names:
+        if name in self.sim.instance_classes:
             raise Refused("a simulator instance is used only to call its methods")
         if name in BFCL_SCOPE_NAMES or hasattr(builtins, name):
             raise Refused(f"{name!r} is no simulator method (bfcl-eval's eval would resolve it)")
@@ -755,8 +556,8 @@ class _Interpreter:
             class_name = self.sim.owner(func.id) if getattr(node, _REWRITE_SITE, False) else None
             if class_name is not None:  # raw tree: a name bfcl-eval's rewrite prefixes
                 return _Method(class_name, func.id)
-            if func.id in self.sim._names:
-                return self.sim.instances[self.sim._names[func.id]]
+            if func.id in self.sim.instance_classes:
+                return self.sim.instances[self.sim.instance_classes[func.id]]
             self._name(func.id)
         if isinstance(func, ast.Attribute):
             return self._attribute(func, called=True)
@@ -772,13 +573,13 @@ class _Interpreter:
         while isinstance(base, ast.Attribute):
             chain.append(base.attr)
             base = base.value
-        assert isinstance(base, ast.Name)  # _check_supported
-        class_name = self.sim._names.get(base.id)
+        assert isinstance(base, ast.Name)  # check_supported
+        class_name = self.sim.instance_classes.get(base.id)
         if class_name is None:
             self._name(base.id)  # eval fails on the name before it reads an attribute
         instance = self.sim.instances[class_name]
         first = chain[-1]
-        if called and len(chain) == 1 and first in _public_methods(instance):
+        if called and len(chain) == 1 and first in public_methods(instance):
             return _Method(class_name, first)
         if _has_no_attribute(instance, first):  # e.g. bfcl's rewrite of ``instance.method(``
             raise AttributeError(f"'{type(instance).__name__}' object has no attribute '{first}'")
@@ -821,9 +622,14 @@ class _Interpreter:
 # of run; no reference call comes near them. What many calls cost together is
 # the conversation's budget (``limits``).
 MAX_RESULT_BITS = 1_000_000
+
+
 MAX_PRECISION_DIGITS = 10_000
+
+
 #: Entries a ``find`` or ``du`` may walk (the largest reference tree has a few hundred).
 MAX_WALK_ENTRIES = 100_000
+
 
 Guard = Callable[[Any, tuple[Any, ...], dict[str, Any]], None]
 
@@ -876,7 +682,7 @@ RESOURCE_GUARDS: dict[tuple[str, str], Guard] = {
 }
 
 
-class _process_precision_restored:
+class precision_restored:
     """MathAPI sets ``decimal`` and ``mpmath`` precision process-wide; put them back.
 
     Both methods set the precision they use on every call, and the result string

@@ -23,7 +23,7 @@ from typing import Any
 from ..data.result_files import LoggedEntry
 from ..execution import limits
 from ..execution.decoding import decoder
-from ..execution.executor import MAX_CALL_CHARS
+from ..execution.interpreter import MAX_CALL_CHARS
 
 SAMPLE_CONVERSATIONS = 24  # spread evenly over the run
 STEPS_PER_CONVERSATION = 3  # the first steps with output: mostly calls in any run

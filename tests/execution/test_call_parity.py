@@ -24,7 +24,8 @@ import call_oracle
 import pytest
 
 from pytest_careful.data import dataset
-from pytest_careful.execution.executor import BFCL_SCOPE_NAMES, Simulators, instance_name
+from pytest_careful.execution.executor import Simulators, instance_name
+from pytest_careful.execution.interpreter import BFCL_SCOPE_NAMES
 
 MODEL = "oracle"  # bfcl-eval appends "_eval" in an evaluation run
 #: One conversation per pair of classes, together all eight simulator classes.

@@ -86,7 +86,7 @@ def test_values_the_interpreter_builds_count_when_built(kind: str) -> None:
 
 #: Classes whose 64 KB step builds more than the budget: every value is held twice while the
 #: step is decoded (the value, and the call string the decoder writes with it), and a chain
-#: builds each of its parts. Numbers stay below 10**100 (``executor.MAX_NUMBER_MAGNITUDE``).
+#: builds each of its parts. Numbers stay below 10**100 (``interpreter.MAX_NUMBER_MAGNITUDE``).
 PAST_THE_BUDGET = {kind for kind in payloads.EXPANDING_STEPS if kind != "number arithmetic"}
 #: A line of this size expands to 80 calls x 400,000 characters at most: far under the budget.
 SMALL_LINE = 4_000

@@ -303,6 +303,7 @@ def test_installed_but_not_asked_for_imports_no_scoring_module(tmp_path):
     assert "pytest_careful.plugin" in loaded and "pytest_careful.harness.markers" in loaded  # it did load, inactive
     heavy = {
         "pytest_careful.execution.executor",
+        "pytest_careful.execution.interpreter",
         "pytest_careful.execution.isolation",
         "pytest_careful.harness.state",
         "pytest_careful.harness.item",
