@@ -23,7 +23,11 @@ def top_level(source: str) -> tuple[str, list[tuple[str, str]]]:
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     body = tree.body
-    first = next(i for i, node in enumerate(body) if not isinstance(node, (ast.Expr, ast.ImportFrom, ast.Import)))
+    first = next(
+        i
+        for i, node in enumerate(body)
+        if not (isinstance(node, (ast.Expr, ast.ImportFrom, ast.Import)) or _type_checking(node))
+    )
     header_end = body[first].lineno - 1
     while header_end > 0 and lines[header_end - 1].lstrip().startswith(("#", "@")):
         header_end -= 1
@@ -45,6 +49,11 @@ def top_level(source: str) -> tuple[str, list[tuple[str, str]]]:
         name = _name(node)
         parts.append((name, "".join(lines[start:end]).rstrip() + "\n"))
     return header, parts
+
+
+def _type_checking(node: ast.stmt) -> bool:
+    """``if TYPE_CHECKING:`` imports belong to the header."""
+    return isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
 
 
 def _name(node: ast.stmt) -> str:
@@ -86,7 +95,12 @@ def main(plan_file: str) -> None:
         extra = "".join(
             f"from .{Path(other).stem} import {', '.join(sorted(names))}\n" for other, names in sorted(imports.items())
         )
-        text = f'"""{spec["doc"]}"""\n\n' + header.rstrip() + "\n" + extra + "\n\n" + body
+        head = header.rstrip() + "\n"
+        if extra and "\nif TYPE_CHECKING:" in head:  # the new imports go before the TYPE_CHECKING block
+            before, _, after = head.partition("\nif TYPE_CHECKING:")
+            head = before.rstrip() + "\n" + extra + "\nif TYPE_CHECKING:" + after
+            extra = ""
+        text = f'"""{spec["doc"]}"""\n\n' + head + extra + "\n\n" + body
         Path(target).write_text(text)
         print(f"{target}: {len(own)} names; imports {sorted(imports)}")
 

@@ -5,7 +5,7 @@
 * :mod:`.confirm` patches the loop's two exit points for the confirm protocol;
 * :mod:`.runner` runs one conversation and writes its BFCL result entry;
 * :mod:`.handles` turns ``--careful-model`` into a handler;
-* :mod:`.scripted`, :mod:`.claude`, :mod:`.vllm_server`, :mod:`.budget`: the
+* :mod:`.scripted`, :mod:`.claude`, :mod:`.vllm_server`, :mod:`.vllm_client`, :mod:`.budget`: the
   model backends and the spend guard;
 * :mod:`.ratelimit`: the API concurrency every xdist worker of a run shares;
 * :mod:`.faults`: a server's faults told from the model's answers, each request bounded in time.

@@ -21,7 +21,7 @@ def configure(source: LiveSource, options: RunConfig) -> None:
     """Attach the backend's per-process set-up (``source.setup``) for ``source.model_handle``."""
     kind = source.model_handle.kind
     if kind == "vllm":
-        from .vllm_server import configure_source
+        from .vllm_client import configure_source
 
         configure_source(source, options)
     elif kind == "claude":

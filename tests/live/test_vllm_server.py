@@ -14,8 +14,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from pytest_careful.live import vllm_server
-from pytest_careful.live.vllm_server import MODULE, SERVE, BfclServer, Failover, ServerDied, ServerPlan, engine_from
+from pytest_careful.live import vllm_client, vllm_server
+from pytest_careful.live.vllm_client import Failover
+from pytest_careful.live.vllm_server import MODULE, SERVE, BfclServer, ServerDied, ServerPlan, engine_from
 
 # Serves /v1/models like vLLM, after a short load time; argv as vLLM's api_server gets it.
 FAKE_VLLM = """#!{python}
@@ -119,7 +120,7 @@ def test_the_server_is_started_as_bfcl_generate_starts_it(tmp_path: Path, monkey
     theirs = bfcl_generate_command(tmp_path / "model", monkeypatch)
     from pytest_careful.live.handles import resolve
 
-    dtype = vllm_server.handler_dtype(resolve("Qwen/Qwen3-8B", None))  # what the plugin reads off the handler
+    dtype = vllm_client.handler_dtype(resolve("Qwen/Qwen3-8B", None))  # what the plugin reads off the handler
     plan = _plan(
         tmp_path,
         sys.executable,
@@ -197,7 +198,7 @@ def test_failed_start_is_reported_once_and_sets_nothing_up(tmp_path: Path, monke
     assert problem and "exited with code 3" in problem  # the session exits with it (session.py)
     assert vllm_server.ENDPOINT_ENV not in os.environ
     with pytest.raises(ServerDied, match="no vLLM server"):
-        vllm_server.endpoint_of(_plan(tmp_path, sys.executable))
+        vllm_client.endpoint_of(_plan(tmp_path, sys.executable))
 
 
 def test_the_server_is_stopped_when_pytest_gets_sigterm(tmp_path: Path) -> None:
@@ -238,17 +239,17 @@ def test_connection_error_with_the_server_gone_ends_the_run(tmp_path: Path, monk
     monkeypatch.delenv(vllm_server.LOG_ENV, raising=False)
     plan = _plan(tmp_path, sys.executable, endpoints=("http://127.0.0.1:9/v1",))  # nothing listens there
     error = _connection_error()
-    died = vllm_server.classify_error(error, plan)
+    died = vllm_client.classify_error(error, plan)
     assert isinstance(died, ServerDied)
-    assert vllm_server.classify_error(ValueError("bad output"), plan) is None
+    assert vllm_client.classify_error(ValueError("bad output"), plan) is None
     # A server started elsewhere (--careful-endpoint) has no log here: the stop line names none.
     assert "log" not in str(died) and "stopped answering" in str(died)
     # The one the plugin started has one: named where it exists.
     started = _plan(tmp_path, sys.executable)
     started.log_path.parent.mkdir(parents=True, exist_ok=True)
     started.log_path.write_text("vLLM said something\n")
-    monkeypatch.setattr(vllm_server, "endpoints_of", lambda plan: ("http://127.0.0.1:9/v1",))
-    assert str(vllm_server.classify_error(error, started)).endswith(f"; its log: {started.log_path}")
+    monkeypatch.setattr(vllm_client, "endpoints_of", lambda plan: ("http://127.0.0.1:9/v1",))
+    assert str(vllm_client.classify_error(error, started)).endswith(f"; its log: {started.log_path}")
 
 
 def _serve(tmp_path: Path, name: str, max_model_len: int = 4096) -> tuple[subprocess.Popen[bytes], str]:
@@ -283,20 +284,20 @@ def test_workers_spread_over_servers_and_move_when_one_dies(tmp_path: Path, monk
         plan = _plan(tmp_path, sys.executable, endpoints=urls)
         for worker, expected in (("gw0", urls[0]), ("gw1", urls[1]), ("gw2", urls[0])):
             monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
-            assert vllm_server.pick(plan, name) == expected
+            assert vllm_client.pick(plan, name) == expected
         handler = type("Handler", (), {})()
         plan.current = urls[1]
-        vllm_server.point_handler(handler, urls[1])
+        vllm_client.point_handler(handler, urls[1])
         plan.handlers.append(handler)
         servers[1][0].kill()
         servers[1][0].wait()
-        moved = vllm_server.classify_error(_connection_error(urls[1]), plan)
+        moved = vllm_client.classify_error(_connection_error(urls[1]), plan)
         assert isinstance(moved, Failover) and urls[0] in str(moved)
         assert plan.current == urls[0] and handler.base_url == urls[0]
         assert str(handler.client.base_url).rstrip("/") == urls[0]
         servers[0][0].kill()
         servers[0][0].wait()
-        gone = vllm_server.classify_error(_connection_error(urls[0]), plan)
+        gone = vllm_client.classify_error(_connection_error(urls[0]), plan)
         assert isinstance(gone, ServerDied) and "stopped answering" in str(gone)
     finally:
         for process, _ in servers:
@@ -309,7 +310,7 @@ def test_a_server_for_another_model_is_not_used(tmp_path: Path, monkeypatch: pyt
     try:
         plan = _plan(tmp_path, sys.executable, endpoints=(url,))
         with pytest.raises(ServerDied, match="--served-model-name"):
-            vllm_server.pick(plan, str(tmp_path / "model"))
+            vllm_client.pick(plan, str(tmp_path / "model"))
     finally:
         process.kill()
 
@@ -319,10 +320,10 @@ def test_requests_are_sized_to_a_shorter_server_context(tmp_path: Path) -> None:
     process, url = _serve(tmp_path, name)  # says max_model_len 4096
     try:
         handler = type("Handler", (), {"max_context_length": 32768})()
-        vllm_server.fit_context(handler, url, name)
+        vllm_client.fit_context(handler, url, name)
         assert handler.max_context_length == 4096
         handler.max_context_length = 2048  # a longer server context changes nothing
-        vllm_server.fit_context(handler, url, name)
+        vllm_client.fit_context(handler, url, name)
         assert handler.max_context_length == 2048
     finally:
         process.kill()
@@ -378,15 +379,15 @@ def test_rate_limits_and_a_model_gone_from_its_server_are_not_the_models_failure
 
     plan = _plan(tmp_path, sys.executable, endpoints=("http://127.0.0.1:9/v1",))
     for status, kind in ((429, openai.RateLimitError), (529, openai.APIStatusError)):
-        assert isinstance(vllm_server.classify_error(answered(kind, status), plan), NotRun)
+        assert isinstance(vllm_client.classify_error(answered(kind, status), plan), NotRun)
     failed = answered(openai.InternalServerError, 500)
-    assert vllm_server.classify_error(failed, plan) is None
+    assert vllm_client.classify_error(failed, plan) is None
     # A 404 from a server that now serves another model fails every conversation alike: the run stops.
     (tmp_path / "model").mkdir(exist_ok=True)
     process, url = _serve(tmp_path, "some/other-model")
     try:
         plan = _plan(tmp_path, sys.executable, endpoints=(url,))
-        stopped = vllm_server.classify_error(answered(openai.NotFoundError, 404), plan)
+        stopped = vllm_client.classify_error(answered(openai.NotFoundError, 404), plan)
         assert isinstance(stopped, ServerDied) and "cannot be used" in str(stopped)
         assert "some/other-model" in str(stopped)
     finally:
@@ -420,14 +421,14 @@ def test_a_conversation_moved_to_another_server_is_sized_to_its_context(tmp_path
     try:
         plan = _plan(tmp_path, sys.executable, endpoints=tuple(url for _, url in servers))
         handler = type("Handler", (), {"max_context_length": 32768})()
-        vllm_server.point_handler(handler, servers[0][1])
-        vllm_server.fit_context(handler, servers[0][1], name)
+        vllm_client.point_handler(handler, servers[0][1])
+        vllm_client.fit_context(handler, servers[0][1], name)
         plan.current, plan.handlers = servers[0][1], [handler]
         assert handler.max_context_length == 8192
         servers[0][0].kill()
         servers[0][0].wait()
         gone = _connection_error(servers[0][1])
-        assert isinstance(vllm_server.classify_error(gone, plan), Failover)
+        assert isinstance(vllm_client.classify_error(gone, plan), Failover)
         assert handler.max_context_length == 2048
     finally:
         for process, _ in servers:
@@ -444,12 +445,12 @@ def test_a_request_sent_before_another_moved_the_process_is_run_again_where_it_i
     try:
         plan = _plan(tmp_path, sys.executable, endpoints=urls)
         handler = type("Handler", (), {})()
-        vllm_server.point_handler(handler, urls[0])
+        vllm_client.point_handler(handler, urls[0])
         plan.current, plan.handlers = urls[0], [handler]
         servers[0][0].kill()
         servers[0][0].wait()
         errors = [_connection_error(urls[0]) for _ in range(3)]  # three requests in flight there
-        outcomes = [vllm_server.classify_error(error, plan) for error in errors]
+        outcomes = [vllm_client.classify_error(error, plan) for error in errors]
         assert all(isinstance(outcome, Failover) for outcome in outcomes), outcomes
         assert plan.current == urls[1] and handler.base_url == urls[1]
     finally:
