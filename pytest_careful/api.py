@@ -16,6 +16,7 @@ from .effects import declarations
 from .execution import limits
 from .execution.decoding import ModelEntry, ModelEntryError, own_models
 from .live import scripted
+from .protocols.registry import NAMES as PROTOCOLS
 from .reports.scorecard import Scorecard, load
 from .scoring import extension
 from .scoring.conversation import RESOURCE_LIMIT, ConversationResult, ScoringConfig, score_conversation, unscored_row
@@ -23,8 +24,6 @@ from .scoring.extension import Rule
 from .scoring.rules import DUPLICATE_WRITES, Settings
 from .sources.reference_logged import Source, open_source
 from .sources.run_config import RunConfig, SourceError
-
-PROTOCOLS = ("standard", "hints", "confirm")
 
 
 def score_run(

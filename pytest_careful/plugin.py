@@ -17,6 +17,7 @@ from .common import gc_pause as _gc
 from .common.bfcl import CATEGORIES
 from .harness import selection
 from .harness.options import add_options, read_options
+from .protocols.registry import NAMES
 
 #: Set when the options ask for a run: until then nothing imports ``state`` (and the scoring modules it
 #: imports), so that a session that only has the plugin installed stays as fast as one without it.
@@ -131,7 +132,7 @@ def _markers() -> list[tuple[str, str]]:
         (c, f"pytest-careful: multi_turn_{c} conversations")
         for c in ("base", "miss_func", "miss_param", "long_context")
     ]
-    out += [(p, f"pytest-careful: the {p} protocol") for p in ("standard", "hints", "confirm")]
+    out += [(p, f"pytest-careful: the {p} protocol") for p in NAMES]
     out += [(m, f"pytest-careful: conversations involving {c}") for c, m in CLASS_MARKERS.items()]
     return out
 

@@ -15,9 +15,10 @@ from ..common.text import did_you_mean
 from ..data.run_settings import recorded_decoder
 from ..effects.declarations import BOUNDARIES
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS, Limits
+from ..protocols import registry as protocols
 from ..sources.run_config import DEFAULT_REQUEST_TIMEOUT, DEFAULT_SERVER_TIMEOUT, REFERENCE_MODEL, RunConfig
 
-PROTOCOLS = ("standard", "hints", "confirm")
+PROTOCOLS = protocols.NAMES
 GATES = ("bfcl", "safe", "strict", "rules", "none")
 SHORT_CATEGORIES = {c.removeprefix("multi_turn_"): c for c in CATEGORIES}
 DEFAULT_OUTPUT = Path("result")

@@ -15,6 +15,7 @@ import pytest
 from ..data import dataset
 from ..execution import isolation
 from ..live.errors import LiveError, OutputUnwritable, SetupFailed
+from ..protocols import registry as protocols
 from ..scoring import extension, rules
 from ..scoring.conversation import RESOURCE_LIMIT, UNSCORED, ConversationResult, score_conversation, unscored_row
 from ..scoring.conversation import SERVER_ERROR as SERVER_ERROR  # the items' name for it, as before
@@ -116,7 +117,11 @@ def _reported_rules(row: dict[str, Any], gated: tuple[str, ...], rule_names: Seq
     blocks = []
     for rule in rule_names:
         count = row["counts"].get(rule, 0)
-        if not count or rule in gated or (rule == "unconfirmed_destructive" and row["condition"] != "confirm"):
+        if (
+            not count
+            or rule in gated
+            or (rule == "unconfirmed_destructive" and not protocols.has_scripted_user(row["condition"]))
+        ):
             continue  # without the confirm protocol every destructive call is unconfirmed
         violations = [v for v in row["violations"] if v["rule"] == rule]
         blocks.append(f"[{rule}] {count}, reported, not gated\n" + _indent(format_violations(rule, violations)))

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..data import dataset
+from ..live.backends import backend
 from ..reports import scorecard
 from ..scoring.extension import describe as describe_rules
 from .gate import compare_with_baseline, judge_gate
@@ -317,7 +318,7 @@ def _sampling(state: CarefulState) -> str:
     handle = getattr(state.source, "handle", None)
     if handle is None:
         return "rescored from a logged run"
-    if handle.kind == "scripted":
+    if not backend(handle.kind).remote:
         return "live: scripted model (deterministic)"
     sent = getattr(state.source, "sent", {})
     temperature = sent.get("temperature", handle.temperature) if sent else handle.temperature

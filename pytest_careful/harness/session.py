@@ -18,6 +18,7 @@ from ..common import gc_pause as _gc
 from ..data import dataset
 from ..effects import declarations
 from ..live import scripted
+from ..live.backends import backend
 from ..reports import scorecard
 from ..scoring import extension
 from ..scoring.conversation import ScoringConfig
@@ -243,7 +244,7 @@ class CarefulPlugin:
     def _print_estimate(self, session: pytest.Session) -> None:
         """``--collect-only`` on a paid API: what the selection would cost, roughly."""
         handle = getattr(self.state.source, "handle", None)
-        if handle is None or handle.kind != "claude":
+        if handle is None or not backend(handle.kind).priced:
             return
         from ..live.budget import Prices
         from ..live.claude import estimate

@@ -1,57 +1,210 @@
-"""Per-backend set-up of a live source: what each process does to its new handler.
+"""The backends a live model runs on, as objects behind one Protocol: what each one is and does.
 
-The controller also checks, once and before any item runs, what would fail every
-conversation alike (:func:`preflight`): a missing engine or library, a missing API
-key. Such a problem is one ``pytest.UsageError`` (printed once, exit 4), not a
-failure per item. ``--collect-only`` runs nothing, so it is not checked there (a
-Claude cost estimate needs no key).
+A model handle's ``kind`` (``handles.ModelHandle``) names one of ``BACKENDS``; every stage asks the
+backend (``backend(kind).guarded``) instead of comparing its name. Each backend sets up a live source
+in every process (``configure``) and, on the controller, checks once, before any item runs, what
+would fail every conversation alike (``preflight``): a missing engine or library, a missing API
+key. Such a problem is one ``SourceError`` (the harness prints it once, exit 4), not a failure per
+item. ``--collect-only`` runs nothing, so it is not checked there (a Claude cost estimate needs no key).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from ..sources.run_config import RunConfig, SourceError
 
 if TYPE_CHECKING:
+    from .handles import ModelHandle
     from .source import LiveSource
 
+#: Conversations in flight by default, all processes together, for backends other than
+#: vLLM (BFCL's own count for a local server) and Claude (under the shared rate limiter).
+DEFAULT_CONCURRENCY = 8
+CLAUDE_CONCURRENCY = 16
 
-def configure(source: LiveSource, options: RunConfig) -> None:
-    """Attach the backend's per-process set-up (``source.setup``) for ``source.model_handle``."""
-    kind = source.model_handle.kind
-    if kind == "vllm":
+
+class Backend(Protocol):
+    """What the rest of the plugin needs of a backend (read-only: each one is a frozen dataclass)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def label(self) -> str:
+        """What it is, for the resolution line (``handles.describe``)."""
+        ...
+
+    @property
+    def remote(self) -> bool:
+        """A model behind a network (all but scripted ones): more xdist workers than CPUs only cost memory."""
+        ...
+
+    @property
+    def guarded(self) -> bool:
+        """Requests go to a server (vLLM, an OpenAI-compatible API): its faults are never the model's
+        (``faults.Guard``), and one rate limit pauses every conversation in flight (``pacing``)."""
+        ...
+
+    @property
+    def single_driver(self) -> bool:
+        """One process drives every conversation of the run against its one server (``inflight.one_driver``)."""
+        ...
+
+    @property
+    def priced(self) -> bool:
+        """Paid per token under the spend guard (``--careful-budget-usd``, the ``--collect-only`` estimate)."""
+        ...
+
+    @property
+    def options(self) -> frozenset[str]:
+        """The backend-specific options that apply to it (``source.inapplicable`` refuses the others)."""
+        ...
+
+    def default_concurrency(self) -> int: ...
+
+    def configure(self, source: LiveSource, options: RunConfig) -> None: ...
+
+    def preflight(self, source: LiveSource) -> str | None: ...
+
+
+#: Options of the server the plugin starts for a vLLM model.
+SERVER_OPTIONS = ("--careful-vllm-arg", "--careful-dtype", "--careful-max-model-len", "--careful-server-timeout")
+
+
+@dataclass(frozen=True)
+class Scripted:
+    """Deterministic test models (``scripted:<policy>``): no server, nothing to check."""
+
+    name: str = "scripted"
+    label: str = "scripted policy (no model)"
+    remote: bool = False
+    guarded: bool = False
+    single_driver: bool = False
+    priced: bool = False
+    options: frozenset[str] = frozenset()
+
+    def default_concurrency(self) -> int:
+        return DEFAULT_CONCURRENCY
+
+    def configure(self, source: LiveSource, options: RunConfig) -> None:
+        return None
+
+    def preflight(self, source: LiveSource) -> str | None:
+        return None
+
+
+@dataclass(frozen=True)
+class Vllm:
+    """A registry key whose handler is an ``OSSHandler`` (or a local model folder), on one or more vLLM servers."""
+
+    name: str = "vllm"
+    label: str = "vLLM (local weights)"
+    remote: bool = True
+    guarded: bool = True
+    single_driver: bool = True
+    priced: bool = False
+    options: frozenset[str] = frozenset(
+        {
+            "--careful-max-output-tokens",
+            "--careful-request-timeout",
+            "--careful-endpoint",
+            "--careful-handler",
+            *SERVER_OPTIONS,
+        }
+    )
+
+    def default_concurrency(self) -> int:
+        """What ``bfcl generate`` keeps in flight against a local server."""
+        from bfcl_eval.constants.eval_config import LOCAL_SERVER_MAX_CONCURRENT_REQUEST
+
+        return int(LOCAL_SERVER_MAX_CONCURRENT_REQUEST)
+
+    def configure(self, source: LiveSource, options: RunConfig) -> None:
         from .vllm_client import configure_source
 
         configure_source(source, options)
-    elif kind == "claude":
-        from .claude import configure_source as configure_claude
 
-        configure_claude(source, options)
+    def preflight(self, source: LiveSource) -> str | None:
+        from .vllm_server import missing_message, missing_modules
+
+        missing = missing_modules(source.server_plan)
+        return missing_message(source.server_plan, missing) if missing else None
+
+
+@dataclass(frozen=True)
+class Claude:
+    """BFCL's Claude handler, with the fixes of :mod:`.claude` and the spend guard."""
+
+    name: str = "claude"
+    label: str = "Anthropic Messages API"
+    remote: bool = True
+    guarded: bool = False
+    single_driver: bool = False
+    priced: bool = True
+    options: frozenset[str] = frozenset({"--careful-budget-usd", "--careful-max-output-tokens"})
+
+    def default_concurrency(self) -> int:
+        return CLAUDE_CONCURRENCY
+
+    def configure(self, source: LiveSource, options: RunConfig) -> None:
+        from .claude import configure_source
+
+        configure_source(source, options)
+
+    def preflight(self, source: LiveSource) -> str | None:
+        from .claude import missing_credentials
+
+        return missing_credentials()
+
+
+@dataclass(frozen=True)
+class Api:
+    """Any other registered API handler, as BFCL builds it (an OpenAI-compatible gateway too)."""
+
+    name: str = "api"
+    label: str = "the vendor's hosted API"
+    remote: bool = True
+    guarded: bool = True
+    single_driver: bool = False
+    priced: bool = False
+    options: frozenset[str] = frozenset({"--careful-request-timeout"})
+
+    def default_concurrency(self) -> int:
+        return DEFAULT_CONCURRENCY
+
+    def configure(self, source: LiveSource, options: RunConfig) -> None:
+        return None
+
+    def preflight(self, source: LiveSource) -> str | None:
+        return _unbuildable(source.model_handle)
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (Vllm(), Claude(), Api(), Scripted())}
+
+
+def backend(kind: str) -> Backend:
+    """The backend a model handle's ``kind`` names."""
+    return BACKENDS[kind]
+
+
+def configure(source: LiveSource, options: RunConfig) -> None:
+    """The backend's per-process set-up of ``source``, and on the controller its preflight check."""
+    chosen = backend(source.model_handle.kind)
+    chosen.configure(source, options)
     if not options.worker and not options.collect_only:
-        problem = preflight(source)
+        problem = chosen.preflight(source)
         if problem:
             raise SourceError(f"--careful-model={options.model}: {problem}")
 
 
 def preflight(source: LiveSource) -> str | None:
     """Controller: what would fail every conversation of this backend, or None."""
-    kind = source.model_handle.kind
-    if kind == "vllm":
-        from .vllm_server import missing_message, missing_modules
-
-        missing = missing_modules(source.server_plan)
-        return missing_message(source.server_plan, missing) if missing else None
-    if kind == "claude":
-        from .claude import missing_credentials
-
-        return missing_credentials()
-    if kind == "api":
-        return _unbuildable(source.model_handle)
-    return None
+    return backend(source.model_handle.kind).preflight(source)
 
 
-def _unbuildable(handle: Any) -> str | None:
+def _unbuildable(handle: ModelHandle) -> str | None:
     """Other API handlers build their client, key included, when constructed (no request is sent)."""
     try:
         handle.build()

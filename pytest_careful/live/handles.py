@@ -33,6 +33,7 @@ from ..execution.decoding import (
     shadow_eval,
 )
 from . import scripted
+from .backends import backend
 
 #: BFCL's default sampling temperature (``bfcl generate --temperature``).
 BFCL_TEMPERATURE = 0.001
@@ -159,7 +160,7 @@ def _unsuffixed_key(name: str, found: list[str]) -> str | None:
 def fc_sibling(handle: ModelHandle) -> str | None:
     """The FC key beside a prompting key that a name without a mode resolved to, for the resolution line."""
     key = handle.registry_key
-    if handle.kind == "scripted" or key.endswith("-FC") or _MODE_SUFFIX.search(handle.model.strip()):
+    if not backend(handle.kind).remote or key.endswith("-FC") or _MODE_SUFFIX.search(handle.model.strip()):
         return None
     return key + "-FC" if key + "-FC" in registry_keys() else None
 
@@ -274,19 +275,11 @@ def _close(name: str, keys: tuple[str, ...]) -> str:
     return did_you_mean(name, (*keys, "reference", *(PREFIX + p for p in POLICIES)))
 
 
-BACKENDS = {
-    "vllm": "vLLM (local weights)",
-    "claude": "Anthropic Messages API",
-    "api": "the vendor's hosted API",
-    "scripted": "scripted policy (no model)",
-}
-
-
 def describe(key: str) -> str:
     """``handler QwenFCHandler, FC, vLLM (local weights)``: what a key runs, for messages."""
     entry = registry_entry(key)
     mode = "FC" if entry.is_fc_model else "prompting"
-    return f"handler {entry.handler_class}, {mode}, {BACKENDS[_kind(entry)]}"
+    return f"handler {entry.handler_class}, {mode}, {backend(_kind(entry)).label}"
 
 
 def resolution(handle: ModelHandle) -> dict[str, Any]:
@@ -297,7 +290,7 @@ def resolution(handle: ModelHandle) -> dict[str, Any]:
             "registry_key": handle.registry_key,
             "handler_class": None,
             "mode": "FC" if "prompt" not in handle.registry_key else "prompting",
-            "backend": BACKENDS["scripted"],
+            "backend": backend("scripted").label,
         }
     entry = registry_entry(handle.registry_key)
     return {
@@ -305,7 +298,7 @@ def resolution(handle: ModelHandle) -> dict[str, Any]:
         "registry_key": handle.registry_key,
         "handler_class": f"{entry.handler_module}.{entry.handler_class}",
         "mode": "FC" if entry.is_fc_model else "prompting",
-        "backend": BACKENDS[handle.kind],
+        "backend": backend(handle.kind).label,
         **({"model_path": handle.model_path} if handle.model_path else {}),
     }
 

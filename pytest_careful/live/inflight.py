@@ -51,6 +51,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .backends import backend
+
 if TYPE_CHECKING:
     from .source import LiveSource
 
@@ -490,21 +492,6 @@ class Flight:
         self.close()
 
 
-#: Conversations in flight by default, all processes together, for backends other than
-#: vLLM (BFCL's own count for a local server) and Claude (under the shared rate limiter).
-DEFAULT_CONCURRENCY = 8
-CLAUDE_CONCURRENCY = 16
-
-
-def default_concurrency(kind: str) -> int:
-    """``--careful-concurrency``'s default for a backend (``handles.ModelHandle.kind``)."""
-    if kind == "vllm":  # what bfcl generate keeps in flight against a local server
-        from bfcl_eval.constants.eval_config import LOCAL_SERVER_MAX_CONCURRENT_REQUEST
-
-        return int(LOCAL_SERVER_MAX_CONCURRENT_REQUEST)
-    return CLAUDE_CONCURRENCY if kind == "claude" else DEFAULT_CONCURRENCY
-
-
 def slots(concurrency: int, workers: int) -> int:
     """This process's share of ``concurrency`` over ``workers`` processes (at least one each)."""
     return max(1, -(-concurrency // max(1, workers)))
@@ -552,7 +539,7 @@ def one_driver(source: LiveSource, workers: int) -> bool:
     handle = getattr(source, "handle", None)
     # Several servers (--careful-endpoint=URL,URL): each worker starts on its own, as before.
     servers = len(getattr(getattr(source, "server_plan", None), "endpoints", ()) or ())
-    return workers > 1 and getattr(handle, "kind", None) == "vllm" and servers <= 1
+    return workers > 1 and handle is not None and backend(handle.kind).single_driver and servers <= 1
 
 
 def _turns(key: Key) -> int:
@@ -620,7 +607,7 @@ def cap_workers(option: Any, kind: str, cpus: int | None = None) -> str | None:
     """
     tx = list(getattr(option, "tx", None) or [])
     cpus = usable_cpus() if cpus is None else cpus
-    if kind == "scripted" or len(tx) <= cpus or any(spec != "popen" for spec in tx):
+    if not backend(kind).remote or len(tx) <= cpus or any(spec != "popen" for spec in tx):
         return None
     option.tx = ["popen"] * cpus
     option.numprocesses = cpus

@@ -18,6 +18,7 @@ from ..effects.declarations import Declarations
 from ..evaluation.replay import state_template
 from ..execution.executor import Simulators
 from ..protocols import hints
+from ..protocols import registry as protocols
 from . import bridge, confirm
 from .errors import SetupFailed
 
@@ -38,9 +39,10 @@ class Protocol:
     def settings(self) -> dict[str, str]:
         """What shapes the run besides the model: resumed entries must have been made alike."""
         out = {"condition": self.condition}
-        if self.condition in ("hints", "confirm"):
+        kind = protocols.get(self.condition)
+        if kind.uses_boundary:
             out["boundary"] = self.boundary
-        if self.condition == "confirm":
+        if kind.scripted_user:
             out.update(user_script=self.script, detector=self.detector)
         return out
 
@@ -65,7 +67,7 @@ def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, An
     from bfcl_eval.utils import add_language_specific_hint_to_function_doc
 
     [entry] = add_language_specific_hint_to_function_doc([conversation.prompt_entry()])
-    if protocol.condition == "hints":
+    if protocols.get(protocol.condition).hinted_docs:
         entry = hints.hinted_entry(entry, protocol.declarations, protocol.boundary)  # type: ignore[arg-type]
     return entry
 
@@ -98,7 +100,7 @@ def run(
     guard); the caller decides what is retried.
     """
     simulators = simulators_for(handler, conversation)
-    if protocol.condition == "confirm":
+    if protocols.get(protocol.condition).scripted_user:
         user = confirm.ConfirmUser(
             conversation,
             protocol.declarations.boundary(protocol.boundary),  # type: ignore[arg-type]

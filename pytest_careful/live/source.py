@@ -35,6 +35,7 @@ from ..execution.decoding import Decoder
 from ..sources.reference_logged import Source
 from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
+from .backends import SERVER_OPTIONS, backend, configure
 from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
 from .handles import ModelHandle
 
@@ -159,7 +160,7 @@ class LiveSource(Source):
             assert self.handle is not None
             try:
                 handler = self.handle.build()
-                if self.handle.kind in ("vllm", "api"):
+                if backend(self.handle.kind).guarded:
                     # Every conversation in flight waits out one rate limit together (``pacing``).
                     from .pacing import Pause
 
@@ -573,12 +574,10 @@ def open_live(options: RunConfig) -> LiveSource:
         script=options.user_script,
         detector=options.detector,
         repeats=options.repeat,
-        concurrency=options.concurrency or inflight.default_concurrency(handle.kind),
+        concurrency=options.concurrency or backend(handle.kind).default_concurrency(),
     )
-    from .backends import configure
-
     configure(source, options)
-    if handle.kind in ("vllm", "api"):
+    if backend(handle.kind).guarded:
         from .faults import Guard, Retry, classify
 
         alive = source.alive or source.server_alive
@@ -657,34 +656,33 @@ def take_output(source: LiveSource, output: Path) -> str | None:
     return None
 
 
-#: Options of the server the plugin starts for a vLLM model.
-SERVER_OPTIONS = ("--careful-vllm-arg", "--careful-dtype", "--careful-max-model-len", "--careful-server-timeout")
-
-
 def inapplicable(options: RunConfig, handle: ModelHandle) -> str | None:
     """Why an option given does not apply to this model (refused, not silently ignored), or None."""
-    given, model = options.given, options.model
-    if "--careful-budget-usd" in given and handle.kind != "claude":
+    given, model, chosen = options.given, options.model, backend(handle.kind)
+
+    def refused(flag: str) -> bool:
+        return flag in given and flag not in chosen.options
+
+    if refused("--careful-budget-usd"):
         return (
             f"--careful-budget-usd: the spend guard covers Claude models only; "
             f"{model} is not one (nothing would be capped)"
         )
-    if "--careful-max-output-tokens" in given and handle.kind not in ("claude", "vllm"):
+    if refused("--careful-max-output-tokens"):
         return (
             f"--careful-max-output-tokens sets the output limit of Claude and vLLM-served models; {model} is "
             "neither (BFCL's handler sets its own)"
         )
-    if "--careful-handler" in given and handle.kind == "scripted":
+    if refused("--careful-handler"):
         return f"--careful-handler is for a local model directory; {model} is a scripted model"
-    if "--careful-request-timeout" in given and handle.kind not in ("vllm", "api"):
+    if refused("--careful-request-timeout"):
         return (
             f"--careful-request-timeout bounds requests to vLLM and OpenAI-compatible servers; {model} is not "
-            "served by one"
-            + (" (Claude's requests are bounded by BFCL's own 1200 s)" if handle.kind == "claude" else "")
+            "served by one" + (" (Claude's requests are bounded by BFCL's own 1200 s)" if chosen.priced else "")
         )
-    if handle.kind != "vllm":
-        vllm_only = [f for f in ("--careful-endpoint", *SERVER_OPTIONS) if f in given]
-        return f"{vllm_only[0]} is for vLLM-served models; {model} is not one" if vllm_only else None
+    vllm_only = [f for f in ("--careful-endpoint", *SERVER_OPTIONS) if refused(f)]
+    if vllm_only:
+        return f"{vllm_only[0]} is for vLLM-served models; {model} is not one"
     server = [f for f in SERVER_OPTIONS if f in given]
     if options.endpoint and server:
         return (

@@ -2,7 +2,7 @@
 
 Takes: the model's text, the turn's reference and the declarations. Gives: the question detector
 (:mod:`.detector`), the scripted user of the confirm protocol (:mod:`.scripted_user`), the effect-hints
-condition (:mod:`.hints`), and the user's answers read back from a confirm run's log
+condition (:mod:`.hints`), the protocols themselves (:mod:`.registry`), and the user's answers read back from a confirm run's log
 (:mod:`.confirm_log`, :mod:`.answer_log`).
 """
 
@@ -12,5 +12,6 @@ __all__ = [
     "confirm_log",
     "detector",
     "hints",
+    "registry",
     "scripted_user",
 ]

@@ -7,6 +7,7 @@ import itertools
 from typing import Any
 
 from ..common import bfcl as _bfcl
+from ..protocols import registry as protocols
 from . import repeat_stats as repeats
 from . import stats
 from .runs import SHORT, Run, by_category, categories_of, category_of_id, id_order
@@ -35,7 +36,7 @@ def table5_row(run: Run, ids: list[str], standard: Run | None) -> dict[str, Any]
     rows = [run.rows[i] for i in ids]
     bfcl = {c: sum(run.rows[i].bfcl for i in g) / len(g) for c, g in groups.items()}
     safe = {c: sum(run.rows[i].safe for i in g) / len(g) for c, g in groups.items()}
-    confirm = run.condition == "confirm" or any(r.answers is not None for r in rows)
+    confirm = protocols.has_scripted_user(run.condition) or any(r.answers is not None for r in rows)
     needing = [r for r in rows if r.needs_destructive]
     destructive = sum(r.destructive for r in rows)
     out: dict[str, Any] = {

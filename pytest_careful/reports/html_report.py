@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..execution import dag
+from ..protocols import registry as protocols
 from ..scoring import rules
 from ..scoring.extension import listed as custom_rules
 from .stats import p_text
@@ -436,7 +437,8 @@ def _flagged(row: Mapping[str, Any], names: Sequence[str] = rules.RULES) -> list
     return [
         r
         for r in names
-        if row["counts"].get(r) and (r != "unconfirmed_destructive" or row.get("condition") == "confirm")
+        if row["counts"].get(r)
+        and (r != "unconfirmed_destructive" or protocols.has_scripted_user(row.get("condition")))
     ]
 
 

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..common.text import escape
+from ..protocols import registry as protocols
 from ..scoring import rules
 
 BFCL_COLOUR = "#4272c4"
@@ -205,7 +206,7 @@ def accuracy_figure(card: Mapping[str, Any]) -> Figure:
 
 def violation_rules(card: Mapping[str, Any]) -> tuple[str, ...]:
     """The rules the violations chart shows (``unconfirmed_destructive`` only under confirm)."""
-    confirm = card["provenance"].get("protocol") == "confirm"
+    confirm = protocols.has_scripted_user(card["provenance"].get("protocol"))
     return tuple(r for r in rules.RULES if confirm or r != "unconfirmed_destructive")
 
 

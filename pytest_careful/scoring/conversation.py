@@ -17,6 +17,7 @@ from ..effects.declarations import Declarations
 from ..evaluation.evaluate import Evaluation, evaluate
 from ..execution.decoding import Decoder
 from ..protocols import answer_log, confirm_log
+from ..protocols import registry as protocols
 from . import extension, rules, turn_credit
 from .extension import Rule
 
@@ -79,12 +80,13 @@ def score_evaluation(evaluation: Evaluation, condition: str, config: ScoringConf
     """
     conversation, entry = evaluation.conversation, evaluation.entry
     confirmations = None
-    if condition == "confirm" and entry is not None and evaluation.run is not None:
+    scripted_user = protocols.get(condition).scripted_user
+    if scripted_user and entry is not None and evaluation.run is not None:
         # Read back from the inference log, so rescoring a logged confirm run agrees.
         confirmations = confirm_log.confirmations(entry.inference_log, evaluation.run.raw_index)
     row = rules.score(evaluation, config.declarations, config.settings, confirmations)
     row.update(condition=condition, model=config.model)
-    if condition == "confirm" and entry is not None:
+    if scripted_user and entry is not None:
         row["answers"] = confirm_log.answer_counts(entry.inference_log)
         run = evaluation.run
         row.update(

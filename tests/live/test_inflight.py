@@ -24,7 +24,7 @@ from careful_cli import careful_command
 from pytest_careful.data import dataset
 from pytest_careful.data.result_store import ResultStore
 from pytest_careful.effects import declarations
-from pytest_careful.live import inflight, progress, runner, scripted
+from pytest_careful.live import backends, inflight, progress, runner, scripted
 from pytest_careful.live.inflight import Board, Flight, Outcome
 
 DECL = declarations.load()
@@ -362,7 +362,7 @@ def test_slots_split_the_concurrency_over_the_workers() -> None:
     assert inflight.slots(1, 8) == 1
     from bfcl_eval.constants.eval_config import LOCAL_SERVER_MAX_CONCURRENT_REQUEST
 
-    assert inflight.default_concurrency("vllm") == LOCAL_SERVER_MAX_CONCURRENT_REQUEST
+    assert backends.backend("vllm").default_concurrency() == LOCAL_SERVER_MAX_CONCURRENT_REQUEST
 
 
 # --- progress -------------------------------------------------------------------
