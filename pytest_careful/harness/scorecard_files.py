@@ -13,6 +13,7 @@ from typing import Any
 from ..common import bfcl as _bfcl
 from ..data import dataset
 from ..live.backends import backend
+from ..protocols import registry as protocols
 from ..reports import scorecard
 from ..scoring.extension import describe as describe_rules
 from .gate import compare_with_baseline, judge_gate
@@ -61,7 +62,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
         )
         if state.custom_rules:  # the run's own rules: what every report needs to show them
             prov["custom_rules"] = describe_rules(state.custom_rules)
-        if condition == "confirm":  # the script the run was made under; a stricter one re-examines it
+        if protocols.get(condition).scripted_user:  # the script the run was made under; a stricter one re-examines it
             prov["user_script"] = state.source.user_script(condition, options.user_script)
             if prov["user_script"] != options.user_script:
                 prov["reexamined_under"] = options.user_script

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..common.text import counted
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
+from ..protocols import registry as protocols
 from ..reports import scorecard, stats
 from .gate import gate_passes, gate_verdict
 from .options import DEFAULT_SERVER_TIMEOUT, CarefulOptions
@@ -332,7 +333,7 @@ def rerun_command(state: CarefulState, node: str) -> str:
         for name, default in defaults.items()
         if getattr(options, name) != default
     ]
-    if condition == "confirm" and options.user_script != "default":
+    if protocols.get(condition).scripted_user and options.user_script != "default":
         parts.append(f"--careful-user-script={options.user_script}")
     if options.label:
         parts.append(f"--careful-label={shlex.quote(options.label)}")
