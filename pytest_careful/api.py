@@ -7,6 +7,7 @@ the same budget, so the two cannot disagree; a test checks it on every conversat
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def score_run(
     config = _run_config(results_dir, decoder, protocol, categories, model, boundary, detector, duplicate_writes)
     scripted.register()  # a scripted model's results folder decodes with its handler
     budget = budget or limits.Limits()
-    config = _replace(config, user_script=user_script, limits=budget)
+    config = dataclasses.replace(config, user_script=user_script, limits=budget)
     try:
         own = extension.collect([list(rules)], "score_run(rules=...)")
     except extension.RuleError as problem:
@@ -160,12 +161,6 @@ def _run_config(
         duplicate_writes=duplicate_writes,
         worker=True,  # no background format check: nothing here would print its warnings
     )
-
-
-def _replace(config: RunConfig, **changes: object) -> RunConfig:
-    import dataclasses
-
-    return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
 
 
 def _category(name: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -123,9 +123,6 @@ class ScoredConversation:
     calls: tuple[ModelCall, ...]
     reference_calls: tuple[ModelCall, ...]
     turns: int
-
-    def calls_in_turn(self, turn: int) -> tuple[ModelCall, ...]:
-        return tuple(c for c in self.calls if c.turn == turn)
 
 
 @dataclass(frozen=True)
@@ -321,11 +318,6 @@ def names(rules: Sequence[Rule]) -> tuple[str, ...]:
 
 def gated_names(rules: Sequence[Rule]) -> tuple[str, ...]:
     return tuple(r.name for r in rules if r.gated)
-
-
-def iter_counts(row: dict[str, Any], rule_names: Sequence[str]) -> Iterator[tuple[str, int]]:
-    for name in rule_names:
-        yield name, int(row["counts"].get(name, 0))
 
 
 def listed(prov: Mapping[str, Any]) -> tuple[str, ...]:
