@@ -12,7 +12,7 @@ decides. ``tests/evaluation/test_parity.py`` compares this with bfcl-eval's own 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from ..data.dataset import Conversation
 from ..execution.snapshot import states_equal_public
@@ -23,6 +23,15 @@ FORCE_TERMINATED = "multi_turn:force_terminated"
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
 STATE_MISMATCH = "multi_turn:instance_state_mismatch"
 RESPONSE_MISMATCH = "multi_turn:execution_response_mismatch"
+
+
+class VerdictJson(TypedDict):
+    """A verdict as rows carry it (``Verdict.to_json``; the details stay out)."""
+
+    valid: bool
+    error_type: str
+    error_message: str
+    turn: int | None
 
 
 @dataclass
@@ -43,7 +52,7 @@ class Verdict:
     turn: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerdictJson:
         return {
             "valid": self.valid,
             "error_type": self.error_type,

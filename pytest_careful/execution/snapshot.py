@@ -17,7 +17,7 @@ import io
 import pickle
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from ..common.text import shorten
 from . import dag, limits
@@ -168,6 +168,14 @@ class Snapshot:
         }
 
 
+class ChangeJson(TypedDict):
+    """A change as rows and reports quote it: long values clipped (``clip_value``)."""
+
+    path: list[str]
+    before: Any
+    after: Any
+
+
 @dataclass(frozen=True)
 class Change:
     """One changed leaf of the state: ``path`` from class and attribute down."""
@@ -197,7 +205,7 @@ class Change:
             return "removed"
         return "changed"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ChangeJson:
         return {"path": list(self.path), "before": clip_value(self.before), "after": clip_value(self.after)}
 
 

@@ -17,6 +17,7 @@ from ..data import dataset
 from ..data.result_files import LoggedEntry
 from ..data.result_store import is_complete
 from ..execution import limits
+from ..scoring.row import Row
 from . import outcome, selection
 from .state import CarefulState
 
@@ -56,7 +57,7 @@ def score_filed(session: pytest.Session, state: CarefulState) -> list[str]:
     return scored
 
 
-def _row(item: Any, state: CarefulState, entry: LoggedEntry) -> dict[str, Any] | None:
+def _row(item: Any, state: CarefulState, entry: LoggedEntry) -> Row | None:
     """The row the item would have made (None if scoring it failed here: it stays not run)."""
     conversation = dataset.get(item.conversation_id)
     try:

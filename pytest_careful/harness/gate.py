@@ -5,7 +5,7 @@ Reading a baseline scorecard is :mod:`pytest_careful.reports.baseline`'s (carefu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,9 @@ from ..data import dataset
 from ..data.dataset import category_of
 from ..reports import scorecard, stats
 from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
+from ..reports.card import Card, Totals
 from ..scoring.extension import Rule
+from ..scoring.row import Row
 from .state import CarefulState
 
 
@@ -64,7 +66,7 @@ def _check_baseline(path: Path, state: CarefulState) -> None:
     state.baseline = {"provenance": prov, "rows": rows}
 
 
-def _check_baseline_ids(file: Path, rows: dict[str, dict[str, Any]]) -> None:
+def _check_baseline_ids(file: Path, rows: Collection[str]) -> None:
     """Rows of conversations the dataset has, and some: else the pairing fails late or means nothing."""
     if not rows:
         raise pytest.UsageError(f"--careful-baseline: {file} has no rows")
@@ -77,7 +79,7 @@ def _check_baseline_ids(file: Path, rows: dict[str, dict[str, Any]]) -> None:
         )
 
 
-def compare_with_baseline(state: CarefulState, rows: list[dict[str, Any]], condition: str) -> dict[str, Any] | None:
+def compare_with_baseline(state: CarefulState, rows: list[Row], condition: str) -> dict[str, Any] | None:
     baseline = state.baseline
     if baseline is None:
         return None
@@ -96,7 +98,7 @@ def compare_with_baseline(state: CarefulState, rows: list[dict[str, Any]], condi
 
 
 def judge_gate(
-    state: CarefulState, condition: str, card: dict[str, Any], comparison: dict[str, Any] | None, not_run: list[str]
+    state: CarefulState, condition: str, card: Card, comparison: dict[str, Any] | None, not_run: list[str]
 ) -> None:
     """Release-gate messages; fail closed on conversations that could not be scored or did not run."""
     options, overall = state.options, card["totals"]["all"]
@@ -139,7 +141,7 @@ def judge_gate(
                 )
 
 
-def _gate_accuracy(overall: dict[str, Any], allow_missing: bool) -> dict[str, Any]:
+def _gate_accuracy(overall: Totals, allow_missing: bool) -> dict[str, Any]:
     """Accuracies the gate judges: over every selected conversation, or only the scored ones."""
     unscored = overall.get("unscored", 0)
     if not (allow_missing and unscored):
@@ -162,7 +164,7 @@ def gate_verdict(state: CarefulState) -> str:
     return "passed" if state.selected else "nothing to judge: no conversation was selected (pytest exits 5)"
 
 
-def gate_passes(row: dict[str, Any], gate: str, custom: Sequence[Rule] = ()) -> bool:
+def gate_passes(row: Row, gate: str, custom: Sequence[Rule] = ()) -> bool:
     """The item's verdict under a gate, from its row (what ``item.run_conversation`` decides)."""
     from .outcome import gated_rules
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard
 
 import pytest
 
@@ -20,6 +20,7 @@ from ..scoring import extension, rules
 from ..scoring.conversation import RESOURCE_LIMIT, UNSCORED, ConversationResult, score_conversation, unscored_row
 from ..scoring.conversation import SERVER_ERROR as SERVER_ERROR  # the items' name for it, as before
 from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
+from ..scoring.row import CostUsd, Row
 from .state import SESSION_KEY
 
 #: The built-in rules each gate fails an item on; ``gated_rules`` adds the run's own gated rules.
@@ -49,7 +50,7 @@ PROPERTY_PREFIX = "careful_"
 
 def score(
     item: Any, state: Any, conversation: dataset.Conversation, result: Any, entry: Any, decoder: Any
-) -> tuple[dict[str, Any], str | None]:
+) -> tuple[Row, str | None]:
     """Replay, verdict, rules and evidence of one conversation: its row and failure text.
 
     Runs inside the conversation's budget (``limits.metered``): the evidence too,
@@ -63,7 +64,7 @@ def score(
 
 def _score_exclusive(
     item: Any, state: Any, conversation: dataset.Conversation, result: Any, entry: Any, decoder: Any
-) -> tuple[dict[str, Any], str | None]:
+) -> tuple[Row, str | None]:
     row, evaluation = score_conversation(conversation, result, entry, decoder, item.condition, state.scoring)
     live_details(state.source, item, row)
     write_detail(item, state, evaluation)
@@ -108,11 +109,11 @@ def write_detail(item: pytest.Item, state: Any, evaluation: Any) -> None:
     html_report.DetailSink(state.details_dir, worker).write(node, detail)
 
 
-def _failing_rules(row: dict[str, Any], gated: tuple[str, ...]) -> list[str]:
+def _failing_rules(row: Row, gated: tuple[str, ...]) -> list[str]:
     return [rule for rule in gated if row["counts"].get(rule, 0)]
 
 
-def _reported_rules(row: dict[str, Any], gated: tuple[str, ...], rule_names: Sequence[str]) -> str:
+def _reported_rules(row: Row, gated: tuple[str, ...], rule_names: Sequence[str]) -> str:
     """Evidence of the rules that count but do not gate, one titled block each."""
     blocks = []
     for rule in rule_names:
@@ -128,7 +129,7 @@ def _reported_rules(row: dict[str, Any], gated: tuple[str, ...], rule_names: Seq
     return "\n".join(blocks)
 
 
-def _failure_text(row: dict[str, Any], evaluation: Any, gate: str, bfcl_fails: bool, failing: list[str]) -> str:
+def _failure_text(row: Row, evaluation: Any, gate: str, bfcl_fails: bool, failing: list[str]) -> str:
     """The item's failure: a first line for summaries, then one block per failing sub-assertion."""
     reasons = [f"BFCL {row['bfcl']['error_type']}"] if bfcl_fails else []
     errors = row.get("rule_errors", {})
@@ -149,7 +150,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line if line else line for line in text.splitlines())
 
 
-def record(item: Any, row: dict[str, Any]) -> None:
+def record(item: Any, row: Row) -> None:
     """The row, on the item: it crosses xdist on the call report.
 
     Its JUnit properties (``junit_properties``) are a function of the row: the controller
@@ -160,7 +161,7 @@ def record(item: Any, row: dict[str, Any]) -> None:
     announce(item.config, row)
 
 
-def announce(config: pytest.Config, row: dict[str, Any]) -> None:
+def announce(config: pytest.Config, row: Row) -> None:
     """``pytest_careful_conversation_scored``, once per row (each repeat's under ``--careful-repeat``)."""
     hook = config.hook.pytest_careful_conversation_scored
     if not hook.get_hookimpls():
@@ -210,7 +211,7 @@ def over_budget(item: Any, state: Any, conversation: dataset.Conversation, reaso
 
 def failed_row(
     item: Any, state: Any, conversation: dataset.Conversation, reason: str, error_type: str = UNSCORED
-) -> dict[str, Any]:
+) -> Row:
     """``unscored_row`` for ``item`` of this session (its condition, model, declarations, boundary)."""
     return unscored_row(conversation, item.condition, reason, state.scoring, error_type=error_type)
 
@@ -225,7 +226,7 @@ def call_sections(item: pytest.Item) -> list[tuple[str, str]]:
     return [(f"Captured {key} call", content) for key, content in item.stash.get(SECTIONS_KEY, [])]
 
 
-def live_details(source: Any, item: Any, row: dict[str, Any]) -> None:
+def live_details(source: Any, item: Any, row: Row) -> None:
     """Live runs: whether the row was resumed from the result file, the loop's log."""
     runs = getattr(source, "runs", None)
     if runs is None:
@@ -235,10 +236,24 @@ def live_details(source: Any, item: Any, row: dict[str, Any]) -> None:
     run = runs.get(key)
     if run is not None:
         row["seconds"] = round(run.seconds, 3)
-        cost = run.entry.get("careful_cost_usd")
-        if cost:
+        cost = _cost(run.entry.get("careful_cost_usd"))
+        if cost is not None:
             row["cost_usd"] = cost
         item.stash[LOG_KEY] = run.log
+
+
+def _cost(logged: Any) -> CostUsd | None:
+    """An entry's ``careful_cost_usd`` (``live.claude``), when it holds both figures as numbers."""
+    if not isinstance(logged, dict):
+        return None
+    at_list, conservative = logged.get("list"), logged.get("conservative")
+    if not (_usd(at_list) and _usd(conservative)):
+        return None
+    return {"list": float(at_list), "conservative": float(conservative)}
+
+
+def _usd(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _shows_passed_sections(config: pytest.Config) -> bool:
@@ -246,7 +261,7 @@ def _shows_passed_sections(config: pytest.Config) -> bool:
     return "P" in chars or "A" in chars
 
 
-def junit_properties(row: dict[str, Any], model: str, custom: Sequence[str] = ()) -> dict[str, str | int]:
+def junit_properties(row: Row, model: str, custom: Sequence[str] = ()) -> dict[str, str | int]:
     """The stable JUnit property contract: JSON-safe strings and ints only."""
     props: dict[str, str | int] = {
         "careful_model": model,
@@ -273,16 +288,19 @@ def junit_properties(row: dict[str, Any], model: str, custom: Sequence[str] = ()
         props["careful_resumed"] = "yes" if row["resumed"] else "no"
     if "repeat_rows" in row:  # --careful-repeat: each repeat's verdicts, in order
         props.update(junit_repeat_properties(row["repeat_rows"]))
-    for kind, count in sorted(row.get("answers", {}).items()):
-        props[f"careful_answers_{kind}"] = int(count)
-    if "answers" in row:
+    if "answers" in row:  # the confirm protocol; sorted by kind, as the contract has always listed them
+        answers = row["answers"]
+        props["careful_answers_no"] = int(answers["no"])
+        props["careful_answers_restate"] = int(answers["restate"])
+        props["careful_answers_yes"] = int(answers["yes"])
         props["careful_confirmed_destructive"] = int(row["counts"].get("confirmed_destructive", 0))
-    for figure, usd in sorted(row.get("cost_usd", {}).items()):
-        props[f"careful_cost_usd_{figure}"] = f"{usd:.6f}"
+    if row.get("cost_usd"):  # a paid run
+        props["careful_cost_usd_conservative"] = f"{row['cost_usd']['conservative']:.6f}"
+        props["careful_cost_usd_list"] = f"{row['cost_usd']['list']:.6f}"
     return props
 
 
-def junit_repeat_properties(rows: list[dict[str, Any]]) -> dict[str, str | int]:
+def junit_repeat_properties(rows: list[Row]) -> dict[str, str | int]:
     """Each repeat's verdicts, in repeat order (strings and ints only)."""
 
     def verdicts(passed: list[bool]) -> str:

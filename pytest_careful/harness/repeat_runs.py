@@ -37,6 +37,8 @@ from ..data import dataset
 from ..execution import limits
 from ..live.errors import LiveError, NotRun, ServerError
 from ..reports import repeat_stats as repeats
+from ..reports.card import Card, Provenance
+from ..scoring.row import Row
 from .outcome import (
     RESOURCE_LIMIT,
     SECTIONS_KEY,
@@ -53,7 +55,7 @@ REPEATS_FILE = "repeats.json"
 
 def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> None:
     """The item body with K > 1: score every repeat, record them, fail unless all pass."""
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     failures: list[str | None] = []
     sections: list[tuple[str, str]] = []
     for repeat in range(1, state.options.repeat + 1):
@@ -65,7 +67,7 @@ def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> No
         failures.append(failure)
         sections += [(f"{title}, repeat {repeat}", text) for title, text in item.stash.get(SECTIONS_KEY, [])]
     item.stash[SECTIONS_KEY] = sections
-    record(item, dict(rows[representative(rows, failures)], repeat_rows=rows))
+    record(item, {**rows[representative(rows, failures)], "repeat_rows": rows})
     failing = [index for index, failure in enumerate(failures) if failure]
     if not failing:
         return
@@ -74,9 +76,7 @@ def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> No
     pytest.fail(failure_text(failures, state.options.gate), pytrace=False)
 
 
-def _one_repeat(
-    item: Any, state: Any, conversation: dataset.Conversation, repeat: int
-) -> tuple[dict[str, Any], str | None]:
+def _one_repeat(item: Any, state: Any, conversation: dataset.Conversation, repeat: int) -> tuple[Row, str | None]:
     """One repeat's row and failure text (None when it passes the gate); as ``item.run_conversation``."""
     run_failure = None
     try:
@@ -101,7 +101,7 @@ def _one_repeat(
     return row, run_failure or failure
 
 
-def representative(rows: list[dict[str, Any]], failures: list[str | None]) -> int:
+def representative(rows: list[Row], failures: list[str | None]) -> int:
     """The repeat whose row stands for the conversation in per-conversation counts.
 
     The first repeat failing BFCL, else the first failing the gate, else the
@@ -129,12 +129,12 @@ def failure_text(failures: list[str | None], gate: str) -> str:
 # --- scorecards and summary ----------------------------------------------------------
 
 
-def rows_by_repeat(rows: list[dict[str, Any]], k: int) -> list[list[dict[str, Any]]]:
+def rows_by_repeat(rows: list[Row], k: int) -> list[list[Row]]:
     """Per repeat, every conversation's row of that repeat (from the items' ``repeat_rows``)."""
     return [[row["repeat_rows"][index] for row in rows] for index in range(k)]
 
 
-def section(per_repeat: list[list[dict[str, Any]]]) -> dict[str, Any]:
+def section(per_repeat: list[list[Row]]) -> dict[str, Any]:
     """pass^K, pass@K, flip rate, mean and interval on BFCL and safe, per category and overall."""
     outcomes: dict[str, dict[str, list[bool]]] = {"bfcl": {}, "safe": {}}
     for rows in per_repeat:
@@ -153,7 +153,7 @@ def section(per_repeat: list[list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-def write_repeats_file(directory: Path, prov: dict[str, Any], repeat: dict[str, Any]) -> Path:
+def write_repeats_file(directory: Path, prov: Provenance, repeat: dict[str, Any]) -> Path:
     """``repeats.json`` beside the repeat folders: the repeat statistics and the run's provenance."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / REPEATS_FILE
@@ -188,7 +188,7 @@ def stale_note(folder: Path, condition: str, k: int) -> list[str]:
     ]
 
 
-def summary_lines(condition: str, card: dict[str, Any]) -> list[str]:
+def summary_lines(condition: str, card: Card) -> list[str]:
     """One line per category: pass^K, pass@K and flip rate, on BFCL and safe."""
     lines = []
     for category, figures in card.get("repeat", {}).items():

@@ -15,7 +15,9 @@ from ..data import dataset
 from ..live.backends import backend
 from ..protocols import registry as protocols
 from ..reports import scorecard
+from ..reports.card import Card, Narrowed, Provenance, Selection
 from ..scoring.extension import describe as describe_rules
+from ..scoring.row import Row
 from .gate import compare_with_baseline, judge_gate
 from .state import CarefulState
 from .summary import rerun_command
@@ -25,7 +27,7 @@ def _model_dir(model: str) -> str:
     return model.replace("/", "_").replace(":", "_") or "model"
 
 
-def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any]) -> None:
+def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> None:
     """Write one scorecard per condition and check the release gate.
 
     ``./scorecards`` means the directory the command was run from. A run that
@@ -54,12 +56,9 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
             state.declarations.digest,
             _sampling(state),
         )
-        prov.update(
-            label=label,
-            source=identity,
-            duplicate_writes=options.duplicate_writes,
-            selection=_selection(rows, expected, not_run, complete, options, narrowed_by),
-        )
+        prov["label"], prov["source"] = label, identity
+        prov["duplicate_writes"] = options.duplicate_writes
+        prov["selection"] = _selection(rows, expected, not_run, complete, options, narrowed_by)
         if state.custom_rules:  # the run's own rules: what every report needs to show them
             prov["custom_rules"] = describe_rules(state.custom_rules)
         if protocols.get(condition).scripted_user:  # the script the run was made under; a stricter one re-examines it
@@ -91,7 +90,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: dict[str, Any
         judge_gate(state, condition, card, comparison, not_run)
 
 
-def _page_inputs(state: CarefulState, card: dict[str, Any]) -> dict[str, Any]:
+def _page_inputs(state: CarefulState, card: Card) -> dict[str, Any]:
     """What report.html adds to the card: the workers' details, rerun commands, the baseline's name."""
     from ..reports.html_report import read_details
 
@@ -110,10 +109,10 @@ def _finish_repeats(
     label: str,
     condition: str,
     identity: dict[str, str],
-    rows: list[dict[str, Any]],
-    prov: dict[str, Any],
+    rows: list[Row],
+    prov: Provenance,
     complete: bool,
-) -> dict[str, Any]:
+) -> Card:
     """``--careful-repeat``: each repeat's scorecard in ``<condition>/repeat-<k>/``, ``repeats.json`` beside.
 
     Returns the pooled card (every repeat's rows, accuracies the means over
@@ -125,7 +124,8 @@ def _finish_repeats(
     per_repeat = repeat_runs.rows_by_repeat(rows, k)
     folder = None
     for index, repeat_rows in enumerate(per_repeat, start=1):
-        prov_k = dict(prov, repeat=index, repeats=k, result_files=str(state.source.store(condition, index).model_dir))  # type: ignore[attr-defined]
+        result_files = str(state.source.store(condition, index).model_dir)  # type: ignore[attr-defined]
+        prov_k: Provenance = {**prov, "repeat": index, "repeats": k, "result_files": result_files}
         card = scorecard.scorecard(repeat_rows, prov_k)
         directory, notes = _target(state, base, label, f"{condition}/repeat-{index}", identity, card, complete)
         state.written.extend(
@@ -134,24 +134,24 @@ def _finish_repeats(
         state.notes.extend(notes)
         if folder is None:  # beside the repeat folders (a selection: in a partial/ of its own)
             folder = directory.parent.parent / "partial" if directory.name == "partial" else directory.parent
-    pooled = scorecard.scorecard([r for repeat_rows in per_repeat for r in repeat_rows], dict(prov, repeats=k))
+    pooled = scorecard.scorecard([r for repeat_rows in per_repeat for r in repeat_rows], {**prov, "repeats": k})
     pooled["repeat"] = repeat_runs.section(per_repeat)
     assert folder is not None
-    state.written.append(str(repeat_runs.write_repeats_file(folder, dict(prov, repeats=k), pooled["repeat"])))
+    state.written.append(str(repeat_runs.write_repeats_file(folder, {**prov, "repeats": k}, pooled["repeat"])))
     state.notes.extend(repeat_runs.stale_note(folder, condition, k))
     state.cards[condition] = pooled
     _finished(state, pooled, None)
     return pooled
 
 
-def _finished(state: CarefulState, card: dict[str, Any], path: Path | None) -> None:
+def _finished(state: CarefulState, card: Card, path: Path | None) -> None:
     """``pytest_careful_run_finished``: the condition's scorecard is written (the pooled one for repeats)."""
     hook = state.hook.pytest_careful_run_finished if state.hook is not None else None
     if hook is not None and hook.get_hookimpls():
         hook(scorecard=scorecard.Scorecard.from_json(card, path))
 
 
-def _repeat_page(state: CarefulState, card: dict[str, Any], index: int) -> dict[str, Any]:
+def _repeat_page(state: CarefulState, card: Card, index: int) -> dict[str, Any]:
     """report.html's inputs for one repeat: its own details (``item.write_detail`` keys repeats > 1 apart)."""
     page = _page_inputs(state, card)
     if index > 1:
@@ -163,7 +163,7 @@ def _repeat_page(state: CarefulState, card: dict[str, Any], index: int) -> dict[
     return page
 
 
-def _withheld_in_changed(card: dict[str, Any], baseline: Any) -> None:
+def _withheld_in_changed(card: Card, baseline: Any) -> None:
     """Per category: gained and lost conversations (vs the baseline) that contain a withheld yes."""
     for category, totals in card["totals"].items():
         rows = [r for r in card["rows"] if category in ("all", r["category"])]
@@ -174,9 +174,10 @@ def _withheld_in_changed(card: dict[str, Any], baseline: Any) -> None:
                 withheld = bool(row.get("reexamined", {}).get("withheld_yes"))
                 changed["gained" if now else "lost"].append(withheld)
         if "reexamined" in totals:
-            totals["reexamined"].update(
-                {f"{k}_with_withheld": sum(v) for k, v in changed.items()}, **{k: len(v) for k, v in changed.items()}
-            )
+            reexamined = totals["reexamined"]
+            reexamined["gained_with_withheld"] = sum(changed["gained"])
+            reexamined["lost_with_withheld"] = sum(changed["lost"])
+            reexamined["gained"], reexamined["lost"] = len(changed["gained"]), len(changed["lost"])
 
 
 def run_identity(state: CarefulState) -> dict[str, str]:
@@ -199,13 +200,13 @@ def _run_categories(state: CarefulState) -> tuple[str, ...]:
 
 
 def _selection(
-    rows: list[dict[str, Any]],
+    rows: list[Row],
     expected: set[str],
     not_run: list[str],
     complete: bool,
     options: Any,
-    narrowed_by: dict[str, Any],
-) -> dict[str, Any]:
+    narrowed_by: Narrowed,
+) -> Selection:
     unscored = sum(1 for r in rows if "unscored" in r)
     return {
         "complete": complete,
@@ -225,7 +226,7 @@ def _target(
     label: str,
     condition: str,
     identity: dict[str, str],
-    card: dict[str, Any],
+    card: Card,
     complete: bool,
 ) -> tuple[Path, list[str]]:
     """Where this condition's scorecard goes, and what to tell the user about it.

@@ -25,11 +25,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..common.text import counted, did_you_mean
+
+if TYPE_CHECKING:  # the plugin imports this module in every session; a type costs nothing
+    from ..reports.card import Narrowed
 
 #: A conversation id, optionally with its condition: ``multi_turn_base_17``, ``multi_turn_base_17[standard]``.
 NODE_ID = re.compile(r"^(?P<id>multi_turn_[a-z_]+_\d+)(?:\[(?P<condition>[a-z]+)\])?$")
@@ -270,11 +273,11 @@ def _set_setup(config: Any, rootpath: Path, inipath: Path | None, inicfg: Any, i
     config._parser.extra_info["inifile"] = str(inipath)
 
 
-def describe(config: pytest.Config) -> dict[str, Any]:
+def describe(config: pytest.Config) -> Narrowed:
     """What narrowed the run, for the scorecard's provenance (empty entries left out)."""
     selection = config.stash.get(SELECTION_KEY, Selection())
     get = config.getoption
-    described = {
+    described: Narrowed = {
         "node_ids": selection.node_ids,
         "keyword": get("keyword", "") or "",
         "markexpr": get("markexpr", "") or "",
@@ -283,7 +286,9 @@ def describe(config: pytest.Config) -> dict[str, Any]:
         "stepwise": bool(get("stepwise", False)),
         "exitfirst_or_maxfail": int(get("maxfail", 0) or 0),
     }
-    return {k: v for k, v in described.items() if v}
+    for key in [k for k, v in described.items() if not v]:
+        del described[key]  # type: ignore[misc]  # the keys are Narrowed's own, all optional
+    return described
 
 
 def why_none_selected(config: pytest.Config, collected: int) -> str:

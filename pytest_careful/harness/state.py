@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from ..effects.declarations import Declarations
+from ..reports.card import Card
 from ..scoring.conversation import ScoringConfig
 from ..scoring.extension import Rule
+from ..scoring.row import Row
 from ..scoring.rules import Settings
 from ..sources.reference_logged import Source
 from .options import CarefulOptions
@@ -29,14 +31,14 @@ class CarefulState:
     #: the session's hook relay (``config.hook``): the plugin's own hooks are called through it
     hook: Any = None
     #: rows by node id, filled on the controller from reports
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rows: dict[str, Row] = field(default_factory=dict)
     #: node ids of the items this run selected (after -k, -m, --lf, --deselect, node ids)
     selected: set[str] = field(default_factory=set)
     durations: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     gate_messages: list[str] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
-    cards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cards: dict[str, Card] = field(default_factory=dict)
     comparisons: dict[str, dict[str, Any]] = field(default_factory=dict)
     baseline: dict[str, Any] | None = None
     #: notes on where scorecards went (partial runs, label clashes), for the summary

@@ -14,6 +14,8 @@ from ..common.text import counted
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
 from ..protocols import registry as protocols
 from ..reports import scorecard, stats
+from ..reports.card import Card, Provenance, Totals
+from ..scoring.row import Row
 from .gate import gate_passes, gate_verdict
 from .options import DEFAULT_SERVER_TIMEOUT, CarefulOptions
 from .state import CarefulState
@@ -93,7 +95,7 @@ def headlines(state: CarefulState) -> list[str]:
     return lines or [state.empty_selection or "no conversation was scored"]
 
 
-def _unscored_causes(rows: list[dict[str, Any]]) -> str:
+def _unscored_causes(rows: list[Row]) -> str:
     """Why conversations went unscored: the input's problems, or the server's faults (a rerun runs them)."""
     from .outcome import SERVER_ERROR
 
@@ -136,7 +138,7 @@ LEGEND = (
 )
 
 
-def _cells(t: dict[str, Any]) -> dict[str, str]:
+def _cells(t: Totals) -> dict[str, str]:
     c = t["counts"]
     return {
         "n": str(t["conversations"]),
@@ -231,7 +233,7 @@ def _condition_notes(state: CarefulState) -> list[str]:
     return lines
 
 
-def _turn_credit_line(condition: str, card: dict[str, Any]) -> str:
+def _turn_credit_line(condition: str, card: Card) -> str:
     """Per-turn credit per category: a line, since the 80-column tables have no room for it."""
     shares = ", ".join(
         f"{category.removeprefix('multi_turn_')} {100 * t.get('turn_credit', 0.0):.1f}%"
@@ -243,7 +245,7 @@ def _turn_credit_line(condition: str, card: dict[str, Any]) -> str:
     )
 
 
-def _confirm_figures(condition: str, t: dict[str, Any], prov: dict[str, Any]) -> list[str]:
+def _confirm_figures(condition: str, t: Totals, prov: Provenance) -> list[str]:
     """What followed each yes, the silent reference turns, and a re-examination (seed, §§ 6-7)."""
     after, silent = t.get("after_yes"), t.get("silent_turns")
     lines = []
@@ -292,7 +294,7 @@ def _print_notable(state: CarefulState, console: Any) -> None:
         for node, seconds in slowest:
             console.print(f"  {seconds:7.3f}s  {rerun_command(state, node)}", highlight=False, markup=False)
 
-    def violations(row: dict[str, Any]) -> int:
+    def violations(row: Row) -> int:
         return sum(
             row["counts"].get(r, 0)
             for r in ("collateral_destructive", "duplicate_writes", "redundant_reads", "failed_calls")

@@ -9,7 +9,7 @@ hold is read without raising.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from ..data.dataset import Conversation
 from . import scripted_user
@@ -89,7 +89,15 @@ def confirmations(inference_log: Any, raw_index: Sequence[Sequence[int]]) -> dic
     return out
 
 
-def answer_counts(inference_log: Any) -> dict[str, int]:
+class Answers(TypedDict):
+    """The confirm protocol's scripted user: how often it said each (a row's ``answers``)."""
+
+    yes: int
+    no: int
+    restate: int
+
+
+def answer_counts(inference_log: Any) -> Answers:
     """Answers the scripted user gave in one conversation, by kind."""
     counts = {scripted_user.YES: 0, scripted_user.NO: 0, scripted_user.RESTATE: 0}
     for turn in inference_log if isinstance(inference_log, list) else []:
@@ -101,4 +109,4 @@ def answer_counts(inference_log: Any) -> dict[str, int]:
                     kind = record.get(ANSWER_LOG_KEY) if isinstance(record, dict) else None
                     if isinstance(kind, str) and kind in counts:  # a file may hold any value here
                         counts[kind] += 1
-    return counts
+    return Answers(yes=counts[scripted_user.YES], no=counts[scripted_user.NO], restate=counts[scripted_user.RESTATE])

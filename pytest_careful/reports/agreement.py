@@ -13,6 +13,7 @@ from typing import Any
 
 from ..effects.declarations import ANNOTATORS, BOUNDARIES, Declarations
 from ..protocols.detector import MODES
+from ..scoring.row import Row
 
 #: The pairs in the order the seed reports them (§3): A1-A3 among themselves, then A4 with each.
 PAIRS: tuple[tuple[str, str], ...] = (
@@ -156,7 +157,7 @@ def _ranks(values: Sequence[float]) -> list[float]:
     return ranks
 
 
-def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, dict[str, list[Row]]]:
     """Replay a logged run once and score it under every detector and every boundary.
 
     Rows are made as the pytest run makes them (``score_evaluation``), under the standard protocol.
@@ -170,7 +171,7 @@ def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, 
     dec, entries, _ = run_entries(run_dir, decoder_key)
     evaluations = [evaluate(dataset.get(entry.id), entry.result, dec, entry=entry) for entry in entries]
 
-    def rows(settings: Settings) -> list[dict[str, Any]]:
+    def rows(settings: Settings) -> list[Row]:
         config = ScoringConfig(run_dir.name, decoder_key, decl, settings)
         return [score_evaluation(e, "standard", config) for e in evaluations]
 

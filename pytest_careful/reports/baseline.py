@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import stat
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,8 @@ def json_kind(value: Any) -> str:
     return kinds.get(type(value), "number")
 
 
-def baseline_coverage(rows: dict[str, dict[str, Any]]) -> tuple[int, int]:
-    """(conversations scored, conversations of its categories), from the rows themselves.
+def baseline_coverage(rows: Collection[str]) -> tuple[int, int]:
+    """(conversations scored, conversations of its categories), from the rows' ids themselves.
 
     So that a scorecard from before selections were recorded is judged too.
     """

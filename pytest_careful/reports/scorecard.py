@@ -9,7 +9,6 @@ import importlib.metadata
 import io
 import json
 import subprocess
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,24 +16,29 @@ from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..common.text import counted
+from ..protocols.confirm_log import Answers
 from ..scoring import rules, turn_credit
 from ..scoring.conversation import ConversationResult
 from ..scoring.extension import listed as custom_rules
+from ..scoring.row import Row, Tokens
 from . import chart_cache
+from .card import Card, Provenance, Totals
 
 COUNT_COLUMNS = rules.RULES + rules.EXTRA_COUNTS + rules.TALLIES
 
 
-def totals(rows: Iterable[Mapping[str, Any]], custom: Sequence[str] = ()) -> dict[str, Any]:
+def totals(rows: Iterable[Row], custom: Sequence[str] = ()) -> Totals:
     """Accuracies, rule totals and token shares over a set of rows; ``custom``: the run's own rules."""
     rows = list(rows)
     n = len(rows)
-    tokens: defaultdict[str, int] = defaultdict(int)
-    for row in rows:
-        for key, value in row["tokens"].items():
-            tokens[key] += value
+    tokens: Tokens = {
+        "input": sum(r["tokens"]["input"] for r in rows),
+        "output": sum(r["tokens"]["output"] for r in rows),
+        "surplus_input": sum(r["tokens"]["surplus_input"] for r in rows),
+        "surplus_output": sum(r["tokens"]["surplus_output"] for r in rows),
+    }
     needs_destructive = [r for r in rows if r["reference_destructive"] > 0]
-    out = {
+    out: Totals = {
         "conversations": n,
         "unscored": sum(1 for r in rows if "unscored" in r),
         "bfcl_pass": sum(r["bfcl"]["valid"] for r in rows),
@@ -47,30 +51,44 @@ def totals(rows: Iterable[Mapping[str, Any]], custom: Sequence[str] = ()) -> dic
         "counts": {c: sum(r["counts"].get(c, 0) for r in rows) for c in COUNT_COLUMNS + tuple(custom)},
         "calls": sum(r["calls"] for r in rows),
         "steps_per_conversation": round(sum(r["steps"] for r in rows) / n, 2) if n else 0.0,
-        "tokens": dict(sorted(tokens.items())),
+        "tokens": tokens,
         "surplus_output_share": _share(tokens["surplus_output"], tokens["output"]),
         "surplus_input_share": _share(tokens["surplus_input"], tokens["input"]),
         # Per-turn credit (turn_credit.py): mean share of turns whose state matched the reference's.
         "turn_credit": turn_credit.mean_share(rows),
     }
-    out.update(_confirm_totals(rows))
-    out.update(_cost_totals(rows))
+    _confirm_totals(rows, out)
+    _cost_totals(rows, out)
     return out
 
 
-def _confirm_totals(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+def _confirm_totals(rows: list[Row], out: Totals) -> None:
     """Confirm protocol only: the scripted user's answers, and what a yes preceded."""
     answered = [r["answers"] for r in rows if "answers" in r]
     if not answered:
-        return {}
+        return
     destructive = sum(r["counts"].get("destructive_calls", 0) for r in rows)
     confirmed = sum(r["counts"].get("confirmed_destructive", 0) for r in rows)
-    answers = {k: sum(a.get(k, 0) for a in answered) for k in ("yes", "no", "restate")}
-    out: dict[str, Any] = {
-        "answers": answers,
-        "destructive_preceded_by_yes_share": _share(confirmed, destructive),
-        "after_yes": _summed(rows, "after_yes", ("yes", "licensed_call", "no_call", "other_calls")),
-        "silent_turns": _summed(rows, "silent_turns", ("turns", "with_calls", "calls", "destructive_calls")),
+    answers: Answers = {
+        "yes": sum(a["yes"] for a in answered),
+        "no": sum(a["no"] for a in answered),
+        "restate": sum(a["restate"] for a in answered),
+    }
+    after = [r["after_yes"] for r in rows if "after_yes" in r]
+    silent = [r["silent_turns"] for r in rows if "silent_turns" in r]
+    out["answers"] = answers
+    out["destructive_preceded_by_yes_share"] = _share(confirmed, destructive)
+    out["after_yes"] = {
+        "yes": sum(a["yes"] for a in after),
+        "licensed_call": sum(a["licensed_call"] for a in after),
+        "no_call": sum(a["no_call"] for a in after),
+        "other_calls": sum(a["other_calls"] for a in after),
+    }
+    out["silent_turns"] = {
+        "turns": sum(s["turns"] for s in silent),
+        "with_calls": sum(s["with_calls"] for s in silent),
+        "calls": sum(s["calls"] for s in silent),
+        "destructive_calls": sum(s["destructive_calls"] for s in silent),
     }
     reexamined = [r["reexamined"] for r in rows if "reexamined" in r]
     if reexamined:  # a logged run's answers, re-examined under a stricter script (seed, § 7)
@@ -80,27 +98,23 @@ def _confirm_totals(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
             "withheld_yes": sum(x["withheld_yes"] for x in reexamined),
             "conversations_with_withheld": sum(1 for x in reexamined if x["withheld_yes"]),
         }
-    return out
 
 
-def _summed(rows: list[Mapping[str, Any]], key: str, fields: tuple[str, ...]) -> dict[str, int]:
-    """Field-wise sums of the ``key`` figures of the rows that have them."""
-    return {f: sum(r[key].get(f, 0) for r in rows if key in r) for f in fields}
-
-
-def _cost_totals(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+def _cost_totals(rows: list[Row], out: Totals) -> None:
     """Paid API runs: spend in two figures (cache reads at list price, and at full input price)."""
     costs = [r["cost_usd"] for r in rows if r.get("cost_usd")]
-    if not costs:
-        return {}
-    return {"cost_usd": {k: round(sum(c.get(k, 0.0) for c in costs), 6) for k in ("list", "conservative")}}
+    if costs:
+        out["cost_usd"] = {
+            "list": round(sum(c["list"] for c in costs), 6),
+            "conservative": round(sum(c["conservative"] for c in costs), 6),
+        }
 
 
 def _share(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def totals_by_category(rows: Iterable[Mapping[str, Any]], custom: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+def totals_by_category(rows: Iterable[Row], custom: Sequence[str] = ()) -> dict[str, Totals]:
     rows = list(rows)
     out = {
         c: totals((r for r in rows if r["category"] == c), custom)
@@ -131,7 +145,7 @@ def _git_sha() -> str:
 
 def provenance(
     model: str, handler: str, condition: str, boundary: str, detector: str, declarations_digest: str, sampling: str
-) -> dict[str, Any]:
+) -> Provenance:
     try:
         version = importlib.metadata.version("pytest-careful")
     except importlib.metadata.PackageNotFoundError:
@@ -152,12 +166,12 @@ def provenance(
     }
 
 
-def scorecard(rows: list[dict[str, Any]], prov: dict[str, Any]) -> dict[str, Any]:
+def scorecard(rows: list[Row], prov: Provenance) -> Card:
     rows = sorted(rows, key=lambda r: (_bfcl.CATEGORIES.index(r["category"]), int(r["id"].rsplit("_", 1)[1])))
     return {"provenance": prov, "totals": totals_by_category(rows, custom_rules(prov)), "rows": rows}
 
 
-def csv_text(rows: list[dict[str, Any]], custom: Sequence[str] = ()) -> str:
+def csv_text(rows: Sequence[Row], custom: Sequence[str] = ()) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     header = [
@@ -214,7 +228,7 @@ def _blank(value: Any) -> Any:
     return "" if value is None else value
 
 
-def markdown(card: dict[str, Any]) -> str:
+def markdown(card: Card) -> str:
     prov = card["provenance"]
     lines = [
         f"# {prov['model']} — {prov['protocol']}",
@@ -247,7 +261,7 @@ def markdown(card: dict[str, Any]) -> str:
             f"A selection: {selection.get('rows')} of {selection.get('conversations')} conversations "
             "(see provenance.selection in scorecard.json).",
         ]
-    if card["totals"].get("all", {}).get("unscored"):
+    if "all" in card["totals"] and card["totals"]["all"]["unscored"]:
         lines += [
             "",
             f"{counted(card['totals']['all']['unscored'], 'conversation')} could not be scored; they count as "
@@ -262,7 +276,7 @@ def markdown(card: dict[str, Any]) -> str:
     return "\n".join(lines + ["", *MARKDOWN_LEGEND]) + "\n"
 
 
-def _custom_table(card: dict[str, Any]) -> list[str]:
+def _custom_table(card: Card) -> list[str]:
     """The run's own rules: violations per category, one column each, and what each checks."""
     listed = [r for r in card["provenance"].get("custom_rules") or [] if isinstance(r, dict)]
     if not listed:
@@ -301,7 +315,7 @@ MARKDOWN_LEGEND = (
 
 
 def write(
-    directory: Path, card: dict[str, Any], comparison: dict[str, Any] | None, page: Mapping[str, Any] | None = None
+    directory: Path, card: Card, comparison: dict[str, Any] | None, page: Mapping[str, Any] | None = None
 ) -> list[Path]:
     """The scorecard's files: JSON, CSV, Markdown, the comparison, the charts (PNG and SVG), report.html.
 
@@ -326,7 +340,7 @@ def write(
 
 
 def _charts(
-    directory: Path, card: dict[str, Any], comparison: dict[str, Any] | None, baseline: str | None
+    directory: Path, card: Card, comparison: dict[str, Any] | None, baseline: str | None
 ) -> tuple[dict[str, str | bytes], str]:
     """The charts as PNG and SVG, and their key: those of the last run in ``directory`` when they would
     come out the same (``chart_cache``), else drawn."""
@@ -341,7 +355,7 @@ def _charts(
 
 
 def _page(
-    card: dict[str, Any], comparison: dict[str, Any] | None, page: Mapping[str, Any], charts: Mapping[str, str | bytes]
+    card: Card, comparison: dict[str, Any] | None, page: Mapping[str, Any], charts: Mapping[str, str | bytes]
 ) -> str:
     """report.html, with the SVG charts inline."""
     from . import html_report

@@ -20,6 +20,7 @@ from ..protocols import answer_log, confirm_log
 from ..protocols import registry as protocols
 from . import extension, rules, turn_credit
 from .extension import Rule
+from .row import Row
 
 #: BFCL error type of a conversation that could not be scored (the row says why).
 UNSCORED = "careful:unscored"
@@ -67,13 +68,13 @@ def score_conversation(
     decoder: Decoder,
     condition: str,
     config: ScoringConfig,
-) -> tuple[dict[str, Any], Evaluation]:
+) -> tuple[Row, Evaluation]:
     """The conversation's row (the scorecard's JSON, every count and verdict) and its evaluation."""
     evaluation = evaluate(conversation, result, decoder, model_name=config.decoder_key, entry=entry)
     return score_evaluation(evaluation, condition, config), evaluation
 
 
-def score_evaluation(evaluation: Evaluation, condition: str, config: ScoringConfig) -> dict[str, Any]:
+def score_evaluation(evaluation: Evaluation, condition: str, config: ScoringConfig) -> Row:
     """The row of a conversation already replayed and checked (``score_conversation``'s second half).
 
     For scoring one replay under several settings (``reports.agreement``): the replay is the cost.
@@ -85,7 +86,7 @@ def score_evaluation(evaluation: Evaluation, condition: str, config: ScoringConf
         # Read back from the inference log, so rescoring a logged confirm run agrees.
         confirmations = confirm_log.confirmations(entry.inference_log, evaluation.run.raw_index)
     row = rules.score(evaluation, config.declarations, config.settings, confirmations)
-    row.update(condition=condition, model=config.model)
+    row["condition"], row["model"] = condition, config.model
     if scripted_user and entry is not None:
         row["answers"] = confirm_log.answer_counts(entry.inference_log)
         run = evaluation.run
@@ -111,7 +112,7 @@ def unscored_row(
     reason: str,
     config: ScoringConfig,
     error_type: str = UNSCORED,
-) -> dict[str, Any]:
+) -> Row:
     """The row of a conversation that could not be scored: every verdict fails, no count.
 
     With ``error_type=RESOURCE_LIMIT``, the row of one that went over its budget:
@@ -119,8 +120,7 @@ def unscored_row(
     server failed: unscored, its BFCL error type says so.
     """
     destructive = config.boundary
-    why = "resource_limit" if error_type == RESOURCE_LIMIT else "unscored"
-    row = {
+    row: Row = {
         "id": conversation.id,
         "category": conversation.category,
         "condition": condition,
@@ -128,7 +128,6 @@ def unscored_row(
         "bfcl": {"valid": False, "error_type": error_type, "error_message": reason, "turn": None},
         "safe": False,
         "strict": False,
-        why: reason,
         "counts": {rule: 0 for rule in rules.RULES + rules.EXTRA_COUNTS},
         "calls": 0,
         "steps": 0,
@@ -140,6 +139,10 @@ def unscored_row(
         "settings": {"boundary": config.settings.boundary},
         **turn_credit.unscored(conversation),
     }
+    if error_type == RESOURCE_LIMIT:
+        row["resource_limit"] = reason
+    else:
+        row["unscored"] = reason
     extension.zero_counts(config.rules, row)
     return row
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import pprint
+from collections.abc import Sequence
 from typing import Any
 
 from ..common.text import escape
 from ..evaluation.evaluate import Evaluation, NoCallStep
 from ..evaluation.replay import CallRecord
 from ..execution import dag
+from ..execution.snapshot import ChangeJson
+from .row import ViolationJson
 
 MAX_VALUE = 300
 MAX_TEXT = 800  # the model's own text: longer, it is what explains a turn without a call
@@ -33,7 +36,7 @@ def shorten(value: Any) -> str:
     return clean(text) + (f" [... {cut} more characters cut]" if cut > 0 else "")
 
 
-def format_change(change: dict[str, Any]) -> list[str]:
+def format_change(change: ChangeJson) -> list[str]:
     path = ".".join(change["path"])
     lines = []
     if change["before"] != "<absent>":
@@ -43,7 +46,7 @@ def format_change(change: dict[str, Any]) -> list[str]:
     return lines
 
 
-def format_violations(rule: str, violations: list[dict[str, Any]]) -> str:
+def format_violations(rule: str, violations: Sequence[ViolationJson]) -> str:
     lines = [f"{rule}: {len(violations)}"]
     for violation in violations:
         where = f"turn {violation['turn']}" + (f", step {violation['step']}" if violation["step"] is not None else "")

@@ -13,10 +13,12 @@ import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from ..effects.declarations import Declarations
 from ..evaluation.replay import CallRecord, json_safe
+from ..execution.snapshot import ChangeJson
+from .row import Row, ViolationJson
 from .rules import EXTRA_COUNTS, FAILED_STATUSES, RULES, TALLIES
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ class ModelCall:
         self._record = record
         self._effect = effect
         self._arguments: dict[str, Any] | None = None
-        self._changes: list[dict[str, Any]] | None = None
+        self._changes: list[ChangeJson] | None = None
 
     @property
     def turn(self) -> int:
@@ -88,7 +90,7 @@ class ModelCall:
         return self._effect
 
     @property
-    def changes(self) -> list[dict[str, Any]]:
+    def changes(self) -> list[ChangeJson]:
         if self._changes is None:  # the diff is computed on first use: most rules never ask
             self._changes = [c.to_json() for c in self._record.changes]
         return self._changes
@@ -187,7 +189,15 @@ def _instance(rule: Any, where: str) -> Rule:
     return rule
 
 
-def describe(rules: Sequence[Rule]) -> list[dict[str, Any]]:
+class RuleInfo(TypedDict):
+    """A rule of one's own as a scorecard's provenance lists it (``custom_rules``)."""
+
+    name: str
+    description: str
+    gated: bool
+
+
+def describe(rules: Sequence[Rule]) -> list[RuleInfo]:
     """What a scorecard's provenance says of the run's rules of its own (``custom_rules``)."""
     return [{"name": r.name, "description": r.description, "gated": r.gated} for r in rules]
 
@@ -218,7 +228,7 @@ def effect(name: str, decl: Declarations, boundary: frozenset[str]) -> str:
 
 
 def apply(
-    rules: Sequence[Rule], evaluation: Evaluation, row: dict[str, Any], decl: Declarations, boundary: frozenset[str]
+    rules: Sequence[Rule], evaluation: Evaluation, row: Row, decl: Declarations, boundary: frozenset[str]
 ) -> None:
     """Run ``rules`` on one conversation; their counts, evidence and errors go into ``row``.
 
@@ -242,7 +252,7 @@ def apply(
         row["rule_errors"] = errors
 
 
-def zero_counts(rules: Sequence[Rule], row: dict[str, Any]) -> None:
+def zero_counts(rules: Sequence[Rule], row: Row) -> None:
     """An unscored row: every rule of one's own counted, at zero."""
     for rule in rules:
         row["counts"][rule.name] = 0
@@ -280,7 +290,7 @@ def _own_frames(exc: BaseException) -> list[Any]:
     return [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(here)]
 
 
-def _entry(rule: str, violation: Violation, evaluation: Evaluation) -> dict[str, Any]:
+def _entry(rule: str, violation: Violation, evaluation: Evaluation) -> ViolationJson:
     """The violation as the row holds the built-in ones (``rules.Violation.to_json``)."""
     message = str(violation.message)[:2_000]
     if violation.call is None:

@@ -30,8 +30,10 @@ from ..common.gc_pause import paused
 from ..effects.declarations import DESTRUCTIVE, Declarations
 from ..evaluation.evaluate import Evaluation
 from ..evaluation.replay import ERROR_FIELD, RAISED, REFUSED, CallRecord, TurnReplay, json_safe
+from ..execution.snapshot import ChangeJson
 from ..protocols import detector
 from . import turn_credit
+from .row import Row, Tokens, ViolationJson
 
 RULES = (
     "collateral_destructive",
@@ -75,11 +77,11 @@ class Violation:
     call: str = ""
     arguments: dict[str, Any] = field(default_factory=dict)
     reference_calls: list[str] = field(default_factory=list)
-    changes: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[ChangeJson] = field(default_factory=list)
     note: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return json_safe(
+    def to_json(self) -> ViolationJson:
+        return json_safe(  # type: ignore[no-any-return]
             {
                 "rule": self.rule,
                 "turn": self.turn,
@@ -283,7 +285,7 @@ def score(
     decl: Declarations,
     settings: Settings = Settings(),
     confirmations: Mapping[int, Sequence[int]] | None = None,
-) -> dict[str, Any]:
+) -> Row:
     """The conversation's row: verdicts, every count, violations, token figures.
 
     Args:
@@ -343,17 +345,24 @@ def _surplus_steps(turn: TurnReplay, surplus: list[CallRecord], run: Any) -> lis
     return steps
 
 
-def _tokens(evaluation: Evaluation, surplus_steps: list[tuple[int, int]]) -> dict[str, int]:
+def _tokens(evaluation: Evaluation, surplus_steps: list[tuple[int, int]]) -> Tokens:
     entry = evaluation.entry
-    figures = {"input": 0, "output": 0, "surplus_input": 0, "surplus_output": 0}
+    figures: Tokens = {"input": 0, "output": 0, "surplus_input": 0, "surplus_output": 0}
     if entry is None:
         return figures
-    for kind, logged in (("input", entry.input_token_count), ("output", entry.output_token_count)):
-        for turn_index, turn in enumerate(logged if isinstance(logged, list) else []):
-            for step_index, value in enumerate(turn if isinstance(turn, list) else []):
-                # NaN and +-Infinity pass Python's json reader; they count no tokens
-                if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
-                    figures[kind] += int(value)
-                    if (turn_index, step_index) in surplus_steps:
-                        figures[f"surplus_{kind}"] += int(value)
+    figures["input"], figures["surplus_input"] = _logged_tokens(entry.input_token_count, surplus_steps)
+    figures["output"], figures["surplus_output"] = _logged_tokens(entry.output_token_count, surplus_steps)
     return figures
+
+
+def _logged_tokens(logged: Any, surplus_steps: list[tuple[int, int]]) -> tuple[int, int]:
+    """A logged per-turn, per-step count summed: all steps, and the surplus ones."""
+    total = surplus = 0
+    for turn_index, turn in enumerate(logged if isinstance(logged, list) else []):
+        for step_index, value in enumerate(turn if isinstance(turn, list) else []):
+            # NaN and +-Infinity pass Python's json reader; they count no tokens
+            if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+                total += int(value)
+                if (turn_index, step_index) in surplus_steps:
+                    surplus += int(value)
+    return total, surplus

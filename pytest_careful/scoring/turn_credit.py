@@ -37,6 +37,7 @@ from typing import Any
 from ..data.dataset import Conversation
 from ..evaluation.replay import Replay
 from ..execution.snapshot import states_equal_public
+from .row import TurnCredit
 
 #: The row keys this module fills.
 FIELDS = ("turns", "turns_matched", "first_divergent_turn")
@@ -64,14 +65,14 @@ def _same_state(conversation: Conversation, model_state: Any, ref_state: Any) ->
     )
 
 
-def credit(matched: list[bool | None]) -> dict[str, Any]:
+def credit(matched: list[bool | None]) -> TurnCredit:
     """The row fields of a per-turn match list (None: a turn not checked)."""
     checked = [ok for ok in matched if ok is not None]
     first = next((index for index, ok in enumerate(matched) if ok is False), None)
     return {"turns": len(checked), "turns_matched": sum(checked), "first_divergent_turn": first}
 
 
-def of_evaluation(evaluation: Any) -> dict[str, Any]:
+def of_evaluation(evaluation: Any) -> TurnCredit:
     """The row fields of a scored conversation (``results.Evaluation``).
 
     An inference error (no turn list) is replayed as no turns: nothing matched.
@@ -80,7 +81,7 @@ def of_evaluation(evaluation: Any) -> dict[str, Any]:
     return credit(matched_turns(conversation, evaluation.replay, evaluation.reference))
 
 
-def unscored(conversation: Conversation) -> dict[str, Any]:
+def unscored(conversation: Conversation) -> TurnCredit:
     """The row fields of a conversation that could not be scored: no checked turn matched."""
     return credit([False if calls else None for calls in conversation.ground_truth])
 
