@@ -16,7 +16,8 @@ and the scorecard still says which script the run was made under.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,93 @@ class SettingsError(ValueError):
     """A settings file that cannot be read, or that names no protocol."""
 
 
+#: The fields ``RunSettings`` knows, with the JSON types each must have to be read as given.
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "decoder": (str,),
+    "boundary": (str,),
+    "detector": (str,),
+    "user_script": (str,),
+    "temperature": (int, float),
+    "max_output_tokens": (int,),
+}
+
+
+def _is(value: object, types: tuple[type, ...]) -> bool:
+    return isinstance(value, types) and not isinstance(value, bool)  # JSON's true is no number
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """``careful_settings.json``: how a live run made its entries, typed.
+
+    ``to_json``/``from_json`` are the one place the file is written and read. A field the run did
+    not record is None and left out of the file; a key this version does not know, or a known one
+    holding another JSON type than its own (a hostile or hand-edited file), is kept in ``other``
+    as it was read, so that the file round-trips and a comparison with it (``LiveSource.claim``)
+    still sees it.
+
+    Attributes:
+        condition: the protocol the run was made under (``standard``, ``hints``, ``confirm``).
+        decoder: the bfcl-eval registry key whose handler made and decodes the run.
+        boundary: the destructive boundary (protocols that show it: hints, confirm).
+        detector, user_script: the confirm protocol's question detector and scripted user's script.
+        temperature: what each request carried; None where none is sent (Claude).
+        max_output_tokens: the output limit each request carried, where the backend sets one.
+    """
+
+    condition: str
+    decoder: str | None = None
+    boundary: str | None = None
+    detector: str | None = None
+    user_script: str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    other: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's object: the recorded fields (None ones left out) and ``other`` as read."""
+        out: dict[str, Any] = dict(self.other)
+        out["condition"] = self.condition
+        for name in _FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, parsed: object, where: Path | str = SETTINGS_FILE) -> RunSettings:
+        """The settings of a parsed file; SettingsError when it names no protocol."""
+        condition = parsed.get("condition") if isinstance(parsed, dict) else None
+        if not isinstance(parsed, dict) or not isinstance(condition, str):
+            raise SettingsError(f"{where} does not say which protocol the run was made under (no string 'condition')")
+        known = {name for name, types in _FIELDS.items() if _is(parsed.get(name), types)}
+        text = {
+            name: parsed[name] if name in known else None for name in ("decoder", "boundary", "detector", "user_script")
+        }
+        return cls(
+            condition=condition,
+            decoder=text["decoder"],
+            boundary=text["boundary"],
+            detector=text["detector"],
+            user_script=text["user_script"],
+            temperature=parsed["temperature"] if "temperature" in known else None,
+            max_output_tokens=parsed["max_output_tokens"] if "max_output_tokens" in known else None,
+            other={k: v for k, v in parsed.items() if k != "condition" and k not in known},
+        )
+
+    @classmethod
+    def read(cls, path: Path) -> RunSettings:
+        """A settings file; SettingsError naming it for anything that is not one."""
+        try:
+            parsed = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # planted: any bytes
+            raise SettingsError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
+        return cls.from_json(parsed, path)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def settings_path(result_file: Path) -> Path | None:
     """The settings file of the run ``result_file`` belongs to, if it has one."""
     folder = result_file.parent
@@ -45,14 +133,7 @@ def settings_path(result_file: Path) -> Path | None:
 
 def made_under(path: Path) -> str:
     """The protocol a settings file records (its ``condition``)."""
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # planted: any bytes
-        raise SettingsError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
-    condition = settings.get("condition") if isinstance(settings, dict) else None
-    if not isinstance(condition, str):
-        raise SettingsError(f"{path} does not say which protocol the run was made under (no string 'condition')")
-    return condition
+    return RunSettings.read(path).condition
 
 
 def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path) -> str | None:
@@ -86,17 +167,15 @@ def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path)
     )
 
 
-def recorded(result_files: Iterable[Path]) -> dict[str, Any]:
-    """The settings a run recorded (the first settings file of its result files; {} without one)."""
+def recorded(result_files: Iterable[Path]) -> RunSettings | None:
+    """The settings a run recorded (the first settings file of its result files); None without one."""
     paths = sorted({p for p in map(settings_path, result_files) if p is not None})
     for path in paths:
         try:
-            settings = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            return RunSettings.read(path)
+        except SettingsError:
             continue  # protocol_problem has said why already
-        if isinstance(settings, dict):
-            return settings
-    return {}
+    return None
 
 
 def recorded_decoder(folder: Path) -> str | None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..data.dataset import Conversation
 from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
 from ..data.result_store import ResultStore, is_complete, serialise
-from ..data.run_settings import DECODER_KEY, SETTINGS_FILE
+from ..data.run_settings import DECODER_KEY, SETTINGS_FILE, RunSettings
 from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder
 from ..sources.reference_logged import Source
@@ -103,15 +103,15 @@ class LiveSource(Source):
         assert self.declarations is not None
         return runner.Protocol(condition, self.declarations, self.boundary, self.script, self.detector)
 
-    def settings(self, condition: str) -> dict[str, Any]:
+    def settings(self, condition: str) -> RunSettings:
         """How this run makes entries: protocol settings and what each request carries.
 
         A backend that sends no temperature (Claude) sets it to None: then none is recorded.
         """
-        assert self.handle is not None
-        made = {**self.protocol(condition).settings(), "temperature": self.handle.temperature, **self.backend_settings}
-        made[DECODER_KEY] = self.handle.registry_key  # a rescore of the folder needs no --careful-decoder
-        return {k: v for k, v in made.items() if not (k == "temperature" and v is None)}
+        handle = self.model_handle
+        made = {**self.protocol(condition).settings(), "temperature": handle.temperature, **self.backend_settings}
+        made[DECODER_KEY] = handle.registry_key  # a rescore of the folder needs no --careful-decoder
+        return RunSettings.from_json({k: v for k, v in made.items() if v is not None})
 
     def settings_file(self, condition: str, repeat: int = 1) -> Path:
         """Beside the condition's result files: how they were made (BFCL's files stay BFCL's)."""
@@ -124,7 +124,8 @@ class LiveSource(Source):
         limit...) must not be resumed into this run; with none finished, the
         folder is simply taken over.
         """
-        path, wanted = self.settings_file(condition, repeat), self.settings(condition)
+        path, settings = self.settings_file(condition, repeat), self.settings(condition)
+        wanted = settings.to_json()
         try:  # whatever bytes the folder holds (open_live refused anything but a regular file)
             made = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
         except (OSError, ValueError, RecursionError):
@@ -142,7 +143,7 @@ class LiveSource(Source):
                 + ", ".join(f"{k}={wanted.get(k)!r}" for k in differ)
             )
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(wanted, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        settings.write(path)
         return None
 
     def store(self, condition: str, repeat: int = 1) -> ResultStore:

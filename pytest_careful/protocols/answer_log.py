@@ -28,6 +28,7 @@ from ..data.dataset import Conversation
 from . import confirm_log, scripted_user
 
 if TYPE_CHECKING:
+    from ..data.run_settings import RunSettings
     from ..effects.declarations import Declarations
 
 
@@ -290,7 +291,7 @@ def row_figures(
 
 
 def reexamination(
-    user_script: str, made_with: str, recorded: Mapping[str, Any], boundary: str, detector: str, decl: Declarations
+    user_script: str, made_with: str, recorded: RunSettings | None, boundary: str, detector: str, decl: Declarations
 ) -> tuple[str, frozenset[str], str] | None:
     """What a logged confirm run's answers are re-examined under, or None.
 
@@ -300,5 +301,7 @@ def reexamination(
     """
     if user_script == made_with:
         return None
-    user_boundary = decl.boundary(str(recorded.get("boundary", boundary)))
-    return (user_script, user_boundary, str(recorded.get("detector", detector)))
+    if recorded is not None:  # the run's own, where its file says
+        boundary = recorded.boundary if recorded.boundary is not None else boundary
+        detector = recorded.detector if recorded.detector is not None else detector
+    return (user_script, decl.boundary(boundary), detector)

@@ -11,7 +11,14 @@ from typing import Any
 from ..common.bfcl import CATEGORIES
 from ..data import dataset
 from ..data.result_files import InputProblem, LoggedEntry, find_result_files, keep_last, read_result_file
-from ..data.run_settings import SETTINGS_FILE, protocol_problem, recorded, recorded_decoder, script_problem
+from ..data.run_settings import (
+    SETTINGS_FILE,
+    RunSettings,
+    protocol_problem,
+    recorded,
+    recorded_decoder,
+    script_problem,
+)
 from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
 from ..protocols import answer_log
@@ -34,7 +41,7 @@ class Source:
     #: see ``warnings``; filled by the format check, which may still be running (``check_in_background``)
     found_warnings: list[str] = field(default_factory=list)
     #: per condition, the settings a logged run recorded (``careful_settings.json``)
-    recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recorded: dict[str, RunSettings | None] = field(default_factory=dict)
 
     _checking: threading.Thread | None = field(default=None, repr=False, compare=False)
     _check_error: BaseException | None = field(default=None, repr=False, compare=False)
@@ -94,8 +101,9 @@ class Source:
         """
         if condition not in self.recorded:
             return default
-        script = self.recorded[condition].get("user_script")
-        return script if isinstance(script, str) else "default"
+        settings = self.recorded[condition]
+        script = settings.user_script if settings is not None else None
+        return script if script is not None else "default"
 
     def reexamined(self, config: RunConfig, decl: Declarations) -> dict[str, tuple[str, frozenset[str], str]]:
         """Per condition, the stricter script its logged answers are re-examined under (``answer_log``)."""
@@ -103,7 +111,7 @@ class Source:
         for condition in config.protocols:
             made_with = self.user_script(condition, config.user_script)
             again = answer_log.reexamination(
-                config.user_script, made_with, self.recorded.get(condition, {}), config.boundary, config.detector, decl
+                config.user_script, made_with, self.recorded.get(condition), config.boundary, config.detector, decl
             )
             if again is not None:
                 out[condition] = again

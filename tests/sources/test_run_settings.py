@@ -16,7 +16,8 @@ import pytest
 from test_format_check import _options
 
 from conftest import REAL_RUN_DECODER
-from pytest_careful.data.run_settings import SETTINGS_FILE, protocol_problem
+from pytest_careful.data.run_settings import SETTINGS_FILE, RunSettings, SettingsError, protocol_problem
+from pytest_careful.live import scripted
 from pytest_careful.sources.reference_logged import open_source
 
 IDS = ["multi_turn_base_0", "multi_turn_base_1"]
@@ -107,6 +108,7 @@ def test_a_scripted_confirm_run_is_rescored_only_as_confirm(pytester):
     settings = json.loads((result / "confirm/scripted_ask" / SETTINGS_FILE).read_text())
     assert settings["condition"] == "confirm"
     rescore = ["--careful-model=scripted:ask", "--careful-category=base", *IDS]
+    scripted.register()  # as the harness does: scripted:ask is a registry key once its family is known
     for condition in ("standard", "confirm"):  # a run read by its own decoder: no format warning
         options = dataclasses.replace(
             _options(result / condition / "scripted_ask", "scripted:ask"), protocols=(condition,)
@@ -155,3 +157,78 @@ def test_a_scripted_confirm_run_is_rescored_only_as_confirm(pytester):
     )
     _refused(swapped, f"no folder {result / 'hints'}")  # no hints run was made at all
     assert not (pytester.path / "bad").exists()
+
+
+def test_the_settings_a_live_run_writes_read_back_typed_and_byte_for_byte(pytester, tmp_path):
+    """``RunSettings`` is the one reader and writer of careful_settings.json: what a live run wrote
+    reads back as the protocol it ran, and writing that back gives the same bytes."""
+    made = _run(
+        pytester,
+        "--careful-model=scripted:ask",
+        "--careful-protocol=standard,confirm,hints",
+        "--careful-category=base",
+        *IDS,
+    )
+    assert made.ret in (0, 1), made.stdout.str()[-3000:]
+    files = {p.parent.parent.name: p for p in (pytester.path / "result").rglob(SETTINGS_FILE)}
+    assert sorted(files) == ["confirm", "hints", "standard"]
+    for condition, path in files.items():
+        settings = RunSettings.read(path)
+        assert (settings.condition, settings.decoder, settings.other) == (condition, "scripted:ask", {})
+        # Only the protocols that show the boundary record it; only confirm its user and detector.
+        assert settings.boundary == (None if condition == "standard" else "final")
+        assert (settings.user_script, settings.detector) == (
+            ("default", "strict") if condition == "confirm" else (None, None)
+        )
+        assert isinstance(settings.temperature, float)
+        settings.write(tmp_path / condition)
+        assert (tmp_path / condition).read_bytes() == path.read_bytes()
+        assert RunSettings.from_json(json.loads(path.read_text())) == settings
+
+
+@pytest.mark.parametrize(
+    "parsed",
+    [
+        {"condition": "confirm", "boundary": 5, "temperature": True, "max_output_tokens": 1.5, "future": [1]},
+        {"condition": "standard", "decoder": None, "user_script": ["default"]},
+        {"condition": "hints"},
+    ],
+    ids=["wrong-types", "nulls", "bare"],
+)
+def test_a_field_of_another_type_reads_as_absent_and_is_kept_as_read(parsed, tmp_path):
+    settings = RunSettings.from_json(parsed)
+    assert settings.to_json() == parsed  # a hand-edited file round-trips: a comparison still sees it
+    for name in ("decoder", "boundary", "detector", "user_script", "temperature", "max_output_tokens"):
+        value = getattr(settings, name)
+        assert value is None or value == parsed[name], name
+    assert settings.boundary is None and settings.temperature is None and settings.max_output_tokens is None
+
+
+@pytest.mark.parametrize("content", ['{"boundary": "final"}', '{"condition": 3}', "[1]", "\xff", "{" * 10_000])
+def test_a_settings_file_naming_no_protocol_is_refused_naming_the_file(content, tmp_path):
+    path = tmp_path / SETTINGS_FILE
+    path.write_text(content, encoding="latin-1")
+    with pytest.raises(SettingsError) as raised:
+        RunSettings.read(path)
+    assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_reexamined_under_the_boundary_and_detector_the_run_recorded():
+    from pytest_careful.effects.declarations import load as load_declarations
+    from pytest_careful.protocols.answer_log import reexamination
+
+    decl = load_declarations()
+    recorded = RunSettings(condition="confirm", boundary="A2", detector="loose", user_script="default")
+    assert reexamination("no_failure_yes", "default", recorded, "final", "strict", decl) == (
+        "no_failure_yes",
+        decl.boundary("A2"),
+        "loose",
+    )
+    # A run whose file records neither is re-examined under this session's own.
+    bare = RunSettings(condition="confirm")
+    assert reexamination("no_failure_yes", "default", bare, "majority", "question_mark", decl) == (
+        "no_failure_yes",
+        decl.boundary("majority"),
+        "question_mark",
+    )
+    assert reexamination("default", "default", recorded, "final", "strict", decl) is None
