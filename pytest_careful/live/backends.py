@@ -11,7 +11,7 @@ item. ``--collect-only`` runs nothing, so it is not checked there (a Claude cost
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..sources.run_config import RunConfig, SourceError
 
@@ -62,11 +62,41 @@ class Backend(Protocol):
         """The backend-specific options that apply to it (``source.inapplicable`` refuses the others)."""
         ...
 
+    @property
+    def local_weights(self) -> bool:
+        """It prompts weights on this side (an ``OSSHandler``): the only handlers ``--careful-handler`` may name."""
+        ...
+
+    @property
+    def registered(self) -> bool:
+        """Its handles are keys of BFCL's model registry (scripted ones are policies of the plugin's own)."""
+        ...
+
     def default_concurrency(self) -> int: ...
+
+    def build(self, handle: ModelHandle) -> Any:
+        """A fresh BFCL handler for ``handle``, in this process (``ModelHandle.build``)."""
+        ...
 
     def configure(self, source: LiveSource, options: RunConfig) -> None: ...
 
     def preflight(self, source: LiveSource) -> str | None: ...
+
+
+def _registered_handler(handle: ModelHandle, wrap: Any = None) -> Any:
+    """The handler BFCL's registry names for ``handle``, built as ``bfcl generate`` builds it."""
+    from ..execution.decoding import import_handler_class, registry_entry
+
+    entry = registry_entry(handle.registry_key)
+    cls = import_handler_class(entry)
+    if wrap is not None:
+        cls = wrap(cls)
+    return cls(
+        model_name=entry.model_name,
+        temperature=handle.temperature,
+        registry_name=handle.registry_key,
+        is_fc_model=entry.is_fc_model,
+    )
 
 
 #: Options of the server the plugin starts for a vLLM model.
@@ -84,9 +114,16 @@ class Scripted:
     single_driver: bool = False
     priced: bool = False
     options: frozenset[str] = frozenset()
+    local_weights: bool = False
+    registered: bool = False
 
     def default_concurrency(self) -> int:
         return DEFAULT_CONCURRENCY
+
+    def build(self, handle: ModelHandle) -> Any:
+        from . import scripted
+
+        return scripted.make_handler(handle.registry_key)
 
     def configure(self, source: LiveSource, options: RunConfig) -> None:
         return None
@@ -114,12 +151,17 @@ class Vllm:
             *SERVER_OPTIONS,
         }
     )
+    local_weights: bool = True
+    registered: bool = True
 
     def default_concurrency(self) -> int:
         """What ``bfcl generate`` keeps in flight against a local server."""
         from bfcl_eval.constants.eval_config import LOCAL_SERVER_MAX_CONCURRENT_REQUEST
 
         return int(LOCAL_SERVER_MAX_CONCURRENT_REQUEST)
+
+    def build(self, handle: ModelHandle) -> Any:
+        return _registered_handler(handle)
 
     def configure(self, source: LiveSource, options: RunConfig) -> None:
         from .vllm_client import configure_source
@@ -144,9 +186,16 @@ class Claude:
     single_driver: bool = False
     priced: bool = True
     options: frozenset[str] = frozenset({"--careful-budget-usd", "--careful-max-output-tokens"})
+    local_weights: bool = False
+    registered: bool = True
 
     def default_concurrency(self) -> int:
         return CLAUDE_CONCURRENCY
+
+    def build(self, handle: ModelHandle) -> Any:
+        from .claude import careful_claude_class
+
+        return _registered_handler(handle, wrap=careful_claude_class)
 
     def configure(self, source: LiveSource, options: RunConfig) -> None:
         from .claude import configure_source
@@ -170,9 +219,14 @@ class Api:
     single_driver: bool = False
     priced: bool = False
     options: frozenset[str] = frozenset({"--careful-request-timeout"})
+    local_weights: bool = False
+    registered: bool = True
 
     def default_concurrency(self) -> int:
         return DEFAULT_CONCURRENCY
+
+    def build(self, handle: ModelHandle) -> Any:
+        return _registered_handler(handle)
 
     def configure(self, source: LiveSource, options: RunConfig) -> None:
         return None

@@ -26,7 +26,6 @@ from ..common import bfcl as _bfcl
 from ..common.text import did_you_mean
 from ..execution.decoding import (
     RegistryEntry,
-    import_handler_class,
     missing_extra,
     registry_entry,
     registry_keys,
@@ -69,21 +68,7 @@ class ModelHandle:
 
     def build(self) -> Any:
         """A fresh BFCL handler for this process (model-specific setup is the caller's)."""
-        if self.kind == "scripted":
-            handler = scripted.make_handler(self.registry_key)
-        else:
-            entry = registry_entry(self.registry_key)
-            cls = import_handler_class(entry)
-            if self.kind == "claude":
-                from .claude import careful_claude_class
-
-                cls = careful_claude_class(cls)
-            handler = cls(
-                model_name=entry.model_name,
-                temperature=self.temperature,
-                registry_name=self.registry_key,
-                is_fc_model=entry.is_fc_model,
-            )
+        handler = backend(self.kind).build(self)
         shadow_eval(type(handler))  # the loop decodes with the handler's own decoder
         return handler
 
@@ -127,7 +112,7 @@ def registry_key(name: str, local_only: bool = False) -> str:
             )
         return key
     if local_only:  # --careful-handler: an API handler cannot prompt local weights, so it is no candidate
-        keys = tuple(k for k in keys if _kind(registry_entry(k)) == "vllm")
+        keys = tuple(k for k in keys if backend(_kind(registry_entry(k))).local_weights)
     found = [k for k in _candidates(name, keys) if k in keys]
     if name in keys and all(_kind(registry_entry(k)) == _kind(registry_entry(name)) for k in found):
         return name
@@ -198,7 +183,7 @@ def _matches(name: str, keys: tuple[str, ...]) -> list[str]:
         entry = registry_entry(key)
         if fc is not None and entry.is_fc_model != fc:
             continue
-        local = _kind(entry) == "vllm"
+        local = backend(_kind(entry)).local_weights
         forms = _forms(key.removesuffix("-FC"), with_org="/" in base)
         if any(f == base or (local and f.lower() == base.lower()) for f in forms):
             found.append(key)
@@ -284,13 +269,13 @@ def describe(key: str) -> str:
 
 def resolution(handle: ModelHandle) -> dict[str, Any]:
     """What ``--careful-model`` resolved to, for the run's first lines and the provenance."""
-    if handle.kind == "scripted":
+    if not backend(handle.kind).registered:
         return {
             "typed": handle.model,
             "registry_key": handle.registry_key,
             "handler_class": None,
             "mode": "FC" if "prompt" not in handle.registry_key else "prompting",
-            "backend": backend("scripted").label,
+            "backend": backend(handle.kind).label,
         }
     entry = registry_entry(handle.registry_key)
     return {
@@ -332,7 +317,7 @@ def _local_model(model: str, local: Path, handler_key: str | None) -> ModelHandl
         key = registry_key(handler_key, local_only=True)
     except HandleError as exc:
         raise HandleError(f"--careful-handler: {exc}") from None
-    if _kind(registry_entry(key)) != "vllm":
+    if not backend(_kind(registry_entry(key))).local_weights:
         raise HandleError(f"--careful-handler {key}: its handler is not a local-model (OSS) handler")
     return ModelHandle("vllm", model, _installed(key), model_path=str(local.resolve()))
 

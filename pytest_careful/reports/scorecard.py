@@ -403,8 +403,8 @@ class Scorecard:
         path: the ``scorecard.json`` it was written to or read from, if any.
     """
 
-    provenance: Mapping[str, Any]
-    totals: Mapping[str, Mapping[str, Any]]
+    provenance: Provenance
+    totals: Mapping[str, Totals]
     results: tuple[ConversationResult, ...]
     path: Path | None = None
 
@@ -422,13 +422,13 @@ class Scorecard:
         return custom_rules(self.provenance)
 
     @classmethod
-    def from_json(cls, card: Mapping[str, Any], path: Path | None = None) -> Scorecard:
+    def from_json(cls, card: Card, path: Path | None = None) -> Scorecard:
         names = rules.RULES + custom_rules(card["provenance"])
         results = tuple(ConversationResult.from_row(row, names) for row in card["rows"])
         return cls(card["provenance"], card["totals"], results, path)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"provenance": self.provenance, "totals": self.totals, "rows": [r.to_json() for r in self.results]}
+    def to_json(self) -> Card:
+        return {"provenance": self.provenance, "totals": dict(self.totals), "rows": [r.to_json() for r in self.results]}
 
 
 def load(path: Path | str) -> Scorecard:

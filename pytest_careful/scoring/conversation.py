@@ -172,10 +172,10 @@ class ConversationResult:
     violations: Mapping[str, int]
     unscored: str | None
     rule_errors: Mapping[str, str]
-    row: Mapping[str, Any]
+    row: Row
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], rule_names: Sequence[str] = rules.RULES) -> ConversationResult:
+    def from_row(cls, row: Row, rule_names: Sequence[str] = rules.RULES) -> ConversationResult:
         """The result of a row; ``rule_names``: the rules it counts (the run's own after the built-in ones)."""
         counts = row.get("counts", {})
         return cls(
@@ -197,5 +197,5 @@ class ConversationResult:
         """The item's name as pytest shows it: ``multi_turn_base_0[standard]``."""
         return f"{self.id}[{self.condition}]"
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.row)
+    def to_json(self) -> Row:
+        return self.row.copy()

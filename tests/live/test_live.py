@@ -430,3 +430,30 @@ def test_api_model_without_its_key_is_one_usage_error(tmp_path: Path, xdist: lis
     assert proc.returncode == 4 and "Traceback" not in output and "INTERNALERROR" not in output
     assert output.count("cannot set up gpt-4.1-2025-04-14-FC's handler") == 1 and "OPENAI_API_KEY" in output
     assert "failed" not in proc.stdout and "passed" not in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "name", ["gpt-4.1-2025-04-14-FC", "Qwen3-8B-FC", "Qwen3-8B", "claude-haiku-4-5-20251001-FC", "scripted:ask"]
+)
+def test_each_backend_builds_the_handler_bfcl_generate_builds(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ModelHandle.build`` asks the handle's backend; what it builds is what ``bfcl generate`` builds
+    (bfcl-eval's own ``build_handler``, the oracle), Claude's under the plugin's subclass of it."""
+    from bfcl_eval._llm_response_generation import build_handler
+    from bfcl_eval.model_handler.base_handler import BaseHandler
+    from bfcl_eval.model_handler.local_inference.base_oss_handler import OSSHandler
+
+    from pytest_careful.live.backends import backend
+    from pytest_careful.live.handles import resolve
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used")  # the clients are built, never called
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-not-used")
+    handle = resolve(name, None)
+    ours, chosen = handle.build(), backend(handle.kind)
+    if not chosen.registered:
+        assert isinstance(ours, BaseHandler) and type(ours).__module__ == scripted.__name__
+        return
+    theirs = build_handler(handle.registry_key, handle.temperature)
+    assert isinstance(ours, type(theirs)) and (type(ours) is type(theirs)) == (handle.kind != "claude")
+    for attribute in ("model_name", "registry_name", "temperature", "is_fc_model", "model_style"):
+        assert getattr(ours, attribute) == getattr(theirs, attribute), attribute
+    assert chosen.local_weights == isinstance(theirs, OSSHandler)  # --careful-handler's candidates
