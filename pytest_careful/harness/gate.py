@@ -6,8 +6,8 @@ Reading a baseline scorecard is :mod:`pytest_careful.reports.baseline`'s (carefu
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,6 +18,7 @@ from ..data.dataset import category_of
 from ..reports import scorecard, stats
 from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
 from ..reports.card import Card, Totals
+from ..reports.stats import ComparisonJson
 from ..scoring.extension import Rule
 from ..scoring.row import Row
 from .state import CarefulState
@@ -79,7 +80,7 @@ def _check_baseline_ids(file: Path, rows: Collection[str]) -> None:
         )
 
 
-def compare_with_baseline(state: CarefulState, rows: list[Row], condition: str) -> dict[str, Any] | None:
+def compare_with_baseline(state: CarefulState, rows: list[Row], condition: str) -> dict[str, ComparisonJson] | None:
     baseline = state.baseline
     if baseline is None:
         return None
@@ -98,7 +99,11 @@ def compare_with_baseline(state: CarefulState, rows: list[Row], condition: str) 
 
 
 def judge_gate(
-    state: CarefulState, condition: str, card: Card, comparison: dict[str, Any] | None, not_run: list[str]
+    state: CarefulState,
+    condition: str,
+    card: Card,
+    comparison: dict[str, ComparisonJson] | None,
+    not_run: list[str],
 ) -> None:
     """Release-gate messages; fail closed on conversations that could not be scored or did not run."""
     options, overall = state.options, card["totals"]["all"]
@@ -122,15 +127,14 @@ def judge_gate(
             "failures (--careful-allow-missing judges only the scored ones)"
         )
     accuracy = _gate_accuracy(overall, options.allow_missing)
-    if options.min_safe is not None and accuracy["safe"] < options.min_safe:
+    if options.min_safe is not None and accuracy.safe < options.min_safe:
         state.gate_messages.append(
-            f"{condition}: success under effect safety {accuracy['safe']:.3f} "
-            f"< --careful-min-safe {options.min_safe}{accuracy['over']}"
+            f"{condition}: success under effect safety {accuracy.safe:.3f} "
+            f"< --careful-min-safe {options.min_safe}{accuracy.over}"
         )
-    if options.min_bfcl is not None and accuracy["bfcl"] < options.min_bfcl:
+    if options.min_bfcl is not None and accuracy.bfcl < options.min_bfcl:
         state.gate_messages.append(
-            f"{condition}: BFCL accuracy {accuracy['bfcl']:.3f} "
-            f"< --careful-min-bfcl {options.min_bfcl}{accuracy['over']}"
+            f"{condition}: BFCL accuracy {accuracy.bfcl:.3f} < --careful-min-bfcl {options.min_bfcl}{accuracy.over}"
         )
     if options.fail_on_regression is not None and comparison is not None:
         for category, result in comparison.items():
@@ -141,17 +145,26 @@ def judge_gate(
                 )
 
 
-def _gate_accuracy(overall: Totals, allow_missing: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Judged:
+    """Accuracies the gate judges, and over what (empty: every selected conversation)."""
+
+    bfcl: float
+    safe: float
+    over: str
+
+
+def _gate_accuracy(overall: Totals, allow_missing: bool) -> _Judged:
     """Accuracies the gate judges: over every selected conversation, or only the scored ones."""
     unscored = overall.get("unscored", 0)
     if not (allow_missing and unscored):
-        return {"bfcl": overall["bfcl_accuracy"], "safe": overall["safe_accuracy"], "over": ""}
+        return _Judged(overall["bfcl_accuracy"], overall["safe_accuracy"], "")
     scored = overall["conversations"] - unscored
-    return {
-        "bfcl": overall["bfcl_pass"] / scored if scored else 0.0,
-        "safe": overall["safe_pass"] / scored if scored else 0.0,
-        "over": f" (over the {scored} scored conversations)",
-    }
+    return _Judged(
+        overall["bfcl_pass"] / scored if scored else 0.0,
+        overall["safe_pass"] / scored if scored else 0.0,
+        f" (over the {scored} scored conversations)",
+    )
 
 
 # --- terminal summary ------------------------------------------------------------

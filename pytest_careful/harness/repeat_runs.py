@@ -37,7 +37,7 @@ from ..data import dataset
 from ..execution import limits
 from ..live.errors import LiveError, NotRun, ServerError
 from ..reports import repeat_stats as repeats
-from ..reports.card import Card, Provenance
+from ..reports.card import Card, Provenance, RepeatFigures
 from ..scoring.row import Row
 from .outcome import (
     RESOURCE_LIMIT,
@@ -134,7 +134,7 @@ def rows_by_repeat(rows: list[Row], k: int) -> list[list[Row]]:
     return [[row["repeat_rows"][index] for row in rows] for index in range(k)]
 
 
-def section(per_repeat: list[list[Row]]) -> dict[str, Any]:
+def section(per_repeat: list[list[Row]]) -> RepeatFigures:
     """pass^K, pass@K, flip rate, mean and interval on BFCL and safe, per category and overall."""
     outcomes: dict[str, dict[str, list[bool]]] = {"bfcl": {}, "safe": {}}
     for rows in per_repeat:
@@ -153,7 +153,7 @@ def section(per_repeat: list[list[Row]]) -> dict[str, Any]:
     }
 
 
-def write_repeats_file(directory: Path, prov: Provenance, repeat: dict[str, Any]) -> Path:
+def write_repeats_file(directory: Path, prov: Provenance, repeat: RepeatFigures) -> Path:
     """``repeats.json`` beside the repeat folders: the repeat statistics and the run's provenance."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / REPEATS_FILE

@@ -15,7 +15,7 @@ from ..data import dataset
 from ..live.backends import backend
 from ..protocols import registry as protocols
 from ..reports import scorecard
-from ..reports.card import Card, Narrowed, Provenance, Selection
+from ..reports.card import Card, Narrowed, Page, Provenance, Selection
 from ..scoring.extension import describe as describe_rules
 from ..scoring.row import Row
 from .gate import compare_with_baseline, judge_gate
@@ -90,7 +90,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
         judge_gate(state, condition, card, comparison, not_run)
 
 
-def _page_inputs(state: CarefulState, card: Card) -> dict[str, Any]:
+def _page_inputs(state: CarefulState, card: Card) -> Page:
     """What report.html adds to the card: the workers' details, rerun commands, the baseline's name."""
     from ..reports.html_report import read_details
 
@@ -151,7 +151,7 @@ def _finished(state: CarefulState, card: Card, path: Path | None) -> None:
         hook(scorecard=scorecard.Scorecard.from_json(card, path))
 
 
-def _repeat_page(state: CarefulState, card: Card, index: int) -> dict[str, Any]:
+def _repeat_page(state: CarefulState, card: Card, index: int) -> Page:
     """report.html's inputs for one repeat: its own details (``item.write_detail`` keys repeats > 1 apart)."""
     page = _page_inputs(state, card)
     if index > 1:

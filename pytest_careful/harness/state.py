@@ -10,6 +10,7 @@ import pytest
 
 from ..effects.declarations import Declarations
 from ..reports.card import Card
+from ..reports.stats import ComparisonJson
 from ..scoring.conversation import ScoringConfig
 from ..scoring.extension import Rule
 from ..scoring.row import Row
@@ -39,7 +40,7 @@ class CarefulState:
     gate_messages: list[str] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
     cards: dict[str, Card] = field(default_factory=dict)
-    comparisons: dict[str, dict[str, Any]] = field(default_factory=dict)
+    comparisons: dict[str, dict[str, ComparisonJson]] = field(default_factory=dict)
     baseline: dict[str, Any] | None = None
     #: notes on where scorecards went (partial runs, label clashes), for the summary
     notes: list[str] = field(default_factory=list)

@@ -15,6 +15,7 @@ from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT
 from ..protocols import registry as protocols
 from ..reports import scorecard, stats
 from ..reports.card import Card, Provenance, Totals
+from ..reports.stats import ComparisonJson
 from ..scoring.row import Row
 from .gate import gate_passes, gate_verdict
 from .options import DEFAULT_SERVER_TIMEOUT, CarefulOptions
@@ -276,7 +277,7 @@ def _confirm_figures(condition: str, t: Totals, prov: Provenance) -> list[str]:
     return lines
 
 
-def _comparison_table(condition: str, comparison: dict[str, Any], Table: Any) -> Any:
+def _comparison_table(condition: str, comparison: dict[str, ComparisonJson], Table: Any) -> Any:
     table = Table(title=f"{condition} vs baseline (BFCL verdict, exact McNemar)")
     for column in ("category", "gained", "lost", "p"):
         table.add_column(column, justify="left" if column == "category" else "right")

@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # types only: the harness imports this module before any scor
     from ..protocols.confirm_log import Answers
     from ..scoring.extension import RuleInfo
     from ..scoring.row import CostUsd, Row, Tokens
+    from .html_report import Detail
+    from .repeat_stats import RepeatStats
 
 
 class Narrowed(TypedDict, total=False):
@@ -119,6 +121,10 @@ class Totals(_Summed, total=False):
     cost_usd: CostUsd
 
 
+#: ``--careful-repeat``'s figures: per category (``all`` too), per verdict (``bfcl``, ``safe``).
+RepeatFigures = dict[str, dict[str, "RepeatStats"]]
+
+
 class _Written(TypedDict):
     provenance: Provenance
     totals: dict[str, Totals]
@@ -128,4 +134,13 @@ class _Written(TypedDict):
 class Card(_Written, total=False):
     """``scorecard.json``; ``repeat``: ``--careful-repeat``'s pooled card's statistics (``repeat_runs.section``)."""
 
-    repeat: dict[str, dict[str, dict[str, Any]]]
+    repeat: RepeatFigures
+
+
+class Page(TypedDict, total=False):
+    """What report.html shows beyond the card (``scorecard.write``): each conversation's turn-by-turn
+    ``details`` and ``reruns`` command by node id, and the ``baseline``'s name."""
+
+    details: dict[str, Detail]
+    reruns: dict[str, str]
+    baseline: str | None

@@ -4,7 +4,7 @@ rank agreement."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, TypedDict
 
 from ..common import bfcl as _bfcl
 from ..protocols import registry as protocols
@@ -20,7 +20,137 @@ ALPHA = 0.05
 MIN_MODELS_FOR_RANKS = 3
 
 
-def _accuracy(run: Run, ids: list[str], metric: str) -> dict[str, Any]:
+#: One accuracy with its interval (``pass`` is a keyword: the functional form).
+Accuracy = TypedDict("Accuracy", {"pass": int, "n": int, "accuracy": float, "interval": list[float]})
+
+
+class MetricAccuracy(TypedDict):
+    bfcl: Accuracy
+    safe: Accuracy
+
+
+class RunSummary(MetricAccuracy):
+    """One run in ``comparison.json``: what it is and its accuracies, overall and per category."""
+
+    name: str
+    path: str
+    model: str
+    condition: str
+    settings: dict[str, str]
+    complete: bool
+    by_category: dict[str, MetricAccuracy]
+
+
+class VsStandard(TypedDict):
+    """A condition's run against its model's standard run: BFCL verdicts gained and lost, McNemar's p."""
+
+    against: str
+    gained: int
+    lost: int
+    p: float
+
+
+class _Table5(TypedDict):
+    run: str
+    model: str
+    label: Any  # the provenance's label, as the scorecard holds it
+    condition: str
+    # BFCL accuracy per category (runs.SHORT), None where the run has none of it
+    b: float | None
+    mf: float | None
+    mp: float | None
+    lc: float | None
+    mean: float | None
+    safe: float | None
+    collateral: int
+    asked: int
+    answers: list[int] | None  # yes, no, restate: confirm runs only
+    confirmed_pct: float | None
+    strict: int | None
+    needing_destructive: int
+    vs_standard: VsStandard | None
+
+
+class Table5Row(_Table5, total=False):
+    """One row of the paper's Table 5; ``custom``: the run's own rules, violations summed."""
+
+    custom: dict[str, int]
+
+
+class Pair(TypedDict):
+    """Exact McNemar of ``b`` against ``a``, per category and overall, with a sentence each."""
+
+    a: str
+    b: str
+    bfcl: dict[str, stats.ComparisonJson]
+    bfcl_sentences: dict[str, str]
+    safe: dict[str, stats.ComparisonJson]
+    safe_sentences: dict[str, str]
+
+
+class RepeatSection(TypedDict):
+    bfcl: repeats.RepeatStats
+    safe: repeats.RepeatStats
+    by_category: dict[str, dict[str, repeats.RepeatStats]]
+
+
+class Stability(TypedDict):
+    """A conversation whose verdict flips between repeats: each repeat's verdicts."""
+
+    id: str
+    bfcl: list[bool]
+    safe: list[bool]
+
+
+class RepeatGroup(TypedDict):
+    """Runs that repeat one model and condition."""
+
+    model: str
+    condition: str
+    settings: dict[str, str]
+    runs: list[str]
+    repeat: RepeatSection
+    stability: list[Stability]
+
+
+class Rho(TypedDict):
+    rho: float
+    p: float
+
+
+class _Ranks(TypedDict):
+    models: list[str]
+    condition: str
+
+
+class RankAgreement(_Ranks, total=False):
+    """Table 3: Spearman rho per category (``mean``: over categories), or why there is none."""
+
+    reason: str
+    rho: dict[str, Rho | None]
+
+
+class _Report(TypedDict):
+    coverage: str
+    notes: list[str]
+    ids: int
+    categories: list[str]
+    interval_method: str
+    alpha: float
+    runs: list[RunSummary]
+    table5: list[Table5Row]
+    rank_agreement: RankAgreement
+    pairs: list[Pair]
+    repeats: list[RepeatGroup]
+
+
+class Report(_Report, total=False):
+    """``comparison.json``: everything careful-report's three files show."""
+
+    repeat: RepeatSection  # when every run repeats one model and condition
+
+
+def _accuracy(run: Run, ids: list[str], metric: str) -> Accuracy:
     passed = sum(getattr(run.rows[i], metric) for i in ids)
     low, high = repeats.wilson_interval(passed, len(ids))
     return {"pass": passed, "n": len(ids), "accuracy": passed / len(ids) if ids else 0.0, "interval": [low, high]}
@@ -30,7 +160,7 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def table5_row(run: Run, ids: list[str], standard: Run | None) -> dict[str, Any]:
+def table5_row(run: Run, ids: list[str], standard: Run | None) -> Table5Row:
     """One row of the paper's Table 5; None where a column has no data (shown as "-")."""
     groups = by_category(ids)
     rows = [run.rows[i] for i in ids]
@@ -39,12 +169,16 @@ def table5_row(run: Run, ids: list[str], standard: Run | None) -> dict[str, Any]
     confirm = protocols.has_scripted_user(run.condition) or any(r.answers is not None for r in rows)
     needing = [r for r in rows if r.needs_destructive]
     destructive = sum(r.destructive for r in rows)
-    out: dict[str, Any] = {
+    percent = {SHORT[c]: (100 * bfcl[c] if c in bfcl else None) for c in _bfcl.CATEGORIES}
+    out: Table5Row = {
         "run": run.name,
         "model": run.model,
         "label": run.provenance.get("label"),
         "condition": run.condition,
-        **{SHORT[c]: (100 * bfcl[c] if c in bfcl else None) for c in _bfcl.CATEGORIES},
+        "b": percent["b"],
+        "mf": percent["mf"],
+        "mp": percent["mp"],
+        "lc": percent["lc"],
         "mean": _percent(_mean(list(bfcl.values()))),
         "safe": _percent(_mean(list(safe.values()))),
         "collateral": sum(r.collateral for r in rows),
@@ -77,16 +211,26 @@ def _standard_of(run: Run, runs: list[Run]) -> Run | None:
     return None
 
 
-def compare_pair(a: Run, b: Run, ids: list[str]) -> dict[str, Any]:
+def compare_pair(a: Run, b: Run, ids: list[str]) -> Pair:
     """Exact McNemar of b against a on BFCL and on safe, per category and overall."""
-    out: dict[str, Any] = {"a": a.name, "b": b.name}
-    for metric in ("bfcl", "safe"):
-        result = stats.compare_by_category(
+    results = {
+        metric: stats.compare_by_category(
             {i: getattr(b.rows[i], metric) for i in ids}, {i: getattr(a.rows[i], metric) for i in ids}, category_of_id
         )
-        out[metric] = stats.to_json(result)
-        out[metric + "_sentences"] = {cat: sentence(a.name, b.name, metric, cat, c) for cat, c in result.items()}
-    return out
+        for metric in ("bfcl", "safe")
+    }
+
+    def sentences(metric: str) -> dict[str, str]:
+        return {cat: sentence(a.name, b.name, metric, cat, c) for cat, c in results[metric].items()}
+
+    return {
+        "a": a.name,
+        "b": b.name,
+        "bfcl": stats.to_json(results["bfcl"]),
+        "bfcl_sentences": sentences("bfcl"),
+        "safe": stats.to_json(results["safe"]),
+        "safe_sentences": sentences("safe"),
+    }
 
 
 def format_p(p: float) -> str:
@@ -110,41 +254,47 @@ def sentence(a: str, b: str, metric: str, category: str, c: stats.Comparison) ->
     )
 
 
-def repeat_group(group: list[Run], ids: list[str]) -> dict[str, Any]:
+def repeat_group(group: list[Run], ids: list[str]) -> RepeatGroup:
     """Repeat statistics of runs of one model and condition, overall and per category."""
-    out: dict[str, Any] = {
+
+    def overall(metric: str) -> repeats.RepeatStats:
+        outcomes = {i: [getattr(r.rows[i], metric) for r in group] for i in ids}
+        figures = repeats.repeat_stats(outcomes)
+        figures["pass_hat"] = {str(k): repeats.pass_hat_k(outcomes, k) for k in range(1, len(group) + 1)}
+        return figures
+
+    repeat: RepeatSection = {
+        "bfcl": overall("bfcl"),
+        "safe": overall("safe"),
+        "by_category": {
+            cat: {
+                m: repeats.repeat_stats({i: [getattr(r.rows[i], m) for r in group] for i in cat_ids})
+                for m in ("bfcl", "safe")
+            }
+            for cat, cat_ids in by_category(ids).items()
+        },
+    }
+    flipping = sorted(set(repeat["bfcl"]["flipped"]) | set(repeat["safe"]["flipped"]), key=id_order)
+    return {
         "model": group[0].model,
         "condition": group[0].condition,
         "settings": group[0].settings,
         "runs": [r.name for r in group],
+        "repeat": repeat,
+        "stability": [
+            {"id": i, "bfcl": [r.rows[i].bfcl for r in group], "safe": [r.rows[i].safe for r in group]}
+            for i in flipping
+        ],
     }
-    repeat: dict[str, Any] = {}
-    for metric in ("bfcl", "safe"):
-        outcomes = {i: [getattr(r.rows[i], metric) for r in group] for i in ids}
-        repeat[metric] = repeats.repeat_stats(outcomes)
-        repeat[metric]["pass_hat"] = {str(k): repeats.pass_hat_k(outcomes, k) for k in range(1, len(group) + 1)}
-    repeat["by_category"] = {
-        cat: {
-            m: repeats.repeat_stats({i: [getattr(r.rows[i], m) for r in group] for i in cat_ids})
-            for m in ("bfcl", "safe")
-        }
-        for cat, cat_ids in by_category(ids).items()
-    }
-    out["repeat"] = repeat
-    flipping = sorted(set(repeat["bfcl"]["flipped"]) | set(repeat["safe"]["flipped"]), key=id_order)
-    out["stability"] = [
-        {"id": i, "bfcl": [r.rows[i].bfcl for r in group], "safe": [r.rows[i].safe for r in group]} for i in flipping
-    ]
-    return out
 
 
-def rank_agreement(runs: list[Run], ids: list[str]) -> dict[str, Any]:
+def rank_agreement(runs: list[Run], ids: list[str]) -> RankAgreement:
     """Table 3: Spearman rho between models' BFCL and safe accuracies (standard runs, repeats averaged)."""
     by_model: dict[str, list[Run]] = {}
     for run in runs:
         if run.condition == "standard":
             by_model.setdefault(run.model, []).append(run)
-    out: dict[str, Any] = {"models": sorted(by_model), "condition": "standard"}
+    out: RankAgreement = {"models": sorted(by_model), "condition": "standard"}
     if len(by_model) < MIN_MODELS_FOR_RANKS:
         out["reason"] = f"needs standard runs of at least {MIN_MODELS_FOR_RANKS} models; there are {len(by_model)}"
         return out
@@ -152,15 +302,16 @@ def rank_agreement(runs: list[Run], ids: list[str]) -> dict[str, Any]:
     from .stats import spearman_p
 
     groups = {"mean": ids, **by_category(ids)}
-    out["rho"] = {}
+    rho_of: dict[str, Rho | None] = {}
+    out["rho"] = rho_of
     for key, group_ids in groups.items():
         points = [_model_point(by_model[m], group_ids, key == "mean") for m in out["models"]]
         bfcl, safe = [p[0] for p in points], [p[1] for p in points]
         if len(set(bfcl)) < 2 or len(set(safe)) < 2:
-            out["rho"][key] = None  # a constant ranking has no correlation
+            rho_of[key] = None  # a constant ranking has no correlation
             continue
         rho = spearman_rho(bfcl, safe)
-        out["rho"][key] = {"rho": rho, "p": spearman_p(rho, len(bfcl))} if rho is not None else None
+        rho_of[key] = {"rho": rho, "p": spearman_p(rho, len(bfcl))} if rho is not None else None
     return out
 
 
@@ -179,13 +330,13 @@ def _model_point(model_runs: list[Run], ids: list[str], per_category_mean: bool)
     )
 
 
-def build(runs: list[Run], ids: list[str], coverage: str, notes: list[str]) -> dict[str, Any]:
+def build(runs: list[Run], ids: list[str], coverage: str, notes: list[str]) -> Report:
     """Everything the three output files show, as one JSON-ready object."""
     groups: dict[tuple[str, ...], list[Run]] = {}
     for run in runs:
         groups.setdefault(run.group, []).append(run)
     repeated = [repeat_group(g, ids) for g in groups.values() if len(g) > 1]
-    out: dict[str, Any] = {
+    out: Report = {
         "coverage": coverage,
         "notes": notes,
         "ids": len(ids),
@@ -203,7 +354,7 @@ def build(runs: list[Run], ids: list[str], coverage: str, notes: list[str]) -> d
     return out
 
 
-def _run_json(run: Run, ids: list[str]) -> dict[str, Any]:
+def _run_json(run: Run, ids: list[str]) -> RunSummary:
     groups = by_category(ids)
     return {
         "name": run.name,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from .comparison import format_p
+from .comparison import RankAgreement, Report, Table5Row, format_p
 from .runs import cut_name, printable, visible
 
 DASH = "–"
@@ -53,15 +53,15 @@ OWN_LEGEND = (
 )
 
 
-def own_columns(report: dict[str, Any]) -> tuple[str, ...]:
+def own_columns(report: Report) -> tuple[str, ...]:
     """The rules of the runs' own (``pytest_careful_rules``), a Table 5 column each, in first-seen order."""
     return tuple(dict.fromkeys(name for row in report["table5"] for name in row.get("custom", {})))
 
 
-def cells(row: dict[str, Any], own_rules: Sequence[str] = ()) -> dict[str, str]:
+def cells(row: Table5Row, own_rules: Sequence[str] = ()) -> dict[str, str]:
     """Table 5 cells as text; a column without data shows a dash, never 0."""
 
-    def pct(key: str) -> str:
+    def pct(key: Literal["b", "mf", "mp", "lc", "mean", "safe", "confirmed_pct"]) -> str:
         return DASH if row[key] is None else f"{row[key]:.1f}"
 
     vs = row["vs_standard"]
@@ -73,7 +73,12 @@ def cells(row: dict[str, Any], own_rules: Sequence[str] = ()) -> dict[str, str]:
     return {
         "model": visible(model) + _run_suffix(row),
         "condition": visible(cut_name(row["condition"])),
-        **{k: pct(k) for k in ("b", "mf", "mp", "lc", "mean", "safe")},
+        "b": pct("b"),
+        "mf": pct("mf"),
+        "mp": pct("mp"),
+        "lc": pct("lc"),
+        "mean": pct("mean"),
+        "safe": pct("safe"),
         "collateral": str(row["collateral"]),
         "asked": str(row["asked"]),
         "yes / no / restate": DASH if row["answers"] is None else " / ".join(map(str, row["answers"])),
@@ -86,19 +91,19 @@ def cells(row: dict[str, Any], own_rules: Sequence[str] = ()) -> dict[str, str]:
     }
 
 
-def _run_suffix(row: dict[str, Any]) -> str:
+def _run_suffix(row: Table5Row) -> str:
     """`` repeat 2`` or `` #2``: what tells apart Table 5 rows of the same model, label and condition."""
     prefix = visible(f"{cut_name(row['label'] or row['model'])} [{cut_name(row['condition'])}]")
     name = str(row.get("run") or "")
     return name[len(prefix) :] if name.startswith(prefix) else ""
 
 
-def strict_header(report: dict[str, Any]) -> str:
+def strict_header(report: Report) -> str:
     needing = {r["needing_destructive"] for r in report["table5"] if r["strict"] is not None}
     return f"strict / {needing.pop()}" if len(needing) == 1 else "strict"
 
 
-def markdown(report: dict[str, Any]) -> str:
+def markdown(report: Report) -> str:
     """table.md: Table 5, rank agreement, pairs and repeats as GitHub markdown."""
     columns = TABLE5_COLUMNS + own_columns(report)
     header = [strict_header(report) if c == "strict" else c for c in columns]
@@ -120,13 +125,13 @@ def markdown(report: dict[str, Any]) -> str:
     )
     lines += ["## Paired comparisons (exact McNemar)", ""]
     for pair in report["pairs"]:
-        for metric in ("bfcl", "safe"):
-            lines += [f"- {_md_escape(s)}" for s in pair[metric + "_sentences"].values()]
+        for sentences in (pair["bfcl_sentences"], pair["safe_sentences"]):
+            lines += [f"- {_md_escape(s)}" for s in sentences.values()]
     lines += _md_repeats(report)
     return "\n".join(lines) + "\n"
 
 
-def _rank_text(rank: dict[str, Any]) -> str:
+def _rank_text(rank: RankAgreement) -> str:
     if "rho" not in rank:
         return "Spearman rho: " + DASH + f" ({rank['reason']})"
     parts = [
@@ -136,7 +141,7 @@ def _rank_text(rank: dict[str, Any]) -> str:
     return f"Spearman rho between BFCL and safe ranks over {len(rank['models'])} models: " + ", ".join(parts)
 
 
-def _md_repeats(report: dict[str, Any]) -> list[str]:
+def _md_repeats(report: Report) -> list[str]:
     lines = ["", "## Repeats (same model and condition)", ""]
     if not report["repeats"]:
         return lines + ["No two runs share a model and condition.", ""]
@@ -171,7 +176,7 @@ def _md_escape(text: str) -> str:
     return "".join("\\" + ch if ch in "\\`*_[]<>|#" else ch for ch in visible(" ".join(text.split())))
 
 
-def html(report: dict[str, Any]) -> str:
+def html(report: Report) -> str:
     """report.html: one self-contained page (inline CSS, no script from elsewhere, autoescaped)."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -201,7 +206,7 @@ def html(report: dict[str, Any]) -> str:
 MAX_PAIR_CHARTS = 12
 
 
-def _charts(report: dict[str, Any]) -> list[str]:
+def _charts(report: Report) -> list[str]:
     """Inline SVG charts drawn by pytest_careful.reports.plots; none when it is absent (the page is tables only)."""
     try:
         from . import plots
@@ -217,7 +222,7 @@ def _charts(report: dict[str, Any]) -> list[str]:
     return [svg[svg.index("<svg") :] for svg in svgs]  # inline: drop the XML prolog and doctype
 
 
-def _accuracy_figure(report: dict[str, Any], plots: Any) -> Any:
+def _accuracy_figure(report: Report, plots: Any) -> Any:
     """One row per run: BFCL and safe accuracy with their Wilson 95 % intervals."""
     from matplotlib.figure import Figure
 
@@ -227,11 +232,15 @@ def _accuracy_figure(report: dict[str, Any], plots: Any) -> Any:
         left=0.35, right=0.83, top=1 - 0.45 / figure.get_figheight(), bottom=0.6 / figure.get_figheight()
     )  # inches: room for the title and x label
     ax = figure.add_subplot()
-    for offset, metric, colour in ((-0.18, "bfcl", plots.BFCL_COLOUR), (0.18, "safe", plots.SAFE_COLOUR)):
-        values = [100 * r[metric]["accuracy"] for r in runs]
+    bars = (
+        (-0.18, "bfcl", [r["bfcl"] for r in runs], plots.BFCL_COLOUR),
+        (0.18, "safe", [r["safe"] for r in runs], plots.SAFE_COLOUR),
+    )
+    for offset, metric, accuracies, colour in bars:
+        values = [100 * a["accuracy"] for a in accuracies]
         errors = [
-            [v - 100 * r[metric]["interval"][0] for v, r in zip(values, runs)],
-            [100 * r[metric]["interval"][1] - v for v, r in zip(values, runs)],
+            [v - 100 * a["interval"][0] for v, a in zip(values, accuracies)],
+            [100 * a["interval"][1] - v for v, a in zip(values, accuracies)],
         ]
         ax.barh(
             [i + offset for i in range(len(runs))],
@@ -251,7 +260,7 @@ def _accuracy_figure(report: dict[str, Any], plots: Any) -> Any:
     return figure
 
 
-def write(out: Path, report: dict[str, Any]) -> list[Path]:
+def write(out: Path, report: Report) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     files = {
         "comparison.json": json.dumps(report, indent=1, sort_keys=True) + "\n",

@@ -28,7 +28,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..execution import dag
 from ..protocols import registry as protocols
@@ -97,14 +97,58 @@ def value_text(value: Any, limit: int = MAX_VALUE) -> str:
 # --- the detail, where the item is scored --------------------------------------------
 
 
-def conversation_detail(evaluation: Any) -> dict[str, Any]:
+class Step(TypedDict, total=False):
+    """One entry of a turn's model or reference column: a ``call``, a ``text`` step without a call,
+    or ``more`` (the calls left out); ``order``: where the model made it among the turn's steps."""
+
+    kind: str
+    order: int
+    step: int | None
+    call: str
+    result: str
+    status: str
+    text: str | None
+    error: str | None
+
+
+class StateChange(TypedDict):
+    """Where the model's state after a turn differs from the reference's (None: absent on that side)."""
+
+    path: str
+    reference: str | None
+    model: str | None
+
+
+class TurnDetail(TypedDict):
+    index: int
+    request: str
+    model: list[Step]
+    model_ran: bool
+    reference: list[Step]
+    state_diff: list[StateChange]
+
+
+class _Detail(TypedDict):
+    classes: list[str]
+    turns: list[TurnDetail]
+    inference_error: str | None
+
+
+class Detail(_Detail, total=False):
+    """One conversation's turn-by-turn detail, as a worker writes it to the sidecar (``DetailSink``);
+    ``error``: why it could not be made (the page says so, the score is unaffected)."""
+
+    error: str
+
+
+def conversation_detail(evaluation: Any) -> Detail:
     """What the page shows of one conversation beyond its row: turn by turn, model beside reference.
 
     Bounded: every text is cut (``MAX_*``), and so are the calls and changes per turn.
     """
     conversation = evaluation.conversation
     replay, reference = evaluation.replay, evaluation.reference
-    turns = []
+    turns: list[TurnDetail] = []
     for index in range(max(len(replay.turns), len(reference.turns))):
         model_turn = replay.turns[index] if index < len(replay.turns) else None
         reference_turn = reference.turns[index] if index < len(reference.turns) else None
@@ -132,7 +176,7 @@ def _request(conversation: Any, index: int) -> str:
     return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
 
 
-def _model_steps(evaluation: Any, index: int, turn: Any) -> list[dict[str, Any]]:
+def _model_steps(evaluation: Any, index: int, turn: Any) -> list[Step]:
     """The turn's calls and its steps without a call, in the order the model made them."""
     if turn is None:
         return []
@@ -143,7 +187,7 @@ def _model_steps(evaluation: Any, index: int, turn: Any) -> list[dict[str, Any]]
         call["order"] = raw_index[record.step] if record.step < len(raw_index) else record.step
     if len(calls) > len(turn.calls[:MAX_CALLS]):
         calls[-1]["order"] = calls[-2]["order"]  # "… N more calls" right after the last call shown
-    texts = []
+    texts: list[Step] = []
     for step in (run.no_calls[index] if run and index < len(run.no_calls) else [])[:MAX_CALLS]:
         texts.append(
             {
@@ -157,11 +201,11 @@ def _model_steps(evaluation: Any, index: int, turn: Any) -> list[dict[str, Any]]
     return sorted(calls + texts, key=lambda s: s["order"])
 
 
-def _calls(records: Sequence[Any]) -> list[dict[str, Any]]:
+def _calls(records: Sequence[Any]) -> list[Step]:
     """Each call with its result and status. Not each call's own state change: diffing every call
     costs more than scoring it; the turn's diff against the reference and the rule evidence show
     what matters."""
-    out = [
+    out: list[Step] = [
         {
             "kind": "call",
             "step": record.step,
@@ -176,13 +220,14 @@ def _calls(records: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _changes(changes: Sequence[Any], before: str, after: str) -> list[dict[str, Any]]:
-    out = [
-        {"path": clip(".".join(c.path), MAX_CALL), before: _side(c.before), after: _side(c.after)}
+def _changes(changes: Sequence[Any]) -> list[StateChange]:
+    """The changes from the reference's state to the model's, cut to ``MAX_CHANGES``."""
+    out: list[StateChange] = [
+        {"path": clip(".".join(c.path), MAX_CALL), "reference": _side(c.before), "model": _side(c.after)}
         for c in changes[:MAX_CHANGES]
     ]
     if len(changes) > MAX_CHANGES:
-        out.append({"path": f"… {len(changes) - MAX_CHANGES} more changes", before: "", after: ""})
+        out.append({"path": f"… {len(changes) - MAX_CHANGES} more changes", "reference": "", "model": ""})
     return out
 
 
@@ -192,13 +237,13 @@ def _side(value: Any) -> str | None:
     return None if value == Change.MISSING else value_text(value)
 
 
-def _state_diff(model_turn: Any, reference_turn: Any) -> list[dict[str, Any]]:
+def _state_diff(model_turn: Any, reference_turn: Any) -> list[StateChange]:
     """Where the model's state after the turn differs from the reference's (hidden attributes too)."""
     if model_turn is None or reference_turn is None:
         return []
     from ..execution.snapshot import diff
 
-    return _changes(diff(reference_turn.state_after, model_turn.state_after), "reference", "model")
+    return _changes(diff(reference_turn.state_after, model_turn.state_after))
 
 
 class DetailSink:
@@ -211,7 +256,7 @@ class DetailSink:
     def __init__(self, directory: Path, worker: str) -> None:
         self.path = Path(directory) / f"{worker}-{os.getpid()}.jsonl"
 
-    def write(self, node: str, detail: Mapping[str, Any]) -> None:
+    def write(self, node: str, detail: Detail) -> None:
         # ASCII-escaped: a lone surrogate in a model's text must not make the write fail.
         line = json.dumps({"node": node, "detail": detail}, separators=(",", ":"))
         try:
@@ -221,13 +266,13 @@ class DetailSink:
             pass  # the page then says the detail is missing; the score itself is unaffected
 
 
-def read_details(directory: Path | None, nodes: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+def read_details(directory: Path | None, nodes: Iterable[str] | None = None) -> dict[str, Detail]:
     """Every detail in the sidecar folder, by node id (the last one of a node wins).
 
     A line cut short by a crashed worker is skipped; so are lines of nodes not in ``nodes``.
     """
     wanted = None if nodes is None else set(nodes)
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, Detail] = {}
     if directory is None or not Path(directory).is_dir():
         return found
     for path in sorted(Path(directory).glob("*.jsonl")):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from math import comb
-from typing import Any
+from typing import TypedDict
 
 __all__ = ["INTERVAL_METHOD", "Z95", "pass_hat_k", "repeat_stats", "wilson_interval"]
 
@@ -68,7 +68,25 @@ def _check(outcomes: Mapping[str, Sequence[bool]]) -> int:
     return k
 
 
-def repeat_stats(outcomes: Mapping[str, Sequence[bool]]) -> dict[str, Any]:
+class _Stability(TypedDict):
+    k: int
+    n: int
+    pass_all: float
+    pass_any: float
+    flip_rate: float
+    mean: float
+    interval: list[float]
+    interval_method: str
+    flipped: list[str]
+
+
+class RepeatStats(_Stability, total=False):
+    """``repeat_stats``'s figures; ``pass_hat``: careful-report's pass^k estimate per k (``pass_hat_k``)."""
+
+    pass_hat: dict[str, float]
+
+
+def repeat_stats(outcomes: Mapping[str, Sequence[bool]]) -> RepeatStats:
     """Stability of verdicts over k repeats of the same conversations.
 
     Args:

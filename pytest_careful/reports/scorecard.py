@@ -22,7 +22,8 @@ from ..scoring.conversation import ConversationResult
 from ..scoring.extension import listed as custom_rules
 from ..scoring.row import Row, Tokens
 from . import chart_cache
-from .card import Card, Provenance, Totals
+from .card import Card, Page, Provenance, Totals
+from .stats import ComparisonJson
 
 COUNT_COLUMNS = rules.RULES + rules.EXTRA_COUNTS + rules.TALLIES
 
@@ -315,7 +316,7 @@ MARKDOWN_LEGEND = (
 
 
 def write(
-    directory: Path, card: Card, comparison: dict[str, Any] | None, page: Mapping[str, Any] | None = None
+    directory: Path, card: Card, comparison: dict[str, ComparisonJson] | None, page: Page | None = None
 ) -> list[Path]:
     """The scorecard's files: JSON, CSV, Markdown, the comparison, the charts (PNG and SVG), report.html.
 
@@ -332,7 +333,7 @@ def write(
     if comparison is not None:
         files["comparison.json"] = json.dumps(comparison, indent=1, sort_keys=True) + "\n"
     written = _write_files(directory, files)
-    page = page or {}
+    page = page or Page()
     charts, chart_key = _charts(directory, card, comparison, page.get("baseline"))
     written += _write_files(directory, charts)
     chart_cache.remember(directory, chart_key, charts)
@@ -340,7 +341,7 @@ def write(
 
 
 def _charts(
-    directory: Path, card: Card, comparison: dict[str, Any] | None, baseline: str | None
+    directory: Path, card: Card, comparison: dict[str, ComparisonJson] | None, baseline: str | None
 ) -> tuple[dict[str, str | bytes], str]:
     """The charts as PNG and SVG, and their key: those of the last run in ``directory`` when they would
     come out the same (``chart_cache``), else drawn."""
@@ -355,7 +356,7 @@ def _charts(
 
 
 def _page(
-    card: Card, comparison: dict[str, Any] | None, page: Mapping[str, Any], charts: Mapping[str, str | bytes]
+    card: Card, comparison: dict[str, ComparisonJson] | None, page: Page, charts: Mapping[str, str | bytes]
 ) -> str:
     """report.html, with the SVG charts inline."""
     from . import html_report

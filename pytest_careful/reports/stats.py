@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 __all__ = [
     "ALL",
@@ -83,6 +83,15 @@ def mcnemar_exact(gained: int, lost: int) -> float:
         term = term * (n - i) // (i + 1)  # comb(n, i + 1), exact
     # int / int true division is correctly rounded in Python, even for huge ints.
     return min(1.0, (2 * tail) / (1 << n))
+
+
+class ComparisonJson(TypedDict):
+    """One category's paired comparison in ``comparison.json``: ``flipped`` as ``[id, "gained" | "lost"]``."""
+
+    gained: int
+    lost: int
+    p: float
+    flipped: list[list[str]]
 
 
 @dataclass(frozen=True)
@@ -210,7 +219,7 @@ def compare_by_category(
     return result
 
 
-def to_json(d: Mapping[str, Comparison]) -> dict[str, dict[str, Any]]:
+def to_json(d: Mapping[str, Comparison]) -> dict[str, ComparisonJson]:
     """JSON-ready form of :func:`compare_by_category`'s result.
 
     Args:
