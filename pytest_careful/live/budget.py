@@ -60,7 +60,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
@@ -234,7 +234,31 @@ def request_bound(price: ModelPrice, *, system: Any, tools: Any, messages: Any, 
 
 # ---------------------------------------------------------------- ledger
 
+
 #: Counters kept per session; a folder's figures are their sums.
+class Reservation(TypedDict):
+    """One attempt in flight: its cost bound, and which session, host and process sent it."""
+
+    bound: float
+    session: str
+    host: str
+    pid: int
+    since: float
+
+
+#: A session's figures: each of ``COUNTERS``, and ``started`` (a time stamp).
+Counters = dict[str, float]
+
+
+class Ledger(TypedDict):
+    """The spend ledger's file (``version`` 2), as ``SpendLedger`` reads, checks and writes it."""
+
+    version: int
+    cap_usd: float | None
+    sessions: dict[str, Counters]
+    reservations: dict[str, Reservation]
+
+
 COUNTERS = ("spent_list", "spent_conservative", "requests", "attempts", "errors", "unconfirmed", "unconfirmed_usd")
 
 
@@ -357,24 +381,24 @@ class SpendLedger:
 
     # -- internals -------------------------------------------------------------------
 
-    def _cap(self, state: dict[str, Any]) -> float | None:
+    def _cap(self, state: Ledger) -> float | None:
         """This session's cap, else the last one given in this folder (a rerun without the
         option cannot lift it by forgetting it)."""
         return self.cap_usd if self.cap_usd is not None else state.get("cap_usd")
 
-    def _session(self, state: dict[str, Any]) -> dict[str, Any]:
+    def _session(self, state: Ledger) -> Counters:
         sessions = state["sessions"]
         if self.session not in sessions:
             sessions[self.session] = {"started": time.time(), **{k: 0 for k in COUNTERS}}
-        return sessions[self.session]  # type: ignore[no-any-return]
+        return sessions[self.session]
 
-    def _finish(self, state: dict[str, Any], reservation_id: str, counted: bool = True) -> dict[str, Any]:
+    def _finish(self, state: Ledger, reservation_id: str, counted: bool = True) -> Counters:
         state["reservations"].pop(reservation_id, None)
         counters = self._session(state)
         counters["attempts"] += int(counted)
         return counters
 
-    def _refusal(self, state: dict[str, Any], folder: Totals, bound_usd: float) -> str:
+    def _refusal(self, state: Ledger, folder: Totals, bound_usd: float) -> str:
         mine = _totals(state, folder.cap_usd, self.session)
         earlier = folder.charged - mine.charged
         given = (
@@ -397,7 +421,7 @@ class SpendLedger:
         )
 
     @contextlib.contextmanager
-    def _state(self, write: bool = True) -> Iterator[dict[str, Any]]:
+    def _state(self, write: bool = True) -> Iterator[Ledger]:
         """The file's state under the folder's lock; written back (atomically) on success."""
         with flocked(self.path):
             state = self._read()
@@ -407,7 +431,7 @@ class SpendLedger:
                     state["cap_usd"] = self.cap_usd
                 write_json(self.path, state)
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> Ledger:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -441,7 +465,7 @@ def flocked(path: Path) -> Iterator[None]:
         os.close(lock)  # closing releases the flock
 
 
-def write_json(path: Path, state: dict[str, Any]) -> None:
+def write_json(path: Path, state: Mapping[str, Any]) -> None:
     """Replace ``path`` atomically and durably: a reader never sees half a file, a crash never loses it."""
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(temporary, "w", encoding="utf-8") as handle:
@@ -464,7 +488,7 @@ def _number(value: Any, what: str) -> float:
     return float(value)
 
 
-def _checked(parsed: object) -> dict[str, Any]:
+def _checked(parsed: object) -> Ledger:
     """The parsed file if it has the shape the ledger writes; ValueError otherwise."""
     if not isinstance(parsed, dict) or parsed.get("version") != LEDGER_VERSION:
         version = parsed.get("version") if isinstance(parsed, dict) else None
@@ -483,15 +507,15 @@ def _checked(parsed: object) -> dict[str, Any]:
         if not isinstance(reservation, dict) or not isinstance(reservation.get("session"), str):
             raise ValueError(f"reservation {name!r} is malformed")
         _number(reservation.get("bound"), f"reservations[{name!r}]['bound']")
-    return parsed
+    return parsed  # type: ignore[return-value]  # its shape was checked above
 
 
-def _bound(state: dict[str, Any], reservation_id: str) -> float:
+def _bound(state: Ledger, reservation_id: str) -> float:
     reservation = state["reservations"].get(reservation_id)
     return float(reservation["bound"]) if reservation else 0.0
 
 
-def _sweep_dead(state: dict[str, Any]) -> None:
+def _sweep_dead(state: Ledger) -> None:
     """Reservations of processes of this host that died: unconfirmed, their bound stays spent.
 
     A process killed mid-request may have been billed. Another host's processes
@@ -520,7 +544,7 @@ def _alive(pid: Any) -> bool:
     return True
 
 
-def _totals(state: dict[str, Any], cap: float | None, session: str | None) -> Totals:
+def _totals(state: Ledger, cap: float | None, session: str | None) -> Totals:
     """The folder's totals (``session`` None) or one session's."""
     rows = [c for name, c in state["sessions"].items() if session is None or name == session]
     reserved = sum(
@@ -541,13 +565,13 @@ def _totals(state: dict[str, Any], cap: float | None, session: str | None) -> To
     )
 
 
-def _legacy_sessions(directory: Path) -> dict[str, Any]:
+def _legacy_sessions(directory: Path) -> dict[str, Counters]:
     """Spend recorded by earlier versions (one ``spend-<run id>.json`` per run), as sessions.
 
     Read once, when the folder's ledger is first made: money those runs spent
     counts against the cap too. Their reservations were never settled: unconfirmed.
     """
-    sessions: dict[str, Any] = {}
+    sessions: dict[str, Counters] = {}
     for path in sorted(directory.glob("spend-*.json")):
         try:
             old = json.loads(path.read_text(encoding="utf-8"))

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from .budget import flocked, write_json
 
@@ -65,6 +65,23 @@ def workers() -> int:
         return 1
 
 
+class Holder(TypedDict):
+    """A slot in use: the process holding it."""
+
+    pid: int
+    host: str
+
+
+class Shared(TypedDict):
+    """The limiter's file: the current limit, its streak of successes, the pause, the slots in use."""
+
+    limit: int
+    streak: int
+    paused_until: float
+    in_flight: dict[str, Holder]
+    throttles: int
+
+
 class SharedLimiter:
     """The run's concurrency: :meth:`slot` around each attempt, :meth:`throttled` on a 429."""
 
@@ -99,9 +116,9 @@ class SharedLimiter:
             state["throttles"] += 1
         return wait
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Shared:
         with self._state(write=False) as state:
-            return dict(state)
+            return state.copy()
 
     # -- internals ---------------------------------------------------------------
 
@@ -122,7 +139,7 @@ class SharedLimiter:
             state["in_flight"].pop(token, None)
 
     @contextlib.contextmanager
-    def _state(self, write: bool = True) -> Iterator[dict[str, Any]]:
+    def _state(self, write: bool = True) -> Iterator[Shared]:
         """The shared state under the file's lock; written back atomically on success."""
         with flocked(self.path):
             state = self._read()
@@ -130,8 +147,8 @@ class SharedLimiter:
             if write:
                 write_json(self.path, state)
 
-    def _read(self) -> dict[str, Any]:
-        fresh = {"limit": self.maximum, "streak": 0, "paused_until": 0.0, "in_flight": {}, "throttles": 0}
+    def _read(self) -> Shared:
+        fresh: Shared = {"limit": self.maximum, "streak": 0, "paused_until": 0.0, "in_flight": {}, "throttles": 0}
         try:
             state = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -139,10 +156,10 @@ class SharedLimiter:
         if not isinstance(state, dict) or not all(k in state for k in fresh):
             return fresh
         state["limit"] = max(1, min(int(state["limit"]), self.maximum))
-        return state
+        return state  # type: ignore[return-value]  # a file of the limiter's own, its keys checked
 
 
-def _sweep(state: dict[str, Any]) -> None:
+def _sweep(state: Shared) -> None:
     """Slots of this host's processes that died are free again."""
     host = socket.gethostname()
     for token, holder in list(state["in_flight"].items()):
