@@ -323,6 +323,7 @@ def run_modules_loaded() -> None:
     import numpy  # noqa: F401
 
     from pytest_careful.harness import scorecard_files, summary  # noqa: F401
+    from pytest_careful.reports import plots  # noqa: F401  # matplotlib: the run draws the charts
 
 
 def test_objects_frozen_during_a_run_and_thawed_after_an_in_process_one(run_modules_loaded, pytester):
