@@ -57,7 +57,7 @@ class RunSettings:
     ``to_json``/``from_json`` are the one place the file is written and read. A field the run did
     not record is None and left out of the file; a key this version does not know, or a known one
     holding another JSON type than its own (a hostile or hand-edited file), is kept in ``other``
-    as it was read, so that the file round-trips and a comparison with it (``LiveSource.claim``)
+    as it was read, so that the file round-trips and a comparison with it (``live.filing.ResultFolders.claim``)
     still sees it.
 
     Attributes:

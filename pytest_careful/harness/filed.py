@@ -25,7 +25,7 @@ from .state import CarefulState
 def score_filed(session: pytest.Session, state: CarefulState) -> list[str]:
     """Score the selected conversations that have no row and a complete entry; their node ids."""
     source: Any = state.source
-    if not state.options.live or state.options.repeat > 1 or not hasattr(source, "store"):
+    if not state.options.live or state.options.repeat > 1 or not hasattr(source, "folders"):
         return []  # repeats are scored K at a time by their item (repeat_runs)
     missing = sorted(n for n in state.selected if n not in state.rows and selection.NODE_ID.match(n))
     if not missing:
@@ -41,7 +41,7 @@ def score_filed(session: pytest.Session, state: CarefulState) -> list[str]:
         conversation_id, condition = match["id"], match["condition"] or state.options.protocols[0]
         category = dataset.category_of(conversation_id)
         if (condition, category) not in files:
-            files[(condition, category)] = source.store(condition).read(category)[0]
+            files[(condition, category)] = source.folders.store(condition).read(category)[0]
         entry = files[(condition, category)].get(conversation_id)
         if entry is None or not is_complete(entry.raw):
             continue

@@ -66,7 +66,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
             if prov["user_script"] != options.user_script:
                 prov["reexamined_under"] = options.user_script
         if options.live:
-            prov["result_files"] = str(state.source.store(condition).model_dir)  # type: ignore[attr-defined]
+            prov["result_files"] = str(state.source.folders.store(condition).model_dir)  # type: ignore[attr-defined]
             prov["live"] = state.source.provenance()  # type: ignore[attr-defined]
         if options.repeat > 1:  # --careful-repeat: a scorecard per repeat; the gate judges their pool
             judge_gate(
@@ -124,7 +124,7 @@ def _finish_repeats(
     per_repeat = repeat_runs.rows_by_repeat(rows, k)
     folder = None
     for index, repeat_rows in enumerate(per_repeat, start=1):
-        result_files = str(state.source.store(condition, index).model_dir)  # type: ignore[attr-defined]
+        result_files = str(state.source.folders.store(condition, index).model_dir)  # type: ignore[attr-defined]
         prov_k: Provenance = {**prov, "repeat": index, "repeats": k, "result_files": result_files}
         card = scorecard.scorecard(repeat_rows, prov_k)
         directory, notes = _target(state, base, label, f"{condition}/repeat-{index}", identity, card, complete)

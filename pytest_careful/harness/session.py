@@ -166,7 +166,7 @@ class CarefulPlugin:
     def pytest_configure_node(self, node: Any) -> None:
         """xdist controller: send each worker what this session set up (server URL, run id)."""
         from ..live.claude import RUN_ID_ENV
-        from ..live.source import SESSION_ENV
+        from ..live.stops import SESSION_ENV
         from ..live.vllm_server import ENDPOINT_ENV, LOG_ENV
 
         node.workerinput["careful_env"] = {
@@ -177,12 +177,12 @@ class CarefulPlugin:
 
     def _compact_results(self) -> None:
         """Live runs: rewrite each result file as ``bfcl evaluate`` wants it (one entry per id)."""
-        source = self.state.source
-        if not hasattr(source, "store"):
+        folders = getattr(self.state.source, "folders", None)
+        if folders is None:
             return
         for condition in self.state.options.protocols:
             for repeat in range(1, self.state.options.repeat + 1):  # --careful-repeat: each repeat's files
-                store = source.store(condition, repeat)
+                store = folders.store(condition, repeat)
                 for category in self.state.options.categories:
                     try:
                         store.compact(category)
@@ -289,9 +289,9 @@ class CarefulPlugin:
 
             source: Any = self.state.source  # a LiveSource
             self._progress = Display(
-                source.session_dir() / "flight" / "progress",
+                source.stops.session_dir() / "flight" / "progress",
                 self.config.pluginmanager.get_plugin("terminalreporter"),
-                stopped=source.is_stopped,
+                stopped=source.stops.is_stopped,
                 capture=self.config.pluginmanager.get_plugin("capturemanager"),
             )
             self._progress.start()
@@ -303,7 +303,7 @@ class CarefulPlugin:
         finally:
             if live and not completed and not self.is_worker:
                 # Interrupted (Ctrl-C to this process alone, or cut short): the workers send nothing new.
-                self.state.source.interrupted()  # type: ignore[attr-defined]
+                self.state.source.stops.interrupted()  # type: ignore[attr-defined]
             if flight is not None:
                 from ..live.inflight import land
 
@@ -375,8 +375,8 @@ class CarefulPlugin:
 
             score_filed(session, self.state)  # filed, but their items never reported (a crash, an interrupt)
         _gc.freeze()  # rows and reports, kept to the end: the scorecards' allocations need not rescan them
-        stopped = getattr(self.state.source, "is_stopped", None)
-        if stopped is not None and stopped() and session.exitstatus == pytest.ExitCode.OK:
+        stops = getattr(self.state.source, "stops", None)
+        if stops is not None and stops.is_stopped() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run that stopped short never passes
         try:
             scorecard_files.finish(self.state, self.config.invocation_params.dir, selection.describe(self.config))

@@ -4,6 +4,8 @@
   executor call (bfcl-eval's keeps instances in module globals and ``eval``s);
 * :mod:`.confirm` patches the loop's two exit points for the confirm protocol;
 * :mod:`.runner` runs one conversation and writes its BFCL result entry;
+* :mod:`.source` runs the model for each item; :mod:`.filing`, where its results are filed
+  and what is filed; :mod:`.stops`, the marks that stop a run in every process;
 * :mod:`.handles` turns ``--careful-model`` into a handler;
 * :mod:`.scripted`, :mod:`.claude`, :mod:`.vllm_server`, :mod:`.vllm_client`, :mod:`.budget`: the
   model backends and the spend guard;

@@ -20,7 +20,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..common import bfcl as _bfcl
 from ..common.text import did_you_mean
@@ -267,7 +267,23 @@ def describe(key: str) -> str:
     return f"handler {entry.handler_class}, {mode}, {backend(_kind(entry)).label}"
 
 
-def resolution(handle: ModelHandle) -> dict[str, Any]:
+class _Resolved(TypedDict):
+    typed: str
+    registry_key: str
+    handler_class: str | None
+    mode: str
+    backend: str
+
+
+class Resolution(_Resolved, total=False):
+    """What ``--careful-model`` resolved to (the scorecard's ``provenance.live.resolution``):
+    the name as typed, the registry key, the handler's dotted class (None: a scripted policy), FC or
+    prompting, the backend; ``model_path``: a local model's weights."""
+
+    model_path: str
+
+
+def resolution(handle: ModelHandle) -> Resolution:
     """What ``--careful-model`` resolved to, for the run's first lines and the provenance."""
     if not backend(handle.kind).registered:
         return {
@@ -278,14 +294,16 @@ def resolution(handle: ModelHandle) -> dict[str, Any]:
             "backend": backend(handle.kind).label,
         }
     entry = registry_entry(handle.registry_key)
-    return {
+    resolved: Resolution = {
         "typed": handle.model,
         "registry_key": handle.registry_key,
         "handler_class": f"{entry.handler_module}.{entry.handler_class}",
         "mode": "FC" if entry.is_fc_model else "prompting",
         "backend": backend(handle.kind).label,
-        **({"model_path": handle.model_path} if handle.model_path else {}),
     }
+    if handle.model_path:
+        resolved["model_path"] = handle.model_path
+    return resolved
 
 
 def resolution_line(handle: ModelHandle) -> str:

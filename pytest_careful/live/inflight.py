@@ -508,11 +508,11 @@ def take_off(
     workers, 1 without xdist).
     """
     keys = [(condition, cid, r) for condition, cid in conversations for r in range(1, repeats + 1)]
-    keys = [k for k in keys if not source.filed(k)]
+    keys = [k for k in keys if not source.folders.filed(k)]
     if not keys:
         return None
     keys.sort(key=_turns, reverse=True)  # stable: collection order among equals
-    board = Board(source.session_dir() / "flight")
+    board = Board(source.stops.session_dir() / "flight")
     # A server-backed model: one process drives every conversation (one handler, one tokenizer,
     # one client per run), the others score; anything else (a scripted policy) runs its share here.
     driver = board.drive() if one_driver(source, workers) else True
@@ -521,7 +521,7 @@ def take_off(
         source.concurrency if driver is not True else slots(source.concurrency, workers),
         board,
         source.execute,
-        unwritable=source.cannot_file,
+        unwritable=source.stops.cannot_file,
         driver=driver,
     )
     source.flight = flight

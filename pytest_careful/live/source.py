@@ -12,24 +12,26 @@ With ``--careful-repeat K`` (K > 1) each conversation runs K times, repeat
 ``k`` filed under ``<output>/repeat-<k>/<condition>/...``: BFCL's layout inside
 each, so that one repeat is rescored (or ``bfcl evaluate``d) alone, and each
 repeat resumes on its own.
+
+The source runs the conversations; where their entries are filed and what is
+filed already is :mod:`.filing`'s, stopping the run in every process :mod:`.stops`'.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..data.dataset import Conversation
 from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
 from ..data.result_store import ResultStore, is_complete, serialise
-from ..data.run_settings import DECODER_KEY, SETTINGS_FILE, RunSettings
+from ..data.run_settings import DECODER_KEY, RunSettings
 from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder
 from ..sources.reference_logged import Source
@@ -37,22 +39,30 @@ from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
 from .backends import SERVER_OPTIONS, backend, configure
 from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
-from .handles import ModelHandle
+from .filing import ResultFolders
+from .handles import ModelHandle, Resolution
+from .stops import Stops, unwritable
 
 if TYPE_CHECKING:
     from .faults import Guard
+    from .vllm_server import ServerProvenance
 
 #: How often one conversation moves to another server before it counts as failed.
 MAX_RERUNS = 3
 LOG_LINES = 100  # of BFCL's printed loop, what an item's report shows
-STOP_FILE = "stopped.json"  # in the session's folder: the reason the run stopped, first process wins
-FILED_FILE = "filed.json"  # in the session's folder: the entries complete when it started
-NOT_RUN_FILE = "not-run.jsonl"  # in the session's folder: what this session left for the next one
-INTERRUPTED_FILE = "interrupted"  # in the session's folder: the controller was interrupted; nothing new is sent
 LOCK_FILE = "run.lock"  # in <output>/.careful: held by the run writing the folder (one at a time)
-#: The session's id, made by the controller and sent to its xdist workers: a rerun on the same
-#: output folder (one run at a time: ``take_output``) neither inherits an earlier stop nor skip.
-SESSION_ENV = "CAREFUL_SESSION_ID"
+
+
+class _Made(TypedDict):
+    resolution: Resolution
+    sent: dict[str, Any]  # what each request carried, as the backend recorded it
+    differs_from_bfcl: list[str]
+
+
+class LiveProvenance(_Made, total=False):
+    """A live run in its scorecard's provenance (``live``); ``server``: a vLLM server's."""
+
+    server: ServerProvenance
 
 
 @dataclass
@@ -69,24 +79,27 @@ class LiveSource(Source):
     guard: Guard | None = None  # vLLM and OpenAI-compatible servers: server faults are not the model's (faults)
     server_plan: Any = None  # vLLM: the session's server
     backend_settings: dict[str, Any] = field(default_factory=dict)  # recorded in every entry
-    stopped: str | None = None
     sent: dict[str, Any] = field(default_factory=dict)  # what each request carries (provenance)
     differences: list[str] = field(default_factory=list)  # settings that differ from BFCL's own run
     _reruns: dict[str, int] = field(default_factory=dict)
     _handler: Any = None
     _decoder: Decoder | None = None
     repeats: int = 1  # --careful-repeat
-    _completed: dict[tuple[str, str, int], dict[str, LoggedEntry]] = field(default_factory=dict)
     #: keyed by (condition, conversation id, repeat)
     runs: dict[tuple[str, str, int], runner.LiveRun] = field(default_factory=dict)
     resumed: set[tuple[str, str, int]] = field(default_factory=set)
     concurrency: int = 1  # --careful-concurrency: conversations in flight, all processes together
     flight: inflight.Flight | None = None  # this process's conversations in flight, once its run loop starts
     _handler_lock: threading.Lock = field(default_factory=threading.Lock)
-    _before: set[str] | None = None  # key names complete when the session started (``snapshot_filed``)
-    _stop_lock: threading.Lock = field(default_factory=threading.Lock)
     _lock_fd: int | None = None  # the output folder's run lock (controller), held to the end
     spend_ledger: Any = None  # Claude: the session's budget.SpendLedger (the summary reads its totals)
+    folders: ResultFolders = field(init=False)  # where results are filed, and what is filed (``filing``)
+    stops: Stops = field(init=False)  # the session's stop marks, shared by its processes (``stops``)
+
+    def __post_init__(self) -> None:
+        # From the fields the source is opened with: none of output, handle and repeats changes afterwards.
+        self.folders = ResultFolders(self.output, self.handle, self.repeats)
+        self.stops = Stops(self.output)
 
     @property
     def is_reference(self) -> bool:
@@ -113,45 +126,6 @@ class LiveSource(Source):
         made[DECODER_KEY] = handle.registry_key  # a rescore of the folder needs no --careful-decoder
         return RunSettings.from_json({k: v for k, v in made.items() if v is not None})
 
-    def settings_file(self, condition: str, repeat: int = 1) -> Path:
-        """Beside the condition's result files: how they were made (BFCL's files stay BFCL's)."""
-        return self.store(condition, repeat).model_dir / SETTINGS_FILE
-
-    def claim(self, condition: str, categories: tuple[str, ...], repeat: int = 1) -> str | None:
-        """Record this run's settings for ``condition``; a problem if finished results differ.
-
-        Entries made under other settings (another user script, boundary, output
-        limit...) must not be resumed into this run; with none finished, the
-        folder is simply taken over.
-        """
-        path, settings = self.settings_file(condition, repeat), self.settings(condition)
-        wanted = settings.to_json()
-        try:  # whatever bytes the folder holds (open_live refused anything but a regular file)
-            made = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-        except (OSError, ValueError, RecursionError):
-            made = None
-        store = self.store(condition, repeat)
-        if isinstance(made, dict) and DECODER_KEY not in made:  # written before the decoder was recorded
-            made = {**made, DECODER_KEY: wanted[DECODER_KEY]}
-        finished = any(store.completed(c) for c in categories) if made not in (None, wanted) else False
-        if finished and isinstance(made, dict):
-            differ = sorted(k for k in set(made) | set(wanted) if made.get(k) != wanted.get(k))
-            return (
-                f"{store.model_dir} holds results made with "
-                + ", ".join(f"{k}={made.get(k)!r}" for k in differ)
-                + "; this run has "
-                + ", ".join(f"{k}={wanted.get(k)!r}" for k in differ)
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        settings.write(path)
-        return None
-
-    def store(self, condition: str, repeat: int = 1) -> ResultStore:
-        """The condition's result files (of one repeat: ``<output>/repeat-<k>/<condition>`` when K > 1)."""
-        assert self.handle is not None
-        root = self.output / f"repeat-{repeat}" if self.repeats > 1 else self.output
-        return ResultStore(root / condition, self.handle.result_name)
-
     def handler(self) -> Any:
         with self._handler_lock:  # a flight's threads ask at once: one handler per process
             return self._built_handler()
@@ -166,7 +140,7 @@ class LiveSource(Source):
                     from .pacing import Pause
 
                     handler.careful_pause = Pause(
-                        self.session_dir() / "flight" / "pause",
+                        self.stops.session_dir() / "flight" / "pause",
                         self.flight.stopping if self.flight is not None else None,
                     )
                     if self.guard is not None:  # each attempt bounded (faults.Deadline), on every client it gets
@@ -194,8 +168,8 @@ class LiveSource(Source):
         return self._decoder
 
     def result(self, condition: str, conversation: Conversation, repeat: int = 1) -> tuple[Any, LoggedEntry | None]:
-        store = self.store(condition, repeat)
-        done = self._done(store, condition, conversation.category, repeat)
+        store = self.folders.store(condition, repeat)
+        done = self.folders.done(condition, conversation.category, repeat)
         entry = done.get(conversation.id)
         if entry is not None:  # read back as --careful-results reads it, with its real line
             self.resumed.add((condition, conversation.id, repeat))
@@ -204,7 +178,7 @@ class LiveSource(Source):
         # Run ahead by this process's flight (or another process's), or here and now.
         outcome = self.flight.outcome(key) if self.flight is not None else self.execute(key)
         if outcome.kind == "not_run":
-            self._mark_not_run(conversation.id, condition, outcome.message)
+            self.stops.mark_not_run(conversation.id, condition, outcome.message)
             raise NotRun(f"{outcome.message}; a rerun of the same command runs it")
         if outcome.kind == "server_error":
             raise ServerError(outcome.message)  # unscored, never the model's verdict; nothing was filed
@@ -242,7 +216,7 @@ class LiveSource(Source):
         from ..data.dataset import get
 
         conversation = get(conversation_id)
-        store = self.store(condition, repeat)
+        store = self.folders.store(condition, repeat)
         try:
             data, live = self._run(store, condition, conversation, repeat)
         except NotRun as exc:
@@ -264,11 +238,11 @@ class LiveSource(Source):
         """Before each request to the model: nothing more is sent once the run stopped or was interrupted."""
         if self.flight is not None and self.flight.stopping.is_set():
             raise NotRun("not run: the run was interrupted")
-        if (self.session_dir() / INTERRUPTED_FILE).exists():  # the controller was (SIGINT to it alone)
+        if self.stops.was_interrupted():  # the controller was (SIGINT to it alone)
             if self.flight is not None:
                 self.flight.stop()
             raise NotRun("not run: the run was interrupted")
-        if self.is_stopped():
+        if self.stops.is_stopped():
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
         if self.flight is not None:
             self.flight.request_made()
@@ -278,8 +252,7 @@ class LiveSource(Source):
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-        for mark in self._stop_marks()[1:]:  # the one outside the folder is this session's alone
-            mark.unlink(missing_ok=True)
+        self.stops.release()
 
     def server_alive(self, url: str | None = None) -> bool:
         """Whether ``url`` (else the handler's server) still answers anything (an API: ``/models``, any status)."""
@@ -294,99 +267,10 @@ class LiveSource(Source):
         if self.flight is not None:
             self.flight.answered()
 
-    def is_stopped(self) -> str | None:
-        """Why the run stopped, if it did: here, or in another process (the stop file, even unreadable)."""
-        if self.stopped:
-            return self.stopped
-        if any(path.exists() for path in self._stop_marks()):
-            self.stopped = self.stop_reason() or "the run stopped (its reason could not be written)"
-        return self.stopped
-
-    def _stop_marks(self) -> list[Path]:
-        """Where a stop is recorded: the session folder, and, for an output that cannot take even an
-        empty file (read-only), the temporary folder, so that the other processes still stop at once."""
-        marks = [self.session_dir() / STOP_FILE]
-        session = os.environ.get(SESSION_ENV)
-        if session:
-            import tempfile
-
-            marks.append(Path(tempfile.gettempdir()) / f"careful-stopped-{session}")
-        return marks
-
-    def interrupted(self) -> None:
-        """Controller, interrupted or cut short: no process of the session sends anything new."""
-        try:
-            path = self.session_dir() / INTERRUPTED_FILE
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
-        except OSError:
-            pass  # the workers stop when xdist shuts them down
-
-    def filed(self, key: inflight.Key) -> bool:
-        """Whether ``key``'s conversation is complete in its result file (a rerun resumes it)."""
-        condition, conversation_id, repeat = key
-        store = self.store(condition, repeat)
-        return conversation_id in self._done(store, condition, conversation_id.rsplit("_", 1)[0], repeat)
-
-    def _done(self, store: ResultStore, condition: str, category: str, repeat: int = 1) -> dict[str, LoggedEntry]:
-        """The conversations this session resumes: complete in the file when the session started.
-
-        Read once per process, after other processes may have filed some of this session's
-        (``inflight``): those are this session's runs, not resumed ones.
-        """
-        key = (condition, category, repeat)
-        if key not in self._completed:  # read once per process
-            entries, _ = store.read(category)  # the controller reports the problems (open_live)
-            before = self._filed_before()
-            self._completed[key] = {
-                i: e
-                for i, e in entries.items()
-                if is_complete(e.raw) and (before is None or inflight.key_name((condition, i, repeat)) in before)
-            }
-        return self._completed[key]
-
-    def snapshot_filed(self, categories: tuple[str, ...], conditions: tuple[str, ...]) -> None:
-        """Controller, before any worker starts: what is complete in the files (``_done``)."""
-        names = [
-            inflight.key_name((c, i, r))
-            for c in conditions
-            for r in self.repeat_indices()
-            for category in categories
-            for i in self.store(c, r).completed(category)
-        ]
-        path = self.session_dir() / FILED_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(names), encoding="utf-8")
-
-    def _filed_before(self) -> set[str] | None:
-        if self._before is None:
-            try:
-                self._before = set(json.loads((self.session_dir() / FILED_FILE).read_text(encoding="utf-8")))
-            except (OSError, ValueError, TypeError):
-                return None  # no session snapshot (a source used outside a pytest session)
-        return self._before
-
-    def stored_problems(self, categories: tuple[str, ...], conditions: tuple[str, ...]) -> list[InputProblem]:
-        """The lines of the output folder's result files that resuming does not read back.
-
-        Their conversations are run again; the lines are reported once, by the
-        controller, with file and line, and dropped when the file is compacted.
-        """
-        return [
-            p
-            for c in conditions
-            for r in self.repeat_indices()
-            for category in categories
-            for p in self.store(c, r).read(category)[1]
-        ]
-
-    def repeat_indices(self) -> range:
-        return range(1, self.repeats + 1)
-
     def _run(
         self, store: ResultStore, condition: str, conversation: Conversation, repeat: int = 1
     ) -> tuple[dict[str, Any], runner.LiveRun]:
-        if self.is_stopped():
+        if self.stops.is_stopped():
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
         try:
             live = runner.run(
@@ -439,92 +323,22 @@ class LiveSource(Source):
         another xdist worker, which reads the stop file) is skipped without a request.
         A server's fault or an unwritable output files nothing for it: a rerun runs it.
         """
-        if not self._first_to_stop(str(exc), conversation.id):
+        if not self.stops.first_to_stop(str(exc), conversation.id):
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)") from exc
         if not isinstance(exc, (ServerStopped, OutputUnwritable)):
             self._record_error(store, conversation, exc)
 
-    def cannot_file(self, exc: OSError) -> None:
-        """The session's own folder cannot be written (a full disk): the run stops, nothing more is sent."""
-        self._first_to_stop(unwritable(self.session_dir(), exc), None)
-
-    def _first_to_stop(self, reason: str, conversation_id: str | None) -> bool:
-        """Record why the run stops, once per session; False when it had already stopped.
-
-        The stop file exists even where its reason cannot be written (a full disk): the
-        other processes read its existence.
-        """
-        with self._stop_lock:  # the flight's threads meet one problem together
-            if self.stopped:
-                return False
-            self.stopped = reason
-        for path in self._stop_marks():
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "x", encoding="utf-8") as handle:  # exclusive: the first one wins
-                    handle.write(json.dumps({"reason": reason, "id": conversation_id}))
-            except FileExistsError:
-                self.stopped = self.stop_reason() or self.stopped
-                return False
-            except OSError:
-                continue  # an empty stop file, or none here: the next place, and this process stops anyway
-            break
-        return True
-
-    def stop_reason(self) -> str | None:
-        """Why the run stopped, if a process of this session stopped it."""
-        for path in self._stop_marks():
-            try:
-                return str(json.loads(path.read_text(encoding="utf-8"))["reason"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        return None
-
-    def _mark_not_run(self, conversation_id: str, condition: str, reason: str) -> None:
-        """Left for the next run (the controller counts these lines for the summary)."""
-        path = self.session_dir() / NOT_RUN_FILE
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as handle:  # one short line per write: appends do not mix
-                handle.write(json.dumps({"id": conversation_id, "condition": condition, "reason": reason}) + "\n")
-        except OSError:
-            pass  # a full disk: the summary counts it among the selected but not run
-
-    def session_dir(self) -> Path:
-        """This session's own files (stop reason, what was not run), under the output folder."""
-        return self.output / ".careful" / "sessions" / os.environ.get(SESSION_ENV, "local")
-
-    @staticmethod
-    def start_session() -> None:
-        """Controller: a fresh session id (its workers inherit it); an earlier stop does not carry over."""
-        import uuid
-
-        os.environ[SESSION_ENV] = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-
     def summary_lines(self) -> list[str]:
         """The summary's lines about the run itself: settings that differ from BFCL's, what was not run."""
-        lines = [f"differs from BFCL: {line}" for line in self.differences]
-        stopped = self.is_stopped()
-        if stopped:
-            lines.append(f"run stopped: {stopped}")
-        try:
-            rows = [json.loads(x) for x in (self.session_dir() / NOT_RUN_FILE).read_text().splitlines()]
-        except (OSError, ValueError):
-            rows = []
-        if rows:
-            lines.append(
-                f"{len(rows)} conversation(s) not run and skipped (not scored): "
-                f"{str(rows[0]['reason']).removeprefix('not run: ')}; a rerun of the same command runs them"
-            )
-        return lines
+        return [f"differs from BFCL: {line}" for line in self.differences] + self.stops.summary_lines()
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> LiveProvenance:
         """How the live run was made, for the scorecard: what the model name resolved to,
         what each request carried, the server, and what differs from BFCL's own run."""
         from .handles import resolution
 
         assert self.handle is not None
-        out: dict[str, Any] = {
+        out: LiveProvenance = {
             "resolution": resolution(self.handle),
             "sent": self.sent,
             "differs_from_bfcl": list(self.differences),
@@ -590,19 +404,20 @@ def open_live(options: RunConfig) -> LiveSource:
         if problem:
             raise SourceError(problem)
     if not options.worker:
-        source.start_session()  # this session starts afresh: a stop or a skip of an earlier one is resumed
+        source.stops.start_session()  # this session starts afresh: a stop or a skip of an earlier one is resumed
     if not options.worker:  # checked once, up front
-        pairs = [(c, r) for c in options.protocols for r in source.repeat_indices()]
-        paths = [source.store(c, r).path(category) for c, r in pairs for category in options.categories]
-        paths += [source.settings_file(c, r) for c, r in pairs]
+        folders = source.folders
+        pairs = [(c, r) for c in options.protocols for r in folders.repeat_indices()]
+        paths = [folders.store(c, r).path(category) for c, r in pairs for category in options.categories]
+        paths += [folders.settings_file(c, r) for c, r in pairs]
         unusable = [str(path) for path in paths if os.path.lexists(path) and not path.is_file()]
         if unusable:
             raise SourceError(
                 "--careful-output: not a regular file, results cannot be written to it: " + ", ".join(unusable)
             )
-        source.problems.extend(source.stored_problems(options.categories, options.protocols))
-        source.snapshot_filed(options.categories, options.protocols)
-        problems = [p for c, r in pairs if (p := source.claim(c, options.categories, r))]
+        source.problems.extend(folders.stored_problems(options.categories, options.protocols))
+        folders.snapshot_filed(options.categories, options.protocols)
+        problems = [p for c, r in pairs if (p := folders.claim(c, options.categories, source.settings(c), r))]
         if problems:
             raise SourceError(
                 "--careful-output: resuming would mix runs made under other settings:\n  "
@@ -610,11 +425,6 @@ def open_live(options: RunConfig) -> LiveSource:
                 + "\nchoose another --careful-output, or move those results away"
             )
     return source
-
-
-def unwritable(path: Path, exc: OSError) -> str:
-    """One line naming what could not be written, and why."""
-    return f"cannot write {exc.filename or path}: {exc.strerror or exc}; the run stopped, nothing more is sent"
 
 
 def take_output(source: LiveSource, output: Path) -> str | None:

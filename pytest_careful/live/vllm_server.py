@@ -39,7 +39,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from . import hub
 from .errors import ServerStopped
@@ -67,6 +67,17 @@ MODULE = "python -m vllm.entrypoints.openai.api_server"
 
 class ServerDied(ServerStopped):
     """The vLLM server exited or stopped answering."""
+
+
+class ServerProvenance(TypedDict):
+    """What a live run's scorecard records of its vLLM server (``provenance.live.server``)."""
+
+    vllm_version: str | None
+    started: str
+    entry_point: str | None
+    endpoints: list[str] | None
+    server_args: list[str] | None
+    differs_from_bfcl_generate: list[str]
 
 
 @dataclass(frozen=True)
@@ -214,7 +225,7 @@ class ServerPlan:
             )
         return out
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> ServerProvenance:
         """What the scorecard records of the server."""
         engine = self.engine
         return {

@@ -8,9 +8,10 @@ dicts: the file is what it was.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:  # types only: the harness imports this module before any scoring code is needed
+    from ..live.source import LiveProvenance
     from ..protocols.answer_log import AfterYes, SilentTurns
     from ..protocols.confirm_log import Answers
     from ..scoring.extension import RuleInfo
@@ -71,7 +72,7 @@ class Provenance(_Made, total=False):
     user_script: str
     reexamined_under: str
     result_files: str
-    live: dict[str, Any]  # a live run's resolution, requests and server (``LiveSource.provenance``)
+    live: LiveProvenance  # a live run's resolution, requests and server
     repeat: int
     repeats: int
 

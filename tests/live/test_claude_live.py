@@ -360,7 +360,7 @@ def test_tiny_budget_sends_nothing(server: RecordingFake, tmp_path: Path) -> Non
         source.result("standard", dataset.get(CONVERSATION))
     assert isinstance(raised.value, BudgetExceeded)
     assert server.requests == []
-    assert source.stopped and "budget" in source.stopped
+    assert source.stops.stopped and "budget" in source.stops.stopped
 
 
 def _worker(path: str, cap: float, rounds: int, queue: Any) -> None:

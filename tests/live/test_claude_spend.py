@@ -40,7 +40,8 @@ from pytest_careful.data import dataset
 from pytest_careful.live import budget, claude, ratelimit
 from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger
 from pytest_careful.live.errors import StopRun
-from pytest_careful.live.source import SESSION_ENV, LiveSource
+from pytest_careful.live.source import LiveSource
+from pytest_careful.live.stops import SESSION_ENV
 
 
 class WatchedLedger(SpendLedger):

@@ -457,3 +457,7 @@ def test_each_backend_builds_the_handler_bfcl_generate_builds(name: str, monkeyp
     for attribute in ("model_name", "registry_name", "temperature", "is_fc_model", "model_style"):
         assert getattr(ours, attribute) == getattr(theirs, attribute), attribute
     assert chosen.local_weights == isinstance(theirs, OSSHandler)  # --careful-handler's candidates
+    for handler in (ours, theirs):  # closed now, not by the SDK's __del__ at interpreter exit
+        close = getattr(getattr(handler, "client", None), "close", None)
+        if callable(close):
+            close()
