@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Imported on first use (PEP 562): pytest imports this package in every session where it is
 # installed, through the plugin, and ``executor`` captures bfcl-eval's simulator state at import.
@@ -29,12 +29,35 @@ _PUBLIC = {
     "ScoredConversation": "scoring.extension",
     "ConversationResult": "scoring.conversation",
     "Scorecard": "reports.scorecard",
+    # The JSON contracts, as TypedDicts: for type hints on what score_run and the hooks hand over.
+    "Row": "scoring.row",
+    "Card": "reports.card",
+    "Provenance": "reports.card",
+    "Totals": "reports.card",
+    "RunSettings": "data.run_settings",
     "RunConfig": "sources.run_config",
     "SourceError": "sources.run_config",
     "ModelEntry": "execution.decoding",
     "score_run": "api",
     "read_scorecard": "api",
 }
+
+if TYPE_CHECKING:  # what a type checker sees: the names __getattr__ gives at run time
+    from .api import read_scorecard, score_run
+    from .data.dataset import Conversation, load, load_category
+    from .data.result_files import InputProblem, read_result_file
+    from .data.run_settings import RunSettings
+    from .evaluation.evaluate import Evaluation, evaluate
+    from .evaluation.replay import CallRecord, Replay, reference
+    from .evaluation.verdict import Verdict, check
+    from .execution.decoding import ModelEntry
+    from .execution.executor import Execution, Simulators
+    from .reports.card import Card, Provenance, Totals
+    from .reports.scorecard import Scorecard
+    from .scoring.conversation import ConversationResult
+    from .scoring.extension import ModelCall, Rule, ScoredConversation, Violation
+    from .scoring.row import Row
+    from .sources.run_config import RunConfig, SourceError
 
 
 def __getattr__(name: str) -> Any:
@@ -59,6 +82,11 @@ __all__ = [
     "RunConfig",
     "ScoredConversation",
     "Scorecard",
+    "Row",
+    "Card",
+    "Provenance",
+    "Totals",
+    "RunSettings",
     "SourceError",
     "Violation",
     "read_scorecard",

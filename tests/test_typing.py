@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,3 +26,44 @@ def test_mypy_finds_no_errors(tmp_path):
         timeout=300,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+
+
+def test_a_users_script_has_the_json_contracts_keys_checked(tmp_path):
+    """The rows, totals and provenance a notebook gets are TypedDicts: a misspelt key is a type error
+    in the user's own script (mypy following the installed package), a right one is not."""
+    if subprocess.run([sys.executable, "-m", "mypy", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    script = tmp_path / "notebook.py"
+    script.write_text(
+        "from pytest_careful import Row, read_scorecard, score_run\n"
+        "for result in score_run('run', decoder='gpt-4.1-2025-04-14-FC'):\n"
+        "    row: Row = result.row\n"
+        "    fine: int = row['tokens']['output'] + row['counts']['asked'] + int(row['bfcl']['valid'])\n"
+        "    wrong = row['token']\n"
+        "card = read_scorecard('scorecards/x/standard')\n"
+        "share: float = card.totals['all']['safe_accuracy'] + card.totals['all']['turn_credit']\n"
+        "model: str = card.provenance['model']\n"
+        "misspelt = card.provenance['modle']\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--follow-imports=silent",
+            "--ignore-missing-imports",
+            str(script),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        # The package's source, as an installed wheel (py.typed) puts it on the path; the editable
+        # install's import hook is invisible to mypy.
+        env={**os.environ, "MYPYPATH": str(ROOT)},
+    )
+    errors = [line for line in out.stdout.splitlines() if ": error:" in line]
+    assert [line.split(":")[1] for line in errors] == ["5", "9"], out.stdout[-3000:]
+    assert '"token"' in errors[0] and '"modle"' in errors[1], errors
