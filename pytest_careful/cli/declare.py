@@ -19,10 +19,10 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import yaml
 
@@ -30,6 +30,9 @@ from ..common.bfcl import CATEGORIES, SIMULATOR_CLASSES
 from ..data import dataset
 from ..effects import declarations, inference
 from ..effects.declarations import DESTRUCTIVE, OTHER_WRITE, READ, Declarations
+
+if TYPE_CHECKING:  # reports.agreement is imported when its option is given
+    from ..reports.agreement import Sensitivity
 
 SOURCES_FILE = "sources.yaml"
 HEADER = (
@@ -194,9 +197,47 @@ def _progress_bars() -> Iterator[Callable[[str, int], Callable[[], None]]]:
 # --- reports ----------------------------------------------------------------------
 
 
-def class_table(decl: Declarations, boundary: str = "final") -> list[dict[str, Any]]:
+#: One row of the declarations-by-class table (``class`` is a keyword: the functional form).
+ClassRow = TypedDict(
+    "ClassRow",
+    {
+        "class": str,
+        "functions": int,
+        "read": int,
+        "write": int,
+        "destructive": int,
+        "non_idempotent_writes": int,
+        "hidden_only": int,
+        "inferred_reads": int,
+        "inferred_writes": int,
+    },
+)
+
+
+class ReferenceRow(TypedDict):
+    """One category's reference trajectories: calls by effect kind, and turns by what they do."""
+
+    category: str
+    calls: int
+    destructive: int
+    write: int
+    read: int
+    turns: int
+    turns_destructive: int
+    turns_write: int
+    turns_no_call: int
+
+
+class SignalRow(TypedDict):
+    function: str
+    signals: str
+    human: str
+    annotators: str
+
+
+def class_table(decl: Declarations, boundary: str = "final") -> list[ClassRow]:
     chosen = decl.boundary(boundary)
-    rows: list[dict[str, Any]] = []
+    rows: list[ClassRow] = []
     for class_name, functions in decl.by_class().items():
         destructive = [f for f in functions if f.name in chosen]
         rest = [f for f in functions if f.name not in chosen]
@@ -213,20 +254,30 @@ def class_table(decl: Declarations, boundary: str = "final") -> list[dict[str, A
                 "inferred_writes": sum(f.is_write for f in functions),
             }
         )
-    total = {"class": "Total", **{k: sum(r[k] for r in rows) for k in rows[0] if k != "class"}}
+    total: ClassRow = {
+        "class": "Total",
+        "functions": sum(r["functions"] for r in rows),
+        "read": sum(r["read"] for r in rows),
+        "write": sum(r["write"] for r in rows),
+        "destructive": sum(r["destructive"] for r in rows),
+        "non_idempotent_writes": sum(r["non_idempotent_writes"] for r in rows),
+        "hidden_only": sum(r["hidden_only"] for r in rows),
+        "inferred_reads": sum(r["inferred_reads"] for r in rows),
+        "inferred_writes": sum(r["inferred_writes"] for r in rows),
+    }
     return rows + [total]
 
 
-def reference_stats(decl: Declarations, boundary: str = "final") -> list[dict[str, Any]]:
+def reference_stats(decl: Declarations, boundary: str = "final") -> list[ReferenceRow]:
     chosen = decl.boundary(boundary)
-    rows: list[dict[str, Any]] = []
+    rows: list[ReferenceRow] = []
     for category in CATEGORIES:
-        row: dict[str, Any] = {
+        row: ReferenceRow = {
             "category": category,
             "calls": 0,
-            DESTRUCTIVE: 0,
-            OTHER_WRITE: 0,
-            READ: 0,
+            "destructive": 0,
+            "write": 0,
+            "read": 0,
             "turns": 0,
             "turns_destructive": 0,
             "turns_write": 0,
@@ -236,8 +287,9 @@ def reference_stats(decl: Declarations, boundary: str = "final") -> list[dict[st
             for calls in conversation.ground_truth:
                 kinds = [decl.kind(inference.call_name(c) or "", chosen) for c in calls]
                 row["calls"] += len(kinds)
-                for kind in kinds:
-                    row[kind] += 1
+                row["destructive"] += kinds.count(DESTRUCTIVE)
+                row["write"] += kinds.count(OTHER_WRITE)
+                row["read"] += kinds.count(READ)
                 row["turns"] += 1
                 row["turns_destructive"] += DESTRUCTIVE in kinds
                 row["turns_write"] += DESTRUCTIVE in kinds or OTHER_WRITE in kinds
@@ -246,9 +298,9 @@ def reference_stats(decl: Declarations, boundary: str = "final") -> list[dict[st
     return rows
 
 
-def signals_table(decl: Declarations) -> list[dict[str, Any]]:
+def signals_table(decl: Declarations) -> list[SignalRow]:
     """Functions a signal or a human flagged, side by side."""
-    rows = []
+    rows: list[SignalRow] = []
     for name in sorted(decl.functions):
         declaration = decl[name]
         if declaration.signals or declaration.destructive:
@@ -263,7 +315,8 @@ def signals_table(decl: Declarations) -> list[dict[str, Any]]:
     return rows
 
 
-def _print_table(title: str, rows: list[dict[str, Any]]) -> None:
+def _print_table(title: str, rows: Sequence[Mapping[str, object]]) -> None:
+    """Any table of rows (the same keys in each, in column order), as rich prints it."""
     from rich.console import Console
     from rich.table import Table
 
@@ -363,7 +416,7 @@ def _agreement(args: argparse.Namespace, directory: Path) -> int:
     return 0
 
 
-def _print_sensitivity(figures: dict[str, Any]) -> None:
+def _print_sensitivity(figures: Sensitivity) -> None:
     runs = figures["runs"]
     _print_table("Asked turns under each detector", [{"run": r, **t["asked"]} for r, t in runs.items()])
     _print_table(

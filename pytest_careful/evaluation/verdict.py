@@ -12,10 +12,10 @@ decides. ``tests/evaluation/test_parity.py`` compares this with bfcl-eval's own 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from ..data.dataset import Conversation
-from ..execution.snapshot import states_equal_public
+from ..execution.snapshot import StateDifference, states_equal_public
 from .replay import Replay
 
 INFERENCE_ERROR = "multi_turn:inference_error"
@@ -23,6 +23,13 @@ FORCE_TERMINATED = "multi_turn:force_terminated"
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
 STATE_MISMATCH = "multi_turn:instance_state_mismatch"
 RESPONSE_MISMATCH = "multi_turn:execution_response_mismatch"
+
+
+class VerdictDetails(TypedDict, total=False):
+    """The evidence of a failing verdict: the state's differences, or the reference results missing."""
+
+    differences: dict[str, StateDifference]
+    missing_items: list[str]
 
 
 class VerdictJson(TypedDict):
@@ -50,7 +57,7 @@ class Verdict:
     error_type: str = ""
     error_message: str = ""
     turn: int | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: VerdictDetails = field(default_factory=VerdictDetails)
 
     def to_json(self) -> VerdictJson:
         return {

@@ -71,11 +71,11 @@ class ClassState:
     __hash__ = None  # type: ignore[assignment]
 
     @functools.cached_property
-    def public_values(self) -> dict[str, Any]:
+    def public_values(self) -> dict[str, object]:
         return _loads(self.public)  # type: ignore[no-any-return]
 
     @functools.cached_property
-    def values(self) -> dict[str, Any]:
+    def values(self) -> dict[str, object]:
         """All attributes, unpickled once (do not mutate)."""
         return {**self.public_values, **_loads(self.private)}
 
@@ -94,8 +94,8 @@ def capture_class(instance: Any) -> ClassState:
     flat table (``dag.FlatTree``): pickling it costs one visit per distinct folder
     or file, however many paths reach it and however deep it nests.
     """
-    public: dict[str, Any] = {}
-    private: dict[str, Any] = {}
+    public: dict[str, object] = {}
+    private: dict[str, object] = {}
     tree = False
     for attr, value in vars(instance).items():
         if attr in ARTEFACT_ATTRIBUTES:
@@ -166,6 +166,13 @@ class Snapshot:
             name: {attr: normalise(value) for attr, value in state.values.items()}
             for name, state in self.classes.items()
         }
+
+
+class StateDifference(TypedDict):
+    """One public attribute whose values differ, as BFCL's ``_compare_instances`` reports it."""
+
+    model: object
+    ground_truth: object
 
 
 class ChangeJson(TypedDict):
@@ -262,7 +269,7 @@ def diff(before: Snapshot, after: Snapshot) -> list[Change]:
 
 def states_equal_public(
     model: Snapshot, reference: Snapshot, class_name: str
-) -> tuple[bool, dict[str, dict[str, Any]]]:
+) -> tuple[bool, dict[str, StateDifference]]:
     """BFCL's ``_compare_instances`` on snapshots: public attributes with ``!=``.
 
     Equal bytes are equal values; otherwise the public attributes are unpickled
@@ -272,7 +279,7 @@ def states_equal_public(
     model_state, ref_state = model.classes[class_name], reference.classes[class_name]
     if model_state.public == ref_state.public:
         return True, {}
-    differences: dict[str, dict[str, Any]] = {}
+    differences: dict[str, StateDifference] = {}
     model_values = model_state.public_values
     for attr, ref_value in ref_state.public_values.items():
         model_value = model_values.get(attr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ..effects.declarations import ANNOTATORS, BOUNDARIES, Declarations
 from ..protocols.detector import MODES
@@ -49,7 +49,44 @@ def _labels(functions: Sequence[str], chosen: frozenset[str]) -> list[bool]:
     return [f in chosen for f in functions]
 
 
-def agreement_rows(decl: Declarations) -> list[dict[str, Any]]:
+class AgreementRow(TypedDict):
+    """Two label sets (``A1-A2``, ``A3-final``): raw agreement (``agreed/n``) and Cohen's kappa."""
+
+    pair: str
+    agree_writes: str
+    kappa_writes: str
+    agree_all: str
+    kappa_all: str
+
+
+class FleissRow(TypedDict):
+    over: str
+    functions: int
+    unanimous: int
+    fleiss_kappa: str
+
+
+class BoundaryFigures(TypedDict):
+    """One run under one boundary: collateral destructive calls, BFCL's score and the effect-aware one."""
+
+    collateral: int
+    official: float
+    effect_aware: float
+
+
+class RunSensitivity(TypedDict):
+    asked: dict[str, int]  # asked turns per detector mode
+    boundary: dict[str, BoundaryFigures]
+
+
+class Sensitivity(TypedDict):
+    """Section 7's figures: per run, and Spearman's rho per boundary across runs."""
+
+    runs: dict[str, RunSensitivity]
+    spearman: dict[str, float | None]
+
+
+def agreement_rows(decl: Declarations) -> list[AgreementRow]:
     """Raw agreement and Cohen's κ per annotator pair and per annotator against the final boundary.
 
     Over the inferred writes (the seed's 49) and over all functions (128).
@@ -58,20 +95,32 @@ def agreement_rows(decl: Declarations) -> list[dict[str, Any]]:
     everything = sorted(decl.functions)
     sets = {**decl.annotators, "final": decl.boundary("final")}
     pairs = list(PAIRS) + [(a, "final") for a in ANNOTATORS]
-    rows = []
+
+    def agree(functions: Sequence[str], first: str, second: str) -> tuple[str, str]:
+        a, b = _labels(functions, sets[first]), _labels(functions, sets[second])
+        return f"{sum(x == y for x, y in zip(a, b))}/{len(functions)}", f"{cohen_kappa(a, b):.2f}"
+
+    rows: list[AgreementRow] = []
     for first, second in pairs:
-        row: dict[str, Any] = {"pair": f"{first}-{second}"}
-        for label, functions in (("writes", writes), ("all", everything)):
-            a, b = _labels(functions, sets[first]), _labels(functions, sets[second])
-            row[f"agree_{label}"] = f"{sum(x == y for x, y in zip(a, b))}/{len(functions)}"
-            row[f"kappa_{label}"] = f"{cohen_kappa(a, b):.2f}"
-        rows.append(row)
+        (agree_writes, kappa_writes), (agree_all, kappa_all) = (
+            agree(writes, first, second),
+            agree(everything, first, second),
+        )
+        rows.append(
+            {
+                "pair": f"{first}-{second}",
+                "agree_writes": agree_writes,
+                "kappa_writes": kappa_writes,
+                "agree_all": agree_all,
+                "kappa_all": kappa_all,
+            }
+        )
     return rows
 
 
-def fleiss_rows(decl: Declarations) -> list[dict[str, Any]]:
+def fleiss_rows(decl: Declarations) -> list[FleissRow]:
     """Fleiss' κ of the four annotators over the writes and over all functions."""
-    rows = []
+    rows: list[FleissRow] = []
     for label, functions in (
         ("writes", [n for n, d in decl.functions.items() if d.is_write]),
         ("all", list(decl.functions)),
@@ -92,17 +141,17 @@ def fleiss_rows(decl: Declarations) -> list[dict[str, Any]]:
 # --- §7: detector and boundary sensitivity of scored runs ---------------------------
 
 
-def sensitivity(runs: Mapping[str, Mapping[str, Mapping[str, Iterable[Mapping[str, Any]]]]]) -> dict[str, Any]:
+def sensitivity(runs: Mapping[str, Mapping[str, Mapping[str, Iterable[Row]]]]) -> Sensitivity:
     """Asked turns per detector, collateral calls and scores per boundary, rank correlations.
 
     Args:
         runs: per run name, ``{"detector": {mode: rows}, "boundary": {name: rows}}``
             where rows are ``rules.score`` rows of that run scored under that setting.
     """
-    table: dict[str, Any] = {}
+    table: dict[str, RunSensitivity] = {}
     for run, scored in runs.items():
         by_detector = {m: sum(r["counts"].get("asked", 0) for r in rows) for m, rows in scored["detector"].items()}
-        by_boundary = {}
+        by_boundary: dict[str, BoundaryFigures] = {}
         for name, rows in scored["boundary"].items():
             rows = list(rows)
             n = len(rows) or 1
@@ -115,7 +164,7 @@ def sensitivity(runs: Mapping[str, Mapping[str, Mapping[str, Iterable[Mapping[st
     return {"runs": table, "spearman": _rank_correlations(table)}
 
 
-def _rank_correlations(table: Mapping[str, Any]) -> dict[str, float | None]:
+def _rank_correlations(table: Mapping[str, RunSensitivity]) -> dict[str, float | None]:
     """Spearman's ρ between official and effect-aware score across runs, per boundary."""
     if len(table) < 2:
         return {}
