@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +247,7 @@ def _target(
         if state.options.label:
             notes.append(
                 f"{condition}: replaced {directory / 'scorecard.json'}, which held another run's "
-                f"scorecard ({_describe(existing['provenance'].get('source'))})"
+                f"scorecard ({_describe(existing.provenance.get('source'))})"
             )
             existing = None
         else:
@@ -255,7 +256,7 @@ def _target(
             directory = base / label / condition
             notes.append(
                 f"{condition}: {base / other} holds another run's scorecard "
-                f"({_describe(existing['provenance'].get('source'))}); this run's is in "
+                f"({_describe(existing.provenance.get('source'))}); this run's is in "
                 f"{base / label} (name it with --careful-label)"
             )
             existing = _existing(directory)
@@ -270,9 +271,9 @@ def _target(
     prior = _existing(directory / "partial")
     if prior and _other_run(prior, identity):
         notes.append(f"{condition}: replaced {directory / 'partial'}, which held another run's selection")
-    elif prior and len(prior["ids"]) > len(card["rows"]):
+    elif prior and len(prior.ids) > len(card["rows"]):
         notes.append(
-            f"{condition}: replaced the larger selection ({len(prior['ids'])} rows) that {directory / 'partial'} held"
+            f"{condition}: replaced the larger selection ({len(prior.ids)} rows) that {directory / 'partial'} held"
         )
     notes.append(
         f"{condition}: partial run ({scored}) written to {directory / 'partial'}; the fuller "
@@ -281,25 +282,35 @@ def _target(
     return directory / "partial", notes
 
 
-def _other_run(existing: dict[str, Any], identity: dict[str, str]) -> bool:
-    return existing["provenance"].get("source") not in (None, identity)
+@dataclass(frozen=True)
+class _Existing:
+    """The scorecard already in a folder: its provenance as read (any JSON) and its rows' ids."""
+
+    provenance: dict[str, Any]
+    ids: list[str]
 
 
-def _replaces(existing: dict[str, Any] | None, ids: set[str], complete: bool) -> bool:
+def _other_run(existing: _Existing, identity: dict[str, str]) -> bool:
+    return existing.provenance.get("source") not in (None, identity)
+
+
+def _replaces(existing: _Existing | None, ids: set[str], complete: bool) -> bool:
     """Whether this run's scorecard may take the place of the one there (same run)."""
     if existing is None:
         return True
-    if complete and ids >= set(existing["ids"]):
+    if complete and ids >= set(existing.ids):
         return True
-    if (existing["provenance"].get("selection") or {}).get("complete", True):
+    if (existing.provenance.get("selection") or {}).get("complete", True):
         return False  # a whole run is never replaced by a selection of it
-    return len(ids) >= len(existing["ids"])  # between two selections, the fuller stays
+    return len(ids) >= len(existing.ids)  # between two selections, the fuller stays
 
 
-def _existing(directory: Path) -> dict[str, Any] | None:
+def _existing(directory: Path) -> _Existing | None:
     try:
         card = json.loads((directory / "scorecard.json").read_text(encoding="utf-8"))
-        return {"provenance": card["provenance"], "ids": [r["id"] for r in card["rows"]]}
+        if not isinstance(card["provenance"], dict):  # not a scorecard: as one that cannot be read
+            return None
+        return _Existing(card["provenance"], [r["id"] for r in card["rows"]])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .backends import backend
 
@@ -195,7 +195,7 @@ class Board:
         """Atomically (a reader sees the whole outcome or none)."""
         _write_atomically(self.outcomes / f"{key_name(key)}.json", outcome.to_json())
 
-    def write_progress(self, counts: dict[str, Any]) -> None:
+    def write_progress(self, counts: ProgressFile) -> None:
         folder = self.outcomes.parent / "progress"
         folder.mkdir(exist_ok=True)
         _write_atomically(folder / f"{os.getpid()}.json", json.dumps(counts))
@@ -219,6 +219,19 @@ def _write_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class ProgressFile(TypedDict):
+    """One process's progress file (``Board.write_progress``), which ``live.progress`` sums."""
+
+    done: int
+    failed: int
+    running: int
+    requests: int
+    last_answer: float
+    started: float
+    total: int  # the run's conversations to run, as this process counts them
+    time: float
 
 
 @dataclass
@@ -293,7 +306,17 @@ class Flight:
 
     def write_progress(self) -> None:
         with self._lock:
-            counts = {**asdict(self.counts), "total": self.total, "time": time.time()}
+            c = self.counts
+            counts: ProgressFile = {
+                "done": c.done,
+                "failed": c.failed,
+                "running": c.running,
+                "requests": c.requests,
+                "last_answer": c.last_answer,
+                "started": c.started,
+                "total": self.total,
+                "time": time.time(),
+            }
         try:
             self.board.write_progress(counts)
         except OSError:

@@ -53,9 +53,25 @@ LOG_LINES = 100  # of BFCL's printed loop, what an item's report shows
 LOCK_FILE = "run.lock"  # in <output>/.careful: held by the run writing the folder (one at a time)
 
 
+class BackendSettings(TypedDict, total=False):
+    """What a backend adds to ``careful_settings.json``: a resume under other values is refused."""
+
+    max_output_tokens: int
+    temperature: float | None  # None: the backend sends none (Claude)
+
+
+class Sent(TypedDict, total=False):
+    """What each request of the run carries, as the backend records it for the provenance."""
+
+    model: str
+    temperature: float | None
+    max_tokens: int | str  # a number, or how BFCL's handler sizes it (vLLM), in words
+    timeout_s: float
+
+
 class _Made(TypedDict):
     resolution: Resolution
-    sent: dict[str, Any]  # what each request carried, as the backend recorded it
+    sent: Sent
     differs_from_bfcl: list[str]
 
 
@@ -78,8 +94,8 @@ class LiveSource(Source):
     alive: Any = None  # (url) -> whether that server still answers (vLLM: its /models); None: server_alive
     guard: Guard | None = None  # vLLM and OpenAI-compatible servers: server faults are not the model's (faults)
     server_plan: Any = None  # vLLM: the session's server
-    backend_settings: dict[str, Any] = field(default_factory=dict)  # recorded in every entry
-    sent: dict[str, Any] = field(default_factory=dict)  # what each request carries (provenance)
+    backend_settings: BackendSettings = field(default_factory=lambda: BackendSettings())  # in careful_settings.json
+    sent: Sent = field(default_factory=lambda: Sent())  # what each request carries (provenance)
     differences: list[str] = field(default_factory=list)  # settings that differ from BFCL's own run
     _reruns: dict[str, int] = field(default_factory=dict)
     _handler: Any = None

@@ -34,7 +34,7 @@ from ..execution import dag
 from ..protocols import registry as protocols
 from ..scoring import rules
 from ..scoring.extension import listed as custom_rules
-from .stats import p_text
+from .stats import ComparisonJson, p_text
 
 #: Per-field limits of a conversation's detail, in characters (the marker says how many bytes were cut).
 MAX_TEXT = 2_000  # the model's text, a user request
@@ -380,7 +380,13 @@ def render(
     return jinja_environment().get_template("report.html.j2").render(context)
 
 
-def _comparison_cells(result: Mapping[str, Any]) -> dict[str, Any]:
+class ComparisonCells(ComparisonJson):
+    """One category against the baseline, as the page shows it: p as a reader reads it."""
+
+    p_text: str
+
+
+def _comparison_cells(result: ComparisonJson) -> ComparisonCells:
     """One category against the baseline: p as a reader reads it, flipped ids in dataset order."""
     p = float(result["p"])
     flipped = sorted(result.get("flipped", []), key=lambda pair: _id_number(str(pair[0])))
@@ -421,14 +427,11 @@ def _bodies(
     conversations = [_conversation(row, details.get(_node(row)), reruns.get(_node(row), ""), names) for row in rows]
     bodies = [template.render(c=c) for c in conversations]
     for index in within_budget(conversations, [len(b.encode("utf-8")) for b in bodies]):
-        conversations[index].update(
-            detail=None,
-            violations=[],
-            more_violations=0,
-            why_no_detail=(
-                f"left out to keep the page under 10 MB: its conversations take at most {MAX_CONVERSATION_BYTES} "
-                "bytes, and passing ones are left out first"
-            ),
+        left_out = conversations[index]
+        left_out["detail"], left_out["violations"], left_out["more_violations"] = None, [], 0
+        left_out["why_no_detail"] = (
+            f"left out to keep the page under 10 MB: its conversations take at most {MAX_CONVERSATION_BYTES} "
+            "bytes, and passing ones are left out first"
         )
         bodies[index] = template.render(c=conversations[index])
     return [Markup(body) for body in bodies]  # rendered by an autoescaping template
@@ -453,9 +456,26 @@ def within_budget(
     return dropped
 
 
+class ConversationView(TypedDict):
+    """One conversation as ``conversation.html.j2`` renders it."""
+
+    node: str
+    row: Mapping[str, Any]  # the scorecard's row, as read (a page may be drawn from a file)
+    category: str
+    bfcl: str
+    safe: str
+    strict: str
+    flagged: list[str]
+    violations: list[ViolationView]
+    more_violations: int
+    detail: Mapping[str, Any] | None
+    rerun: str
+    why_no_detail: str
+
+
 def _conversation(
     row: Mapping[str, Any], detail: Mapping[str, Any] | None, rerun: str, names: Sequence[str] = rules.RULES
-) -> dict[str, Any]:
+) -> ConversationView:
     # The gated rules first (rules.RULES's order, then the run's own), each in turn order: the cut keeps
     # what matters.
     order = {rule: index for index, rule in enumerate(names)}
@@ -487,7 +507,25 @@ def _flagged(row: Mapping[str, Any], names: Sequence[str] = rules.RULES) -> list
     ]
 
 
-def _violation(violation: Mapping[str, Any]) -> dict[str, Any]:
+class EvidenceChange(TypedDict):
+    path: str
+    before: str | None
+    after: str | None
+
+
+class ViolationView(TypedDict):
+    """A violation as the page shows it: every text cut."""
+
+    rule: Any
+    turn: Any
+    step: Any
+    call: str
+    note: str
+    reference_calls: list[str]
+    changes: list[EvidenceChange]
+
+
+def _violation(violation: Mapping[str, Any]) -> ViolationView:
     """A violation as the row holds it, its texts cut (the row keeps the model's call uncut)."""
     changes = violation.get("changes") or []
     return {
