@@ -164,6 +164,20 @@ def test_two_runs_with_one_folder_name_never_overwrite(
     assert "replaced" not in labelled.stdout.str() and "replaced" in replaced.stdout.str()
 
 
+@pytest.mark.parametrize("held", ['{"provenance": [], "rows": []}', '{"provenance": "x", "rows": [1]}', "[]"])
+def test_a_folder_holding_something_else_than_a_scorecard_is_written_over(pytester: pytest.Pytester, held: str) -> None:
+    """What the scorecard folder holds is read as the previous run's card only when it is one: JSON of
+    another shape is treated as unreadable JSON is (written over), never a traceback at the end."""
+    folder = pytester.path / "scorecards" / "reference" / "standard"
+    folder.mkdir(parents=True)
+    (folder / "scorecard.json").write_text(held, encoding="utf-8")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--careful-model=reference", "multi_turn_base_3")
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0 and "Traceback" not in out and "INTERNALERROR" not in out, out[-3000:]
+    card = _card(folder)
+    assert card["provenance"]["model"] == "reference" and [r["id"] for r in card["rows"]] == ["multi_turn_base_3"]
+
+
 def test_a_selection_never_replaces_the_whole_run(pytester: pytest.Pytester, run_dir: Path) -> None:
     whole = _run(pytester, run_dir, "-n", "2")
     folder = pytester.path / "scorecards/gpt-oss-20b/standard"
