@@ -72,7 +72,7 @@ class ClassState:
 
     @functools.cached_property
     def public_values(self) -> dict[str, object]:
-        return _loads(self.public)  # type: ignore[no-any-return]
+        return _loads(self.public)
 
     @functools.cached_property
     def values(self) -> dict[str, object]:

@@ -194,7 +194,7 @@ def _row(number: int, cid: str, row: dict[str, Any], known_ids: frozenset[str], 
         confirmed=_count(counts.get("confirmed_destructive", 0), f"{where} confirmed_destructive"),
         answers=answers,
         custom=tuple((name, _count(counts.get(name, 0), f"{where} {name}")) for name in own),
-    )  # type: ignore[arg-type]
+    )
 
 
 # --- pairing ---------------------------------------------------------------------

@@ -81,7 +81,7 @@ class Violation:
     note: str = ""
 
     def to_json(self) -> ViolationJson:
-        return json_safe(  # type: ignore[no-any-return]
+        return json_safe(
             {
                 "rule": self.rule,
                 "turn": self.turn,
