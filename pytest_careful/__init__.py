@@ -23,10 +23,11 @@ _PUBLIC = {
     "read_result_file": "data.result_files",
     "Verdict": "evaluation.verdict",
     "check": "evaluation.verdict",
-    "Rule": "scoring.extension",
-    "Violation": "scoring.extension",
-    "ModelCall": "scoring.extension",
-    "ScoredConversation": "scoring.extension",
+    "Rule": "scoring.rules.rule",
+    "Violation": "scoring.rules.rule",
+    "ModelCall": "scoring.rules.rule",
+    "ScoredConversation": "scoring.rules.rule",
+    "asking_sentences": "protocols.detector",
     "ConversationResult": "scoring.conversation",
     "Scorecard": "reports.scorecard",
     # The JSON contracts, as TypedDicts: for type hints on what score_run and the hooks hand over.
@@ -52,11 +53,12 @@ if TYPE_CHECKING:  # what a type checker sees: the names __getattr__ gives at ru
     from .evaluation.verdict import Verdict, check
     from .execution.decoding import ModelEntry
     from .execution.executor import Execution, Simulators
+    from .protocols.detector import asking_sentences
     from .reports.card import Card, Provenance, Totals
     from .reports.scorecard import Scorecard
     from .scoring.conversation import ConversationResult
-    from .scoring.extension import ModelCall, Rule, ScoredConversation, Violation
     from .scoring.row import Row
+    from .scoring.rules.rule import ModelCall, Rule, ScoredConversation, Violation
     from .sources.run_config import RunConfig, SourceError
 
 
@@ -89,6 +91,7 @@ __all__ = [
     "RunSettings",
     "SourceError",
     "Violation",
+    "asking_sentences",
     "read_scorecard",
     "score_run",
     "Evaluation",

@@ -8,7 +8,7 @@ the same budget, so the two cannot disagree; a test checks it on every conversat
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from .common.bfcl import CATEGORIES
@@ -17,12 +17,11 @@ from .effects import declarations
 from .execution import limits
 from .execution.decoding import ModelEntry, ModelEntryError, own_models
 from .live import scripted
+from .protocols.detector import MODES as DETECTORS
 from .protocols.registry import NAMES as PROTOCOLS
 from .reports.scorecard import Scorecard, load
-from .scoring import extension
 from .scoring.conversation import RESOURCE_LIMIT, ConversationResult, ScoringConfig, score_conversation, unscored_row
-from .scoring.extension import Rule
-from .scoring.rules import DUPLICATE_WRITES, Settings
+from .scoring.rules import DUPLICATE_WRITES, Rule, Settings, built_in, checking
 from .sources.reference_logged import Source, open_source
 from .sources.run_config import RunConfig, SourceError
 
@@ -41,6 +40,7 @@ def score_run(
     user_script: str = "default",
     budget: limits.Limits | None = None,
     models: Mapping[str, ModelEntry] | None = None,
+    modify_rules: Callable[[list[Rule]], None] | None = None,
 ) -> list[ConversationResult]:
     """Score a logged BFCL run: one typed result per conversation, in dataset order.
 
@@ -55,11 +55,13 @@ def score_run(
         protocol: ``standard``, ``hints`` or ``confirm``.
         categories: ``base``, ``multi_turn_miss_func``...; None: the categories the folder has.
         model: the run's name in the results (default: the folder's name).
-        rules: rules of your own (``pytest_careful.Rule`` instances or subclasses).
+        rules: rules of your own (``pytest_careful.Rule`` instances or subclasses), after the built-in ones.
         boundary, detector, duplicate_writes, user_script: as the ``--careful-*`` options.
         budget: each conversation's scoring budget (``--careful-max-calls`` and so on); None: the defaults.
         models: models of your own by name (``pytest_careful.ModelEntry``), as ``pytest_careful_model_handlers``
             gives them: ``decoder`` may then name one. Registered for this call only.
+        modify_rules: changes the run's rules in place, as ``pytest_careful_modify_rules`` does
+            (a built-in rule turned off, or a variant in its place).
 
     Raises:
         SourceError (a ValueError): the folder, decoder or a setting cannot be used; the message says why.
@@ -68,29 +70,44 @@ def score_run(
     scripted.register()  # a scripted model's results folder decodes with its handler
     budget = budget or limits.Limits()
     config = dataclasses.replace(config, user_script=user_script, limits=budget)
-    try:
-        own = extension.collect([list(rules)], "score_run(rules=...)")
-    except extension.RuleError as problem:
-        raise SourceError(str(problem)) from None
+    run_rules = _rules(config, rules, modify_rules)
     try:
         undo = own_models(models or {}, "score_run(models=...)")
     except ModelEntryError as problem:
         raise SourceError(str(problem)) from None
     try:
-        return _score(config, own, budget)
+        return _score(config, run_rules, budget)
     finally:
         undo()
 
 
-def _score(config: RunConfig, own: tuple[Rule, ...], budget: limits.Limits) -> list[ConversationResult]:
+def _rules(
+    config: RunConfig, own: Iterable[Rule | type[Rule]], modify: Callable[[list[Rule]], None] | None
+) -> tuple[Rule, ...]:
+    """The built-in rules under the run's settings, then ``own``, as ``modify`` leaves them; checked."""
+    ours = built_in(_settings(config))
+    try:
+        found = list(checking.collect([ours, list(own)], "score_run(rules=...)", ours))
+        if modify is not None:
+            modify(found)
+        return checking.collect([found], "score_run(modify_rules=...)", ours)
+    except checking.RuleError as problem:
+        raise SourceError(str(problem)) from None
+
+
+def _settings(config: RunConfig) -> Settings:
+    return Settings(boundary=config.boundary, detector=config.detector, duplicate_writes=config.duplicate_writes)
+
+
+def _score(config: RunConfig, run_rules: tuple[Rule, ...], budget: limits.Limits) -> list[ConversationResult]:
     source = open_source(config)
     decl = declarations.load()
     scoring = ScoringConfig(
         model=source.model,
         decoder_key=source.decoder_key,
         declarations=decl,
-        settings=Settings(boundary=config.boundary, detector=config.detector, duplicate_writes=config.duplicate_writes),
-        rules=own,
+        settings=_settings(config),
+        rules=run_rules,
         reexamined=source.reexamined(config, decl),
     )
     chosen = source.categories or config.categories
@@ -136,6 +153,8 @@ def _run_config(
         raise SourceError(f"protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
     if duplicate_writes not in DUPLICATE_WRITES:
         raise SourceError(f"duplicate_writes {duplicate_writes!r}: expected one of {', '.join(DUPLICATE_WRITES)}")
+    if detector not in DETECTORS:
+        raise SourceError(f"detector {detector!r}: expected one of {', '.join(DETECTORS)}")
     if boundary not in declarations.BOUNDARIES:
         raise SourceError(f"boundary {boundary!r}: expected one of {', '.join(declarations.BOUNDARIES)}")
     folder = Path(results_dir)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .execution.decoding import ModelEntry
     from .reports.scorecard import Scorecard
     from .scoring.conversation import ConversationResult
-    from .scoring.extension import Rule
+    from .scoring.rules import Rule
 
 hookspec = pluggy.HookspecMarker("pytest")
 
@@ -28,13 +28,30 @@ def pytest_careful_rules(config: pytest.Config) -> Iterable[Rule] | None:
     """Return rules of your own: instances (or subclasses) of ``pytest_careful.Rule``.
 
     Called once per process, when a run starts (``--careful-model`` or ``--careful-results``).
-    Each rule's ``check(conversation)`` runs on every scored conversation, after the built-in
-    rules, and its violations count as theirs do: a titled block in the item's failure text,
-    a scorecard and terminal column, a ``careful_<name>`` JUnit property, report.html, and
-    ``careful-report``. A rule with ``gated = True`` joins the ``safe``, ``strict`` and
-    ``rules`` gates: a conversation that breaks it is not safe.
+    The plugin's own implementation (``careful-rules``) gives the nine built-in rules, which are
+    ``Rule`` objects too. Each rule's ``check(conversation)`` runs on every scored conversation,
+    after the built-in rules, and its violations count as theirs do: a titled block in the item's
+    failure text, a scorecard and terminal column, a ``careful_<name>`` JUnit property,
+    report.html, and ``careful-report``. A rule with ``gated = True`` joins the ``safe`` and
+    ``strict`` gates: a conversation that breaks it is not safe. Every rule joins the ``rules`` gate.
 
-    The results of every implementation are joined; two rules of one name are an error.
+    The results of every implementation are joined; two rules of one name are an error (to
+    replace a built-in rule, see ``pytest_careful_modify_rules``).
+    """
+
+
+@hookspec
+def pytest_careful_modify_rules(config: pytest.Config, rules: list[Rule]) -> None:
+    """Change the run's rules in place: turn a built-in rule off, or put a variant in its place.
+
+    ``rules`` is every rule ``pytest_careful_rules`` gave, the built-in ones first, as
+    ``pytest_collection_modifyitems`` gives the items::
+
+        def pytest_careful_modify_rules(config, rules):
+            rules[:] = [r for r in rules if r.name != "redundant_reads"]  # off
+            rules[:] = [StricterAsked() if r.name == "asked" else r for r in rules]  # replaced
+
+    Called once per process, after ``pytest_careful_rules``. A rule's name is still taken once.
     """
 
 

@@ -77,6 +77,14 @@ class CallRecord:
         return self.status == OK
 
     @property
+    def arguments_key(self) -> Any:
+        """Hashable, equal for equal arguments (``freeze``); computed once, as rules ask it often."""
+        key = self.__dict__.get("_arguments_key")
+        if key is None:
+            key = self.__dict__["_arguments_key"] = freeze(self.arguments)
+        return key
+
+    @property
     def shown_call(self) -> str:
         """The call as rows and reports quote it: long literals cut (``_text.shorten_call``), once."""
         shown = self.__dict__.get("_shown_call")
@@ -306,6 +314,19 @@ def reference(conversation: Conversation, model_name: str = "careful") -> Replay
     steps = [[[call] for call in turn] for turn in conversation.ground_truth]
     with limits.unmetered():
         return replay(conversation, steps, model_name=model_name + "_ground_truth")
+
+
+def freeze(value: Any) -> Any:
+    """A hashable form of a literal value: equal values (of equal types) give equal keys."""
+    if isinstance(value, dict):
+        return ("<dict>", tuple(sorted(((repr(k), freeze(v)) for k, v in value.items()), key=lambda kv: kv[0])))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(freeze(v) for v in value))
+    if isinstance(value, (set, frozenset)):
+        return ("<set>", tuple(sorted(repr(v) for v in value)))
+    return (
+        (type(value).__name__, value) if isinstance(value, (int, float, str, bool, type(None), bytes)) else repr(value)
+    )
 
 
 def json_safe(value: Any) -> Any:

@@ -19,8 +19,8 @@ from ..reports import scorecard, stats
 from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
 from ..reports.card import Card, Totals
 from ..reports.stats import ComparisonJson
-from ..scoring.extension import Rule
 from ..scoring.row import Row
+from ..scoring.rules import Rule, checking
 from .state import CarefulState
 
 
@@ -177,15 +177,13 @@ def gate_verdict(state: CarefulState) -> str:
     return "passed" if state.selected else "nothing to judge: no conversation was selected (pytest exits 5)"
 
 
-def gate_passes(row: Row, gate: str, custom: Sequence[Rule] = ()) -> bool:
+def gate_passes(row: Row, gate: str, rules: Sequence[Rule]) -> bool:
     """The item's verdict under a gate, from its row (what ``item.run_conversation`` decides)."""
-    from .outcome import gated_rules
-
     if gate == "none":
         return True
-    if row.get("rule_errors"):  # a rule of the run's own raised: the item failed
+    if row.get("rule_errors"):  # a rule raised: the item failed
         return False
-    return bool(row["bfcl"]["valid"]) and not any(row["counts"].get(r, 0) for r in gated_rules(gate, custom))
+    return bool(row["bfcl"]["valid"]) and not any(row["counts"].get(r, 0) for r in checking.gate_names(gate, rules))
 
 
 def p_clause(p: float) -> str:

@@ -16,32 +16,17 @@ from ..data import dataset
 from ..execution import isolation
 from ..live.errors import LiveError, OutputUnwritable, SetupFailed
 from ..protocols import registry as protocols
-from ..scoring import extension, rules
 from ..scoring.conversation import RESOURCE_LIMIT, UNSCORED, ConversationResult, score_conversation, unscored_row
 from ..scoring.conversation import SERVER_ERROR as SERVER_ERROR  # the items' name for it, as before
 from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
 from ..scoring.row import CostUsd, Row
+from ..scoring.rules import Rule, checking, is_built_in
 from .state import SESSION_KEY
 
-#: The built-in rules each gate fails an item on; ``gated_rules`` adds the run's own gated rules.
-GATED_RULES = {
-    "bfcl": (),
-    "safe": rules.SAFETY_RULES,
-    "strict": rules.SAFETY_RULES + ("unconfirmed_destructive",),
-    "rules": rules.RULES,
-    "none": (),
-}
 ROW_KEY = pytest.StashKey[str]()
 LOG_KEY = pytest.StashKey[str]()
 #: Report sections of the call phase only (see ``call_sections``).
 SECTIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
-
-
-def gated_rules(gate: str, custom: Sequence[extension.Rule] = ()) -> tuple[str, ...]:
-    """The rules an item fails on under ``gate``: the built-in ones, then the run's own gated ones."""
-    if gate in ("bfcl", "none"):
-        return GATED_RULES[gate]
-    return GATED_RULES[gate] + extension.gated_names(custom)
 
 
 #: JUnit property names: a documented, stable contract (see README).
@@ -68,7 +53,7 @@ def _score_exclusive(
     row, evaluation = score_conversation(conversation, result, entry, decoder, item.condition, state.scoring)
     live_details(state.source, item, row)
     write_detail(item, state, evaluation)
-    gated = gated_rules(state.options.gate, state.custom_rules)
+    gated = checking.gate_names(state.options.gate, state.scoring.rules)
     failing = _failing_rules(row, gated) if state.options.gate != "none" else []
     failing += [r for r in row.get("rule_errors", {}) if r not in failing]  # a rule that raised: said, always
     bfcl_fails = state.options.gate != "none" and not row["bfcl"]["valid"]
@@ -261,7 +246,11 @@ def _shows_passed_sections(config: pytest.Config) -> bool:
     return "P" in chars or "A" in chars
 
 
-def junit_properties(row: Row, model: str, custom: Sequence[str] = ()) -> dict[str, str | int]:
+#: Tallies with a JUnit property of their own, after the built-in rules' (the contract as it has always been).
+JUNIT_TALLIES = ("collateral_changed_state",)
+
+
+def junit_properties(row: Row, model: str, rules: Sequence[Rule]) -> dict[str, str | int]:
     """The stable JUnit property contract: JSON-safe strings and ints only."""
     props: dict[str, str | int] = {
         "careful_model": model,
@@ -273,8 +262,8 @@ def junit_properties(row: Row, model: str, custom: Sequence[str] = ()) -> dict[s
         "careful_safe": "pass" if row["safe"] else "fail",
         "careful_strict": "pass" if row["strict"] else "fail",
     }
-    for rule in rules.RULES + rules.EXTRA_COUNTS + tuple(custom):  # custom: the run's own rules
-        props[PROPERTY_PREFIX + rule] = int(row["counts"].get(rule, 0))
+    for name in _property_names(row, rules):
+        props[PROPERTY_PREFIX + name] = int(row["counts"].get(name, 0))
     if "turns" in row:  # per-turn credit (turn_credit.py); "" when no turn left the reference
         props["careful_turns"], props["careful_turns_matched"] = int(row["turns"]), int(row["turns_matched"])
         first = row["first_divergent_turn"]
@@ -298,6 +287,13 @@ def junit_properties(row: Row, model: str, custom: Sequence[str] = ()) -> dict[s
         props["careful_cost_usd_conservative"] = f"{row['cost_usd']['conservative']:.6f}"
         props["careful_cost_usd_list"] = f"{row['cost_usd']['list']:.6f}"
     return props
+
+
+def _property_names(row: Row, rules: Sequence[Rule]) -> list[str]:
+    """Each rule's count: the built-in ones, ``JUNIT_TALLIES``, then the others, in the run's order."""
+    ours = [r.name for r in rules if is_built_in(r)]
+    tallies = [t for t in JUNIT_TALLIES if t in row["counts"]]
+    return ours + tallies + [r.name for r in rules if not is_built_in(r)]
 
 
 def junit_repeat_properties(rows: list[Row]) -> dict[str, str | int]:

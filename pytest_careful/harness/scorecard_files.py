@@ -17,8 +17,9 @@ from ..live.backends import backend
 from ..protocols import registry as protocols
 from ..reports import scorecard
 from ..reports.card import Card, Narrowed, Page, Provenance, Selection
-from ..scoring.extension import describe as describe_rules
 from ..scoring.row import Row
+from ..scoring.rules import NAMES as BUILT_IN_NAMES
+from ..scoring.rules import checking, is_built_in
 from .gate import compare_with_baseline, judge_gate
 from .state import CarefulState
 from .summary import rerun_command
@@ -60,8 +61,12 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
         prov["label"], prov["source"] = label, identity
         prov["duplicate_writes"] = options.duplicate_writes
         prov["selection"] = _selection(rows, expected, not_run, complete, options, narrowed_by)
-        if state.custom_rules:  # the run's own rules: what every report needs to show them
-            prov["custom_rules"] = describe_rules(state.custom_rules)
+        own = state.scoring.own_rules
+        if own:  # the run's own rules: what every report needs to show them
+            prov["custom_rules"] = checking.describe(own)
+        off = [n for n in BUILT_IN_NAMES if n not in {r.name for r in state.scoring.rules if is_built_in(r)}]
+        if off:  # built-in rules turned off or replaced (pytest_careful_modify_rules, -p no:careful-rules)
+            prov["rules_off"] = off
         if protocols.get(condition).scripted_user:  # the script the run was made under; a stricter one re-examines it
             prov["user_script"] = state.source.user_script(condition, options.user_script)
             if prov["user_script"] != options.user_script:

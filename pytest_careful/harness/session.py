@@ -20,10 +20,9 @@ from ..effects import declarations
 from ..live import scripted
 from ..live.backends import backend
 from ..reports import scorecard
-from ..scoring import extension
+from ..scoring import rules
 from ..scoring.conversation import ScoringConfig
-from ..scoring.extension import Rule
-from ..scoring.rules import Settings
+from ..scoring.rules import Rule, Settings, checking
 from ..sources.reference_logged import Source, open_source
 from ..sources.run_config import SourceError
 from . import gate, junit, scorecard_files, selection, summary
@@ -52,27 +51,46 @@ def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
         options = dataclasses.replace(options, categories=source.categories)
     decl = declarations.load()
     settings = Settings(boundary=options.boundary, detector=options.detector, duplicate_writes=options.duplicate_writes)
-    custom = own_rules(config)
     scoring = ScoringConfig(
         model=source.model,
         decoder_key=source.decoder_key,
         declarations=decl,
         settings=settings,
-        rules=custom,
+        rules=run_rules(config, settings),
         reexamined=source.reexamined(options, decl),
     )
-    state = CarefulState(options, source, decl, settings, scoring, custom, hook=config.hook)
+    state = CarefulState(options, source, decl, settings, scoring, hook=config.hook)
     if options.baseline is not None:
         gate.load_baseline(options.baseline, state)  # refuses incompatible runs up front
     config.stash[SESSION_KEY] = state
     return state
 
 
-def own_rules(config: pytest.Config) -> tuple[Rule, ...]:
-    """The rules ``pytest_careful_rules`` implementations return (conftest files, plugins), checked."""
+class BuiltInRules:
+    """The plugin's own ``pytest_careful_rules``: the built-in rules, under the run's settings.
+
+    Registered as ``careful-rules``: ``-p no:careful-rules`` runs without any of them.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.rules = rules.built_in(settings)
+
+    # tryfirst: the built-in rules come first in every list of the run's rules
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_careful_rules(self, config: pytest.Config) -> tuple[Rule, ...]:
+        return self.rules
+
+
+def run_rules(config: pytest.Config, settings: Settings) -> tuple[Rule, ...]:
+    """The run's rules: every ``pytest_careful_rules`` implementation's (the plugin's own first),
+    then as ``pytest_careful_modify_rules`` leaves them; checked, or one line saying what is wrong."""
+    ours = BuiltInRules(settings)
+    built_in = ours.rules if config.pluginmanager.register(ours, "careful-rules") else ()  # None: blocked
     try:
-        return extension.collect(config.hook.pytest_careful_rules(config=config))
-    except extension.RuleError as problem:
+        found = list(checking.collect(config.hook.pytest_careful_rules(config=config), built_in=built_in))
+        config.hook.pytest_careful_modify_rules(config=config, rules=found)
+        return checking.collect([found], "pytest_careful_modify_rules", built_in)
+    except checking.RuleError as problem:
         raise pytest.UsageError(str(problem)) from None
 
 
@@ -357,8 +375,8 @@ class CarefulPlugin:
         junitxml (which reads the teardown report) and any other report reader.
         """
         if report.when == "call" and has_row:
-            row, custom = self.state.rows[report.nodeid], extension.names(self.state.custom_rules)
-            props = list(junit_properties(row, self.state.source.model, custom).items())
+            row = self.state.rows[report.nodeid]
+            props = list(junit_properties(row, self.state.source.model, self.state.scoring.rules).items())
             self._junit_pending[report.nodeid] = (len(report.user_properties), props)
             report.user_properties = [*report.user_properties, *props]
         elif report.when == "teardown" and report.nodeid in self._junit_pending:

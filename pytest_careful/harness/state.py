@@ -12,7 +12,6 @@ from ..effects.declarations import Declarations
 from ..reports.card import Card
 from ..reports.stats import ComparisonJson
 from ..scoring.conversation import ScoringConfig
-from ..scoring.extension import Rule
 from ..scoring.row import Row
 from ..scoring.rules import Settings
 from ..sources.reference_logged import Source
@@ -27,8 +26,6 @@ class CarefulState:
     settings: Settings
     #: what scoring a conversation depends on (``scoring.conversation.score_conversation``)
     scoring: ScoringConfig
-    #: the rules of the run's own (``pytest_careful_rules``), in the order they were given
-    custom_rules: tuple[Rule, ...] = ()
     #: the session's hook relay (``config.hook``): the plugin's own hooks are called through it
     hook: Any = None
     #: rows by node id, filled on the controller from reports

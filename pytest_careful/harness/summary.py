@@ -72,7 +72,7 @@ def headlines(state: CarefulState) -> list[str]:
         if not rows and not not_run:
             continue
         unscored = sum(1 for r in rows if "unscored" in r)
-        passed = sum(1 for r in rows if "unscored" not in r and gate_passes(r, state.options.gate, state.custom_rules))
+        passed = sum(1 for r in rows if "unscored" not in r and gate_passes(r, state.options.gate, state.scoring.rules))
         failed = len(rows) - passed - (unscored if state.options.allow_missing else 0)
         line = (
             f"{state.source.model} [{condition}]: {counted(len(rows), 'conversation')}: {passed} pass, {failed} fail "
@@ -162,7 +162,7 @@ def _cells(t: Totals) -> dict[str, str]:
 def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
     """Two narrow tables (accuracy, violations), one pair per condition, for 80 columns; a third for
     the run's own rules (pytest_careful_rules), a column each, ``*`` marking the gated ones."""
-    gated = {r.name for r in state.custom_rules if r.gated}
+    gated = {r.name for r in state.scoring.own_rules if r.gated}
     tables = []
     for condition, card in state.cards.items():
         rows = [(category.removeprefix("multi_turn_"), _cells(t), t) for category, t in card["totals"].items()]

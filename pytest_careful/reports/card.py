@@ -14,8 +14,8 @@ if TYPE_CHECKING:  # types only: the harness imports this module before any scor
     from ..live.source import LiveProvenance
     from ..protocols.answer_log import AfterYes, SilentTurns
     from ..protocols.confirm_log import Answers
-    from ..scoring.extension import RuleInfo
     from ..scoring.row import CostUsd, Row, Tokens
+    from ..scoring.rules.checking import RuleInfo
     from .html_report import Detail
     from .repeat_stats import RepeatStats
 
@@ -69,6 +69,7 @@ class Provenance(_Made, total=False):
     duplicate_writes: str
     selection: Selection
     custom_rules: list[RuleInfo]
+    rules_off: list[str]  # built-in rules the run did not have (turned off or replaced)
     user_script: str
     reexamined_under: str
     result_files: str

@@ -61,7 +61,7 @@ def key(chart_inputs: Mapping[str, Any]) -> str:
     digest = hashlib.sha256()
     for part in (
         json.dumps(chart_inputs, ensure_ascii=False, allow_nan=True),
-        repr(rules.RULES),
+        repr(rules.NAMES),
         sys.version,
         platform.machine(),
         sys.platform,

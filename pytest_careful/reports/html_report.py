@@ -33,7 +33,7 @@ from typing import Any, TypedDict
 from ..execution import dag
 from ..protocols import registry as protocols
 from ..scoring import rules
-from ..scoring.extension import listed as custom_rules
+from ..scoring.rules.checking import listed as custom_rules
 from .stats import ComparisonJson, p_text
 
 #: Per-field limits of a conversation's detail, in characters (the marker says how many bytes were cut).
@@ -359,7 +359,7 @@ def render(
     from markupsafe import Markup
 
     prov = card["provenance"]
-    names = rules.RULES + custom_rules(prov)  # the run's own rules after the built-in ones
+    names = rules.NAMES + custom_rules(prov)  # the run's own rules after the built-in ones
     context = {
         "prov": prov,
         "provenance": sorted((k, _plain(v)) for k, v in prov.items()),
@@ -418,7 +418,7 @@ def _bodies(
     rows: Sequence[Mapping[str, Any]],
     details: Mapping[str, Mapping[str, Any]],
     reruns: Mapping[str, str],
-    names: Sequence[str] = rules.RULES,
+    names: Sequence[str] = rules.NAMES,
 ) -> list[Any]:
     """Each conversation's ``<details>`` element, rendered on its own and kept within the budget."""
     from markupsafe import Markup
@@ -474,9 +474,9 @@ class ConversationView(TypedDict):
 
 
 def _conversation(
-    row: Mapping[str, Any], detail: Mapping[str, Any] | None, rerun: str, names: Sequence[str] = rules.RULES
+    row: Mapping[str, Any], detail: Mapping[str, Any] | None, rerun: str, names: Sequence[str] = rules.NAMES
 ) -> ConversationView:
-    # The gated rules first (rules.RULES's order, then the run's own), each in turn order: the cut keeps
+    # The gated rules first (rules.NAMES's order, then the run's own), each in turn order: the cut keeps
     # what matters.
     order = {rule: index for index, rule in enumerate(names)}
     ordered = sorted(row.get("violations", []), key=lambda v: order.get(v.get("rule"), len(order)))
@@ -497,7 +497,7 @@ def _conversation(
     }
 
 
-def _flagged(row: Mapping[str, Any], names: Sequence[str] = rules.RULES) -> list[str]:
+def _flagged(row: Mapping[str, Any], names: Sequence[str] = rules.NAMES) -> list[str]:
     """The rules the conversation broke (without confirm, every destructive call is "unconfirmed": not one)."""
     return [
         r

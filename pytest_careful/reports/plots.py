@@ -207,7 +207,7 @@ def accuracy_figure(card: Mapping[str, Any]) -> Figure:
 def violation_rules(card: Mapping[str, Any]) -> tuple[str, ...]:
     """The rules the violations chart shows (``unconfirmed_destructive`` only under confirm)."""
     confirm = protocols.has_scripted_user(card["provenance"].get("protocol"))
-    return tuple(r for r in rules.RULES if confirm or r != "unconfirmed_destructive")
+    return tuple(r for r in rules.NAMES if confirm or r != "unconfirmed_destructive")
 
 
 def violations_figure(card: Mapping[str, Any]) -> Figure:

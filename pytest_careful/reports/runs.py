@@ -13,7 +13,7 @@ from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..common.text import escape
-from ..scoring.extension import listed as custom_rules
+from ..scoring.rules.checking import listed as custom_rules
 
 #: Short names of the categories, as the paper's Table 5 heads its columns.
 SHORT = {

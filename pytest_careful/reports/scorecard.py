@@ -19,13 +19,13 @@ from ..common.text import counted
 from ..protocols.confirm_log import Answers
 from ..scoring import rules, turn_credit
 from ..scoring.conversation import ConversationResult
-from ..scoring.extension import listed as custom_rules
 from ..scoring.row import Row, Tokens
+from ..scoring.rules.checking import listed as custom_rules
 from . import chart_cache
 from .card import Card, Page, Provenance, Totals
 from .stats import ComparisonJson
 
-COUNT_COLUMNS = rules.RULES + rules.EXTRA_COUNTS + rules.TALLIES
+COUNT_COLUMNS = rules.NAMES + rules.TALLIES
 
 
 def totals(rows: Iterable[Row], custom: Sequence[str] = ()) -> Totals:
@@ -424,7 +424,7 @@ class Scorecard:
 
     @classmethod
     def from_json(cls, card: Card, path: Path | None = None) -> Scorecard:
-        names = rules.RULES + custom_rules(card["provenance"])
+        names = rules.NAMES + custom_rules(card["provenance"])
         results = tuple(ConversationResult.from_row(row, names) for row in card["rows"])
         return cls(card["provenance"], card["totals"], results, path)
 

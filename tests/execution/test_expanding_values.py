@@ -21,13 +21,14 @@ from typing import Any
 
 import hostile_payloads as payloads
 import pytest
+from rows import score_row
 
 from pytest_careful.data import dataset
 from pytest_careful.effects import declarations
 from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.execution import limits
 from pytest_careful.execution.decoding import decoder, passthrough_decoder
-from pytest_careful.scoring import evidence, rules
+from pytest_careful.scoring import evidence
 
 QWEN = "Qwen/Qwen3-8B"  # a prompting decoder: its literal evaluator builds 'a' * N, as BFCL's eval does
 LINE = 64_000  # the target: a result line of at most 64 KB
@@ -54,7 +55,7 @@ def _score(conversation: dataset.Conversation, result: Any, dec: Any) -> tuple[s
     with limits.metered(BUDGET):
         try:
             evaluation = evaluate(conversation, result, dec)
-            row = rules.score(evaluation, declarations.load())
+            row = score_row(evaluation, declarations.load())
             evidence.transcript(evaluation)
             evidence.format_bfcl_failure(evaluation)
         except limits.ResourceLimit as exceeded:

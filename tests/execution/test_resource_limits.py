@@ -17,6 +17,7 @@ from typing import Any
 
 import hostile_payloads as payloads
 import pytest
+from rows import score_row
 
 from conftest import REAL_RUN_DECODER
 from pytest_careful.data import dataset
@@ -27,7 +28,7 @@ from pytest_careful.evaluation.replay import reference
 from pytest_careful.execution import limits
 from pytest_careful.execution.decoding import decoder, passthrough_decoder
 from pytest_careful.harness import options
-from pytest_careful.scoring import evidence, rules
+from pytest_careful.scoring import evidence
 
 CLASSES = ("exponential", "deep_chain", "cycle", "many_calls", "many_writes", "many_powers")
 #: A smaller budget than the default, so that the suite stays fast; same code paths.
@@ -41,7 +42,7 @@ def _score(
     with limits.metered(budget) as meter:
         try:
             evaluation = evaluate(conversation, result, dec or passthrough_decoder())
-            rules.score(evaluation, declarations.load())
+            score_row(evaluation, declarations.load())
             evidence.transcript(evaluation)
             evidence.format_bfcl_failure(evaluation)
         except limits.ResourceLimit as exceeded:

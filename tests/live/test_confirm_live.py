@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rows import score_row
 
 from pytest_careful.data import dataset
 from pytest_careful.data.result_store import ResultStore
@@ -17,7 +18,6 @@ from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.execution.decoding import decoder
 from pytest_careful.live import confirm, runner, scripted
 from pytest_careful.protocols import confirm_log, scripted_user
-from pytest_careful.scoring import rules
 
 DECL = declarations.load()
 STYLES = ["", "-prompting"]
@@ -35,7 +35,7 @@ def _score(handle: str, conversation_id: str, live: runner.LiveRun, condition: s
         if condition == "confirm"
         else None
     )
-    return rules.score(evaluation, DECL, confirmations=found)
+    return score_row(evaluation, DECL, confirmations=found)
 
 
 def _answers(live: runner.LiveRun) -> list[tuple[int, str, str]]:

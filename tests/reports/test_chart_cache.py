@@ -117,7 +117,7 @@ def test_the_drawing_code_and_libraries_are_in_the_key(tmp_path, monkeypatch):
         )
         assert chart_cache.key(inputs) != before
     with monkeypatch.context() as m:
-        m.setattr(chart_cache.rules, "RULES", chart_cache.rules.RULES + ("new_rule",))
+        m.setattr(chart_cache.rules, "NAMES", chart_cache.rules.NAMES + ("new_rule",))
         assert chart_cache.key(inputs) != before
     assert chart_cache.key(inputs) == before
 

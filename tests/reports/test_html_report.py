@@ -14,6 +14,7 @@ from typing import Any
 
 import lxml.html
 import pytest
+from rows import score_row
 
 from conftest import REAL_RUN_DECODER
 from pytest_careful.data import dataset
@@ -23,7 +24,6 @@ from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.evaluation.verdict import STATE_MISMATCH
 from pytest_careful.execution.decoding import decoder
 from pytest_careful.reports import html_report, plots, scorecard
-from pytest_careful.scoring import rules
 
 CONVERSATION = "multi_turn_base_1"  # GorillaFileSystem only: mkdir/echo change visible state
 #: Script and markup, quotes, a textarea's end, template syntax, unicode, controls, bidi, a lone surrogate.
@@ -103,7 +103,7 @@ def hostile_strings(value: Any, keep: frozenset[str] = frozenset({"kind"})) -> A
 
 def page_of(text: Any, evaluation: Any, hostile: bool) -> tuple[str, dict[str, Any]]:
     """The page of a one-row card, every text field set to ``text`` when ``hostile``."""
-    row = rules.score(evaluation, declarations.load())
+    row = score_row(evaluation, declarations.load())
     row.update(condition="standard", model="m")
     node = f"{row['id']}[standard]"
     prov = {"model": "m", "protocol": "standard", "label": "m", "sampling": "s", "git_sha": "0123456789abc"}

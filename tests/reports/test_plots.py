@@ -21,7 +21,7 @@ def totals(n: int, bfcl: float, safe: float, **counts: int) -> dict[str, Any]:
         "conversations": n,
         "bfcl_accuracy": bfcl,
         "safe_accuracy": safe,
-        "counts": {rule: counts.get(rule, 0) for rule in rules.RULES},
+        "counts": {rule: counts.get(rule, 0) for rule in rules.NAMES},
     }
 
 

@@ -135,7 +135,7 @@ def test_opens_clean_and_filters_as_the_scorecard_says(
     page.choose("outcome", "")
     # The rules of the standard protocol (unconfirmed_destructive is a rule under confirm only).
     broken = [
-        rule for rule in rules.RULES if rule != "unconfirmed_destructive" and any(r["counts"].get(rule) for r in rows)
+        rule for rule in rules.NAMES if rule != "unconfirmed_destructive" and any(r["counts"].get(rule) for r in rows)
     ]
     options = page.page.eval_on_selector_all("select[name=rule] option", "o => o.map(x => x.value)")
     assert options == ["", "none", *broken]

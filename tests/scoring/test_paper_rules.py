@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from perturb import as_result
+from rows import score_row
 
 from conftest import REAL_RUN_DECODER
 from pytest_careful.data import dataset
@@ -142,9 +143,7 @@ def real(real_run):
             conversation = evaluation.conversation
             decoded = [t.steps for t in evaluation.replay.turns]
             reference = [[[c] for c in turn] for turn in conversation.ground_truth]
-            rows = {
-                v: rules.score(evaluation, DECL, rules.Settings(duplicate_writes=v)) for v in rules.DUPLICATE_WRITES
-            }
+            rows = {v: score_row(evaluation, DECL, rules.Settings(duplicate_writes=v)) for v in rules.DUPLICATE_WRITES}
             out.append((rows, _direct(conversation, decoded), _direct(conversation, reference)))
     return out
 
@@ -193,7 +192,7 @@ def test_unparsable_calls_of_the_real_run_keep_their_function(real_run):
     # base_17, turn 2: the reference's view_messages_sent; the model's failed one is not a surplus read.
     evaluation = next(e for e in evaluations if e.conversation.id == "multi_turn_base_17")
     assert "view_messages_sent" in " ".join(evaluation.conversation.ground_truth[2])
-    row = rules.score(evaluation, DECL)
+    row = score_row(evaluation, DECL)
     surplus = [v for v in row["violations"] if v["rule"] == "beyond_reference_read" and v["turn"] == 2]
     assert not any(v["call"] == "view_messages_sent(='')" for v in surplus)
     assert any(v["call"] == "view_messages_sent(='')" for v in row["violations"] if v["rule"] == "failed_calls")
@@ -201,7 +200,7 @@ def test_unparsable_calls_of_the_real_run_keep_their_function(real_run):
 
 def _score(conversation_id: str, result: list) -> dict[str, Any]:
     evaluation = evaluate(dataset.get(conversation_id), result, passthrough_decoder())
-    return rules.score(evaluation, DECL)
+    return score_row(evaluation, DECL)
 
 
 def test_a_surplus_unparsable_echo_is_a_failed_collateral_echo():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from perturb import as_result
+from rows import score_row
 
 from pytest_careful.common.bfcl import CATEGORIES
 from pytest_careful.data import dataset
@@ -19,7 +20,7 @@ DECL = declarations.load()
 def _score(conversation_id, result, settings=rules.Settings(), entry=None, confirmations=None):
     conversation = dataset.get(conversation_id)
     evaluation = evaluate(conversation, result, passthrough_decoder(), entry=entry)
-    return rules.score(evaluation, DECL, settings, confirmations)
+    return score_row(evaluation, DECL, settings, confirmations)
 
 
 def _reference(conversation_id):
@@ -31,7 +32,7 @@ def test_references_score_zero_on_every_rule(category):
     for conversation in dataset.load_category(category):
         row = _score(conversation.id, _reference(conversation.id))
         assert row["bfcl"]["valid"] and row["safe"]
-        nonzero = {k: v for k, v in row["counts"].items() if v and k in rules.RULES}
+        nonzero = {k: v for k, v in row["counts"].items() if v and k in rules.NAMES}
         # Under the standard protocol every destructive call is unconfirmed by definition.
         nonzero.pop("unconfirmed_destructive", None)
         assert nonzero == {}, (conversation.id, nonzero)
@@ -181,5 +182,5 @@ def test_every_row_of_the_real_run_is_json(real_run):
         evaluations, problems = evaluate_file(real_run / f"BFCL_v4_{category}_result.json", dec, category)
         assert not problems and len(evaluations) == 200
         for evaluation in evaluations:
-            row = rules.score(evaluation, DECL)
+            row = score_row(evaluation, DECL)
             assert json.loads(json.dumps(row)) == row

@@ -11,6 +11,7 @@ import unicodedata
 from typing import Any
 
 import pytest
+from rows import score_row
 
 from conftest import REAL_RUN_DECODER
 from pytest_careful.data import dataset
@@ -179,7 +180,6 @@ def test_text_parts_are_read_as_the_confirm_protocol_reads_them():
     """A Claude FC question (["text"]) counts as asked, as the same text as a string does."""
     from pytest_careful.effects import declarations
     from pytest_careful.protocols.confirm_log import model_text
-    from pytest_careful.scoring import rules
 
     conversation = dataset.get("multi_turn_base_0")
     question = "Before I move it: shall I move final_report.pdf into temp? Please confirm."
@@ -187,7 +187,7 @@ def test_text_parts_are_read_as_the_confirm_protocol_reads_them():
     as_string = [[question] for _ in range(conversation.n_turns)]  # how OpenAI's handler logs it
     assert model_text([question]) == model_text(question) == question
     rows = [
-        rules.score(evaluate(conversation, r, decoder("claude-haiku-4-5-20251001-FC")), declarations.load())
+        score_row(evaluate(conversation, r, decoder("claude-haiku-4-5-20251001-FC")), declarations.load())
         for r in (as_parts, as_string)
     ]
     assert rows[0]["counts"]["asked"] == rows[1]["counts"]["asked"] == conversation.n_turns
