@@ -67,3 +67,15 @@ def test_a_users_script_has_the_json_contracts_keys_checked(tmp_path):
     errors = [line for line in out.stdout.splitlines() if ": error:" in line]
     assert [line.split(":")[1] for line in errors] == ["5", "9"], out.stdout[-3000:]
     assert '"token"' in errors[0] and '"modle"' in errors[1], errors
+
+
+def test_the_public_names_are_the_stubs_and_nothing_internal() -> None:
+    """``__init__.pyi`` is the one list: each of its names imports, and an internal one does not."""
+    import pytest_careful
+
+    for name in pytest_careful.__all__:
+        assert getattr(pytest_careful, name).__name__ == name
+    assert {"Rule", "ScoredConversation", "ModelCall", "score_run", "Row", "RunSettings"} <= set(pytest_careful.__all__)
+    for internal in ("CallRecord", "Replay", "Evaluation", "evaluate", "RunConfig", "Simulators"):
+        with pytest.raises(AttributeError):
+            getattr(pytest_careful, internal)
