@@ -546,10 +546,6 @@ def _junit_options(add: Callable[..., Any]) -> None:
     )
 
 
-#: The run's settings under the name the harness has always used for them.
-CarefulOptions = RunConfig
-
-
 def read_options(config: pytest.Config) -> RunConfig:
     """Options, cross-checked; conflicts raise ``pytest.UsageError``."""
     get = config.getoption
@@ -604,7 +600,7 @@ def _or(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
-def _validate(options: CarefulOptions) -> None:
+def _validate(options: RunConfig) -> None:
     _refuse_inapplicable(options)
     if options.results is not None:
         if not options.results.is_dir():
@@ -650,7 +646,7 @@ def _validate(options: CarefulOptions) -> None:
         )
 
 
-def _refuse_inapplicable(options: CarefulOptions) -> None:
+def _refuse_inapplicable(options: RunConfig) -> None:
     """--careful-decoder without a logged run; live-run options without a live run."""
     if options.results is None and "--careful-decoder" in options.given:
         raise pytest.UsageError(

@@ -24,15 +24,14 @@ from ..scoring import rules
 from ..scoring.conversation import ScoringConfig
 from ..scoring.rules import Rule, Settings, checking
 from ..sources.reference_logged import Source, open_source
-from ..sources.run_config import SourceError
+from ..sources.run_config import RunConfig, SourceError
 from . import gate, junit, scorecard_files, selection, summary
 from .item import CarefulCollector, CarefulItem, make_items
-from .options import CarefulOptions
 from .outcome import ROW_KEY, call_sections, junit_properties
 from .state import SESSION_KEY, CarefulState
 
 
-def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
+def start(config: pytest.Config, options: RunConfig) -> CarefulState:
     source: Source
     scripted.register()  # a scripted model's results folder decodes with its handler
     if options.live:

@@ -15,12 +15,12 @@ from ..scoring.conversation import ScoringConfig
 from ..scoring.row import Row
 from ..scoring.rules import Settings
 from ..sources.reference_logged import Source
-from .options import CarefulOptions
+from ..sources.run_config import RunConfig
 
 
 @dataclass
 class CarefulState:
-    options: CarefulOptions
+    options: RunConfig
     source: Source
     declarations: Declarations
     settings: Settings

@@ -17,8 +17,9 @@ from ..reports import scorecard, stats
 from ..reports.card import Card, Provenance, Totals
 from ..reports.stats import ComparisonJson
 from ..scoring.row import Row
+from ..sources.run_config import RunConfig
 from .gate import gate_passes, gate_verdict
-from .options import DEFAULT_SERVER_TIMEOUT, CarefulOptions
+from .options import DEFAULT_SERVER_TIMEOUT
 from .state import CarefulState
 
 
@@ -345,7 +346,7 @@ def rerun_command(state: CarefulState, node: str) -> str:
     return " ".join(parts + _rerun_settings(options))
 
 
-def _rerun_settings(options: CarefulOptions) -> list[str]:
+def _rerun_settings(options: RunConfig) -> list[str]:
     """The options besides the model that decide a conversation's outcome or where it is filed.
 
     Without them the printed command would score under other budgets, or start a live model

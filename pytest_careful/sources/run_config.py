@@ -30,7 +30,7 @@ class SourceError(ValueError):
 class RunConfig:
     """A run's settings, validated: what every stage below ``harness`` reads, with no pytest in it.
 
-    ``harness.options.read_options`` builds it once from the command line (``CarefulOptions`` there);
+    ``harness.options.read_options`` builds it once from the command line;
     ``pytest_careful.score_run`` builds one from its arguments. ``active`` is false when the
     plugin was not asked for.
     """

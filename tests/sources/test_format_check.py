@@ -18,15 +18,15 @@ import pytest
 from conftest import REAL_RUN_DECODER, ROOT
 from pytest_careful.data import dataset
 from pytest_careful.execution.decoding import decoder
-from pytest_careful.harness.options import CarefulOptions
 from pytest_careful.sources.format_check import FORMATS
 from pytest_careful.sources.reference_logged import open_source
+from pytest_careful.sources.run_config import RunConfig
 
 IDS = [f"multi_turn_base_{i}" for i in range(12)]
 
 
-def _options(results: Path, decoder_key: str, **more: Any) -> CarefulOptions:
-    return CarefulOptions(
+def _options(results: Path, decoder_key: str, **more: Any) -> RunConfig:
+    return RunConfig(
         active=True,
         model="",
         results=results,
