@@ -24,6 +24,7 @@ from matplotlib.ticker import MaxNLocator
 from ..common.text import escape
 from ..protocols import registry as protocols
 from ..scoring import rules
+from .own_rules import names as own_rule_names
 
 BFCL_COLOUR = "#4272c4"
 SAFE_COLOUR = "#ed7d31"
@@ -205,9 +206,11 @@ def accuracy_figure(card: Mapping[str, Any]) -> Figure:
 
 
 def violation_rules(card: Mapping[str, Any]) -> tuple[str, ...]:
-    """The rules the violations chart shows (``unconfirmed_destructive`` only under confirm)."""
+    """The rules the violations chart shows: the built-in ones (``unconfirmed_destructive`` only under
+    confirm), then the run's own (``pytest_careful_rules``)."""
     confirm = protocols.has_scripted_user(card["provenance"].get("protocol"))
-    return tuple(r for r in rules.RULES if confirm or r != "unconfirmed_destructive")
+    built_in = tuple(r for r in rules.RULES if confirm or r != "unconfirmed_destructive")
+    return built_in + tuple(r for r in own_rule_names(card["provenance"]) if r not in built_in)
 
 
 def violations_figure(card: Mapping[str, Any]) -> Figure:
