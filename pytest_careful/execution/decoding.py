@@ -20,9 +20,10 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,8 +362,36 @@ def resolve_model(name: str) -> str:
         return by_short[0]
     if len(by_short) > 1:
         raise UnknownModel(f"model name {name!r} is ambiguous: {', '.join(sorted(by_short))}")
-    hint = did_you_mean(name, ("reference", *keys))
+    hint = close_models(name, ("reference", *keys))
     raise UnknownModel(f"{name!r} is not in bfcl-eval {_bfcl.PINNED_VERSION}'s model registry{hint}")
+
+
+#: How a registry key ends in a release date: ``-2024-11-20``, ``-20250929``, ``-2507``.
+_RELEASE_DATE = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
+
+
+def model_stem(key: str) -> str:
+    """A key as people say the model: ``gpt-4o`` of ``gpt-4o-2024-11-20-FC``, ``qwen3-8b`` of
+    ``Qwen/Qwen3-8B`` (no organisation, mode, release date or case)."""
+    return _RELEASE_DATE.sub("", key.rsplit("/", 1)[-1].removesuffix("-FC")).lower()
+
+
+def close_models(name: str, keys: Iterable[str]) -> str:
+    """``; did you mean ...?`` for a model name that is no key: the keys of the models it begins
+    (``llama-4``: the Llama-4 keys), else the keys spelled close to it, else those of models named
+    close to it (``gpt-9-turbo``: the ``gpt-4o``, ``gpt-5-nano`` keys)."""
+    keys = tuple(keys)
+    stem = model_stem(name)
+    begun = [k for k in keys if model_stem(k).startswith(stem)] if len(stem) >= _MIN_STEM else []
+    return (
+        did_you_mean(name, begun, cutoff=0.0)
+        or did_you_mean(name, keys)
+        or did_you_mean(name, keys, form=model_stem)
+    )
+
+
+#: A name shorter than this begins too many models to suggest them.
+_MIN_STEM = 4
 
 
 @dataclass

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ..common import bfcl as _bfcl
-from ..common.text import did_you_mean
 from ..execution.decoding import (
     RegistryEntry,
+    close_models,
     missing_extra,
     registry_entry,
     registry_keys,
@@ -257,7 +257,7 @@ def _spelling(key: str, keys: tuple[str, ...]) -> str:
 def _close(name: str, keys: tuple[str, ...]) -> str:
     from .scripted import POLICIES, PREFIX
 
-    return did_you_mean(name, (*keys, "reference", *(PREFIX + p for p in POLICIES)))
+    return close_models(name, (*keys, "reference", *(PREFIX + p for p in POLICIES)))
 
 
 def describe(key: str) -> str:
