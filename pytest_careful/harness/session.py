@@ -31,6 +31,7 @@ from .item import CarefulCollector, CarefulItem, make_items
 from .options import CarefulOptions
 from .outcome import ROW_KEY, call_sections, junit_properties
 from .state import SESSION_KEY, CarefulState
+from .worker_status import say_status_once
 
 
 def start(config: pytest.Config, options: CarefulOptions) -> CarefulState:
@@ -115,6 +116,7 @@ class CarefulPlugin:
         """
         if self.is_worker:
             return
+        say_status_once(self.config)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         handle = getattr(self.state.source, "handle", None)
         if handle is not None and reporter is not None:  # what runs, said before anything runs
