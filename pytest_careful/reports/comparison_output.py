@@ -272,11 +272,12 @@ def _accuracy_figure(report: Report, plots: Any) -> Any:
             error_kw={"linewidth": 0.8, "capsize": 2},
         )
     ax.set_yticks(range(len(runs)), labels=[plots.printable(r["name"], 40) for r in runs])
+    plots.fit_tick_labels(figure, ax)
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel(f"% of {report['ids']} conversations (bars: Wilson 95 % interval)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title("BFCL vs safe accuracy per run", loc="left")
+    plots.set_title(figure, ax, "BFCL vs safe accuracy per run")
     return figure
 
 
