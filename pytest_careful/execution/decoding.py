@@ -384,9 +384,7 @@ def close_models(name: str, keys: Iterable[str]) -> str:
     stem = model_stem(name)
     begun = [k for k in keys if model_stem(k).startswith(stem)] if len(stem) >= _MIN_STEM else []
     return (
-        did_you_mean(name, begun, cutoff=0.0)
-        or did_you_mean(name, keys)
-        or did_you_mean(name, keys, form=model_stem)
+        did_you_mean(name, begun, cutoff=0.0) or did_you_mean(name, keys) or did_you_mean(name, keys, form=model_stem)
     )
 
 
@@ -431,10 +429,30 @@ def decoder(registry_key: str) -> Decoder:
     return Decoder(key, _build_handler(handler_class, model_name, is_fc_model, key))
 
 
+#: The SDKs whose clients a BFCL handler opens in its initialiser (an OSS handler's OpenAI client
+#: for its local server, Claude's Anthropic client).
+_CLIENT_SDKS = ("openai", "anthropic", "httpx")
+
+
+def close_clients(handler: Any) -> None:
+    """Close the API clients a handler holds. A decoder sends nothing; a client left open to the
+    interpreter's exit is closed by the SDK's ``__del__`` after httpx is torn down, which prints
+    "Exception ignored in: SyncHttpxClientWrapper.__del__" and a traceback."""
+    for value in list(vars(handler).values()):
+        close = getattr(value, "close", None)
+        if callable(close) and type(value).__module__.partition(".")[0] in _CLIENT_SDKS:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 -- a client that cannot close is the SDK's affair; decoding goes on
+                pass
+
+
 def _build_handler(handler_class: type, model_name: str, is_fc_model: bool, key: str) -> Any:
     kwargs = dict(model_name=model_name, temperature=0, registry_name=key, is_fc_model=is_fc_model)
     try:
-        return handler_class(**kwargs)
+        handler = handler_class(**kwargs)
+        close_clients(handler)  # decoding only
+        return handler
     except Exception:
         # Vendor clients refuse to start without an API key; decoding needs none,
         # so build the handler with BaseHandler's initialiser only.

@@ -195,6 +195,7 @@ class CarefulPlugin:
                             self.state.gate_messages.append(problem)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.state.source.close()  # left open, a client's __del__ at exit prints a traceback
         if self.state.details_dir is not None and not self.is_worker:
             shutil.rmtree(self.state.details_dir, ignore_errors=True)
         plan = getattr(self.state.source, "server_plan", None)
