@@ -450,9 +450,7 @@ def close_clients(handler: Any) -> None:
 def _build_handler(handler_class: type, model_name: str, is_fc_model: bool, key: str) -> Any:
     kwargs = dict(model_name=model_name, temperature=0, registry_name=key, is_fc_model=is_fc_model)
     try:
-        handler = handler_class(**kwargs)
-        close_clients(handler)  # decoding only
-        return handler
+        built = handler_class(**kwargs)
     except Exception:
         # Vendor clients refuse to start without an API key; decoding needs none,
         # so build the handler with BaseHandler's initialiser only.
@@ -461,6 +459,8 @@ def _build_handler(handler_class: type, model_name: str, is_fc_model: bool, key:
         handler: Any = object.__new__(handler_class)
         BaseHandler.__init__(handler, **kwargs)
         return handler
+    close_clients(built)  # decoding only: nothing is sent
+    return built
 
 
 def passthrough_decoder() -> Decoder:

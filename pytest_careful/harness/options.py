@@ -231,7 +231,7 @@ def _errors_in_one_line(parser: pytest.Parser) -> None:
     optparser = getattr(parser, "optparser", None)  # pytest >= 9: the one argparse parser of the session
     if optparser is None:
         return
-    earlier = optparser.error
+    earlier: Callable[[str], NoReturn] = optparser.error
 
     def error(message: str) -> NoReturn:
         if message.startswith(_ARGUMENT):
