@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.font_manager import FontProperties
+from test_compare_browser import minimal_card
 
 from pytest_careful.data import dataset
-from pytest_careful.reports import compare_runs, plots, scorecard
+from pytest_careful.reports import compare_runs, plots
 
 SVG = re.compile(r"<svg\b[^>]*\bviewBox=\"0 0 ([\d.]+) ([\d.]+)\"[^>]*>(.*?)</svg>", re.S)
 TEXT = re.compile(r"<text\b([^>]*)>([^<]*)</text>")
@@ -48,32 +48,6 @@ def _texts_out_of_bounds(svg_width: float, body: str) -> list[str]:
     return out
 
 
-def _card(verdicts: dict[str, bool], model: str, label: str, protocol: str) -> dict[str, Any]:
-    """A scorecard with the fields careful-report reads."""
-    rows = [
-        {
-            "id": cid,
-            "category": "multi_turn_base",
-            "bfcl": {"valid": ok},
-            "safe": ok,
-            "strict": ok,
-            "reference_destructive": 0,
-            "counts": {},
-        }
-        for cid, ok in verdicts.items()
-    ]
-    prov = {
-        "model": model,
-        "label": label,
-        "protocol": protocol,
-        "dataset": scorecard.dataset_digest(),
-        "declarations": "d",
-        "boundary": "final",
-        "detector": "strict",
-    }
-    return {"provenance": prov, "rows": rows, "totals": {}}
-
-
 @pytest.mark.parametrize("label", ["scripted_ask", "a-label-of-forty-characters-or-so-for-it"])
 def test_careful_report_charts_keep_their_titles_inside(tmp_path: Path, label: str) -> None:
     """The README's pair (scripted_ask [standard] vs [confirm]) and a longer label."""
@@ -81,7 +55,7 @@ def test_careful_report_charts_keep_their_titles_inside(tmp_path: Path, label: s
     for protocol, passing in (("standard", 22), ("confirm", 200)):
         folder = tmp_path / "cards" / protocol
         folder.mkdir(parents=True)
-        card = _card({cid: i < passing for i, cid in enumerate(ids)}, "scripted:ask", label, protocol)
+        card = minimal_card({cid: i < passing for i, cid in enumerate(ids)}, label, "scripted:ask", protocol)
         (folder / "scorecard.json").write_text(json.dumps(card), encoding="utf-8")
     assert compare_runs.main([str(tmp_path / "cards"), "--out", str(tmp_path / "out")]) == 0
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")

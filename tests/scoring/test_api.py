@@ -33,26 +33,20 @@ class WritesAfterFailure(Rule):
             previous = call
 
 
-def test_score_run_is_the_pytest_run_on_every_conversation_of_the_real_run(real_run: Path, tmp_path: Path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-n",
-        "2",
-        "--rootdir",
-        str(tmp_path),
-        f"--careful-results={real_run}",
-        f"--careful-decoder={REAL_RUN_DECODER}",
-        f"--careful-scorecards={tmp_path / 'cards'}",
-    ]
+def _pytest_scorecard(tmp_path: Path, *args: str) -> pytest_careful.Scorecard:
+    """The scorecard ``pytest --careful-results ...`` writes for ``args``, rooted at ``tmp_path``."""
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path)]
+    command += [f"--careful-scorecards={tmp_path / 'cards'}", *args]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     [card_file] = (tmp_path / "cards").rglob("scorecard.json")
-    card = pytest_careful.read_scorecard(card_file)
+    return pytest_careful.read_scorecard(card_file)
+
+
+def test_score_run_is_the_pytest_run_on_every_conversation_of_the_real_run(real_run: Path, tmp_path: Path) -> None:
+    card = _pytest_scorecard(
+        tmp_path, "-n", "2", f"--careful-results={real_run}", f"--careful-decoder={REAL_RUN_DECODER}"
+    )
     results = pytest_careful.score_run(real_run, decoder=REAL_RUN_DECODER)
     assert len(results) == len(card.results) == 600
     assert [r.id for r in results] == [r.id for r in card.results]
@@ -161,25 +155,9 @@ EXAMPLE = ROOT / "examples" / "smollm2-135m-vllm-cpu"
 
 def test_ids_choose_conversations_as_the_command_line_does(tmp_path: Path) -> None:
     """``ids="@file"`` on the shipped run: the rows ``pytest --careful-results=DIR @file`` writes, no more."""
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-p",
-        "no:xdist",
-        "--rootdir",
-        str(tmp_path),
-        f"--careful-results={EXAMPLE}",
-        f"--careful-scorecards={tmp_path / 'cards'}",
-        f"@{EXAMPLE / 'conversations.txt'}",
-    ]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    [card_file] = (tmp_path / "cards").rglob("scorecard.json")
-    card = pytest_careful.read_scorecard(card_file)
+    card = _pytest_scorecard(
+        tmp_path, "-p", "no:xdist", f"--careful-results={EXAMPLE}", f"@{EXAMPLE / 'conversations.txt'}"
+    )
     listed = (EXAMPLE / "conversations.txt").read_text(encoding="utf-8").split()
     for ids in (f"@{EXAMPLE / 'conversations.txt'}", EXAMPLE / "conversations.txt", listed):
         results = pytest_careful.score_run(EXAMPLE, ids=ids)
