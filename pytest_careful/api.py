@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from .common.bfcl import CATEGORIES
+from .common.bfcl import CATEGORIES, NODE_ID
 from .data import dataset
 from .effects import declarations
 from .execution import limits
@@ -32,6 +32,7 @@ def score_run(
     protocol: str = "standard",
     categories: Sequence[str] | None = None,
     *,
+    ids: Iterable[str] | str | Path | None = None,
     model: str | None = None,
     rules: Iterable[Rule | type[Rule]] = (),
     boundary: str = "final",
@@ -53,7 +54,12 @@ def score_run(
         decoder: the BFCL registry key whose decoder reads the output (``--careful-decoder``);
             None: ``model``, else the folder's ``careful_settings.json``.
         protocol: ``standard``, ``hints`` or ``confirm``.
-        categories: ``base``, ``multi_turn_miss_func``...; None: the categories the folder has.
+        categories: ``base``, ``multi_turn_miss_func``...; None: the categories the folder has (with
+            ``ids``: theirs).
+        ids: the conversations to score, as pytest takes them on its command line: ids
+            (``multi_turn_base_17``, or the node id ``multi_turn_base_17[standard]``), or a file of
+            them, one a line, as ``@file`` (a ``Path``, or a string ``"@conversations.txt"``);
+            None: every conversation of the categories.
         model: the run's name in the results (default: the folder's name).
         rules: rules of your own (``pytest_careful.Rule`` instances or subclasses), after the built-in ones.
         boundary, detector, duplicate_writes, user_script: as the ``--careful-*`` options.
@@ -66,7 +72,12 @@ def score_run(
     Raises:
         SourceError (a ValueError): the folder, decoder or a setting cannot be used; the message says why.
     """
+    chosen = None if ids is None else _chosen_ids(ids, protocol)
+    if chosen is not None and not categories:  # node ids name their category, as on the command line
+        categories = [c for c in CATEGORIES if any(i.rsplit("_", 1)[0] == c for i in chosen)]
     config = _run_config(results_dir, decoder, protocol, categories, model, boundary, detector, duplicate_writes)
+    if chosen is not None:
+        _check_ids(chosen, config.categories)
     scripted.register()  # a scripted model's results folder decodes with its handler
     budget = budget or limits.Limits()
     config = dataclasses.replace(config, user_script=user_script, limits=budget)
@@ -76,7 +87,7 @@ def score_run(
     except ModelEntryError as problem:
         raise SourceError(str(problem)) from None
     try:
-        return _score(config, run_rules, budget)
+        return _score(config, run_rules, budget, chosen)
     finally:
         undo()
 
@@ -99,7 +110,54 @@ def _settings(config: RunConfig) -> Settings:
     return Settings(boundary=config.boundary, detector=config.detector, duplicate_writes=config.duplicate_writes)
 
 
-def _score(config: RunConfig, run_rules: tuple[Rule, ...], budget: limits.Limits) -> list[ConversationResult]:
+def _chosen_ids(ids: Iterable[str] | str | Path, protocol: str) -> frozenset[str]:
+    """The conversation ids ``ids`` names (see ``score_run``); SourceError naming what is wrong."""
+    if isinstance(ids, Path) or (isinstance(ids, str) and ids.startswith("@")):
+        return _ids_in_file(Path(str(ids).removeprefix("@")) if isinstance(ids, str) else ids, protocol)
+    names = [ids] if isinstance(ids, str) else list(ids)
+    return frozenset(_conversation_id(str(name), protocol, "ids") for name in names)
+
+
+def _ids_in_file(path: Path, protocol: str) -> frozenset[str]:
+    """The ids of a file as pytest reads ``@file``: one a line (blank lines left out)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceError(f"ids: cannot read {path}: {type(exc).__name__}: {exc}") from None
+    return frozenset(
+        _conversation_id(line.strip(), protocol, f"{path}:{number}")
+        for number, line in enumerate(lines, start=1)
+        if line.strip()
+    )
+
+
+def _conversation_id(name: str, protocol: str, where: str) -> str:
+    """The conversation a pytest node id or a bare id names; SourceError for anything else."""
+    match = NODE_ID.match(name)
+    if match is None:
+        raise SourceError(
+            f"{where}: {name[:200]!r} is not a conversation id (multi_turn_base_17, or multi_turn_base_17[standard])"
+        )
+    if match["condition"] is not None and match["condition"] != protocol:
+        raise SourceError(f"{where}: {name} is a {match['condition']} item; this run's protocol is {protocol}")
+    return match["id"]
+
+
+def _check_ids(chosen: frozenset[str], categories: Sequence[str]) -> None:
+    """Every id is a conversation of BFCL's dataset in the run's categories, as ``pytest`` checks node ids."""
+    known = {c.id for c in dataset.load(CATEGORIES)}
+    for cid in sorted(chosen):
+        if cid not in known:
+            raise SourceError(f"ids: {cid}: no such conversation in bfcl-eval's multi-turn dataset")
+        if cid.rsplit("_", 1)[0] not in categories:
+            raise SourceError(
+                f"ids: {cid}: its category is not among the categories asked for ({', '.join(categories)})"
+            )
+
+
+def _score(
+    config: RunConfig, run_rules: tuple[Rule, ...], budget: limits.Limits, ids: frozenset[str] | None = None
+) -> list[ConversationResult]:
     source = open_source(config)
     decl = declarations.load()
     scoring = ScoringConfig(
@@ -112,7 +170,11 @@ def _score(config: RunConfig, run_rules: tuple[Rule, ...], budget: limits.Limits
     )
     chosen = source.categories or config.categories
     protocol = config.protocols[0]
-    return [_result(source, conversation, protocol, scoring, budget) for conversation in dataset.load(chosen)]
+    return [
+        _result(source, conversation, protocol, scoring, budget)
+        for conversation in dataset.load(chosen)
+        if ids is None or conversation.id in ids
+    ]
 
 
 def read_scorecard(path: Path | str) -> Scorecard:

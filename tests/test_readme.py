@@ -157,6 +157,29 @@ def test_every_command_runs_and_prints_what_the_page_shows(page: str, clean_fold
             assert not missing, f"{where}: not printed: {missing}\n--- printed:\n{printed[-4000:]}"
             checked += 1
     assert checked, f"{page}: no command with its output to check"
+    unnamed = unnamed_outputs(clean_folder, (ROOT / page).read_text(encoding="utf-8"))
+    assert not unnamed, f"{page}: its commands made {unnamed} where they ran, which the page does not name"
+
+
+def unnamed_outputs(folder: Path, page: str) -> list[str]:
+    """What a page's commands made in the folder they ran in (``name/`` for a folder) that the page
+    does not name: a user finds it there and nothing says what it is. Hidden entries (pytest's own
+    cache) and what the fresh clone has (examples/, .venv) are left out."""
+    made = [
+        p.name + ("/" if p.is_dir() else "")
+        for p in sorted(folder.iterdir())
+        if p.name not in ("examples", ".venv") and not p.name.startswith(".")
+    ]
+    return [name for name in made if not re.search(r"(?:^|[\s`(=]|\./)" + re.escape(name), page, re.M)]
+
+
+def test_outputs_a_page_does_not_name_are_found(tmp_path: Path) -> None:
+    for name in ("result", "scorecards", "compare"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "careful.xml").write_text("")
+    (tmp_path / ".pytest_cache").mkdir()
+    page = "scorecards in `./scorecards/m/`; `--out compare/`; `--junitxml=careful.xml`; --careful-results=DIR"
+    assert unnamed_outputs(tmp_path, page) == ["result/"]
 
 
 def test_the_matcher_finds_what_is_there_and_only_that() -> None:

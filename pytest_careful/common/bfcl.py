@@ -20,6 +20,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import re
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -34,6 +35,10 @@ CATEGORIES: tuple[str, ...] = (
     "multi_turn_miss_param",
     "multi_turn_long_context",
 )
+
+#: A conversation id, optionally with its condition, as a pytest node id has it:
+#: ``multi_turn_base_17``, ``multi_turn_base_17[standard]``.
+NODE_ID = re.compile(r"^(?P<id>multi_turn_[a-z_]+_\d+)(?:\[(?P<condition>[a-z]+)\])?$")
 
 #: The eight simulator classes of the multi-turn categories.
 SIMULATOR_CLASSES: tuple[str, ...] = (

@@ -6,7 +6,7 @@ import difflib
 import os
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 # Controls (terminal escapes, carriage returns), invisible format characters (bidi
 # overrides), lone surrogates (unencodable) and line separators (model or file text
@@ -67,19 +67,31 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
-def did_you_mean(name: str, candidates: Iterable[str], cutoff: float = 0.5, prefix: str = "") -> str:
+def did_you_mean(
+    name: str,
+    candidates: Iterable[str],
+    cutoff: float = 0.5,
+    prefix: str = "",
+    form: Callable[[str], str] | None = None,
+) -> str:
     """``; did you mean confirm?`` for a misspelled ``name`` (with the other close matches), or "".
 
     ``prefix``, shared by every candidate (``--careful-``), is left out of the comparison:
-    it would make any two names look alike.
+    it would make any two names look alike. ``form``, where given, is what is compared of the name
+    and of each candidate (a model key without its date); the candidates are shown as they are, the
+    first of each form.
     """
-    pool = [c.removeprefix(prefix) for c in dict.fromkeys(candidates)]
+    pool: dict[str, str] = {}
+    for candidate in dict.fromkeys(candidates):
+        shown = candidate.removeprefix(prefix)
+        pool.setdefault(form(shown) if form else shown, shown)
     stem = name.removeprefix(prefix)
-    same_but_case = [c for c in pool if c.lower() == stem.lower()]
-    close = difflib.get_close_matches(stem, pool, n=5, cutoff=cutoff)
+    stem = form(stem) if form else stem
+    same_but_case = [c for f, c in pool.items() if f.lower() == stem.lower()]
+    close = difflib.get_close_matches(stem, list(pool), n=5, cutoff=cutoff)
     # The longest shared start first ("gpt-4.2-turbo-FC": gpt-4.1-..., not glm-4.5-air-FC), stably.
     close.sort(key=lambda c: -len(os.path.commonprefix([c.lower(), stem.lower()])))
-    close = list(dict.fromkeys(same_but_case + close))
+    close = list(dict.fromkeys(same_but_case + [pool[f] for f in close]))
     if not close:
         return ""
     close = [prefix + c for c in close]

@@ -20,9 +20,10 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,8 +362,34 @@ def resolve_model(name: str) -> str:
         return by_short[0]
     if len(by_short) > 1:
         raise UnknownModel(f"model name {name!r} is ambiguous: {', '.join(sorted(by_short))}")
-    hint = did_you_mean(name, ("reference", *keys))
+    hint = close_models(name, ("reference", *keys))
     raise UnknownModel(f"{name!r} is not in bfcl-eval {_bfcl.PINNED_VERSION}'s model registry{hint}")
+
+
+#: How a registry key ends in a release date: ``-2024-11-20``, ``-20250929``, ``-2507``.
+_RELEASE_DATE = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
+
+
+def model_stem(key: str) -> str:
+    """A key as people say the model: ``gpt-4o`` of ``gpt-4o-2024-11-20-FC``, ``qwen3-8b`` of
+    ``Qwen/Qwen3-8B`` (no organisation, mode, release date or case)."""
+    return _RELEASE_DATE.sub("", key.rsplit("/", 1)[-1].removesuffix("-FC")).lower()
+
+
+def close_models(name: str, keys: Iterable[str]) -> str:
+    """``; did you mean ...?`` for a model name that is no key: the keys of the models it begins
+    (``llama-4``: the Llama-4 keys), else the keys spelled close to it, else those of models named
+    close to it (``gpt-9-turbo``: the ``gpt-4o``, ``gpt-5-nano`` keys)."""
+    keys = tuple(keys)
+    stem = model_stem(name)
+    begun = [k for k in keys if model_stem(k).startswith(stem)] if len(stem) >= _MIN_STEM else []
+    return (
+        did_you_mean(name, begun, cutoff=0.0) or did_you_mean(name, keys) or did_you_mean(name, keys, form=model_stem)
+    )
+
+
+#: A name shorter than this begins too many models to suggest them.
+_MIN_STEM = 4
 
 
 @dataclass
@@ -402,10 +429,28 @@ def decoder(registry_key: str) -> Decoder:
     return Decoder(key, _build_handler(handler_class, model_name, is_fc_model, key))
 
 
+#: The SDKs whose clients a BFCL handler opens in its initialiser (an OSS handler's OpenAI client
+#: for its local server, Claude's Anthropic client).
+_CLIENT_SDKS = ("openai", "anthropic", "httpx")
+
+
+def close_clients(handler: Any) -> None:
+    """Close the API clients a handler holds. A decoder sends nothing; a client left open to the
+    interpreter's exit is closed by the SDK's ``__del__`` after httpx is torn down, which prints
+    "Exception ignored in: SyncHttpxClientWrapper.__del__" and a traceback."""
+    for value in list(vars(handler).values()):
+        close = getattr(value, "close", None)
+        if callable(close) and type(value).__module__.partition(".")[0] in _CLIENT_SDKS:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 -- a client that cannot close is the SDK's affair; decoding goes on
+                pass
+
+
 def _build_handler(handler_class: type, model_name: str, is_fc_model: bool, key: str) -> Any:
     kwargs = dict(model_name=model_name, temperature=0, registry_name=key, is_fc_model=is_fc_model)
     try:
-        return handler_class(**kwargs)
+        built = handler_class(**kwargs)
     except Exception:
         # Vendor clients refuse to start without an API key; decoding needs none,
         # so build the handler with BaseHandler's initialiser only.
@@ -414,6 +459,8 @@ def _build_handler(handler_class: type, model_name: str, is_fc_model: bool, key:
         handler: Any = object.__new__(handler_class)
         BaseHandler.__init__(handler, **kwargs)
         return handler
+    close_clients(built)  # decoding only: nothing is sent
+    return built
 
 
 def passthrough_decoder() -> Decoder:

@@ -6,7 +6,7 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -216,6 +216,32 @@ def add_options(parser: pytest.Parser) -> None:
         _junit_options,
     ):
         options(group.addoption)
+    _errors_in_one_line(parser)
+
+
+#: How argparse begins what it says of one option's value ("argument --careful-gate: invalid choice: ...").
+_ARGUMENT = "argument --careful-"
+
+
+def _errors_in_one_line(parser: pytest.Parser) -> None:
+    """What argparse says of a ``--careful-*`` value (a type or choice refused, a value missing or
+    given to a flag), said as one ``ERROR:`` line like every other option error of the plugin, not in
+    pytest's usage block with its rootdir and ini file. ``error`` is argparse's own point of override;
+    other messages go to the one it had."""
+    optparser = getattr(parser, "optparser", None)  # pytest >= 9: the one argparse parser of the session
+    if optparser is None:
+        return
+    earlier: Callable[[str], NoReturn] = optparser.error
+
+    def error(message: str) -> NoReturn:
+        if message.startswith(_ARGUMENT):
+            said = message.removeprefix("argument ")
+            if said.endswith(": expected one argument"):  # argparse takes a value beginning with - for an option
+                said += f" ({said.split(':', 1)[0]}=VALUE for a value that begins with -)"
+            raise pytest.UsageError(said)
+        earlier(message)
+
+    optparser.error = error  # type: ignore[method-assign]  # an instance's own, as argparse invites
 
 
 def _run_options(add: Callable[..., Any]) -> None:

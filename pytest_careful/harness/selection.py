@@ -21,7 +21,6 @@ left, as pytest's ``determine_setup`` would.
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..common.bfcl import NODE_ID
 from ..common.text import counted, did_you_mean
 
 if TYPE_CHECKING:  # the plugin imports this module in every session; a type costs nothing
     from ..reports.card import Narrowed
 
-#: A conversation id, optionally with its condition: ``multi_turn_base_17``, ``multi_turn_base_17[standard]``.
-NODE_ID = re.compile(r"^(?P<id>multi_turn_[a-z_]+_\d+)(?:\[(?P<condition>[a-z]+)\])?$")
 #: Options whose presence asks for a pytest-careful run.
 RUN_OPTIONS = ("--careful-model", "--careful-results")
 

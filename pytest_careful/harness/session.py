@@ -29,6 +29,7 @@ from . import gate, junit, scorecard_files, selection, summary
 from .item import CarefulCollector, CarefulItem, make_items
 from .outcome import ROW_KEY, call_sections, junit_properties
 from .state import SESSION_KEY, CarefulState
+from .worker_status import say_status_once
 
 
 def start(config: pytest.Config, options: RunConfig) -> CarefulState:
@@ -132,6 +133,7 @@ class CarefulPlugin:
         """
         if self.is_worker:
             return
+        say_status_once(self.config)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         handle = getattr(self.state.source, "handle", None)
         if handle is not None and reporter is not None:  # what runs, said before anything runs
@@ -210,6 +212,7 @@ class CarefulPlugin:
                             self.state.gate_messages.append(problem)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.state.source.close()  # left open, a client's __del__ at exit prints a traceback
         if self.state.details_dir is not None and not self.is_worker:
             shutil.rmtree(self.state.details_dir, ignore_errors=True)
         plan = getattr(self.state.source, "server_plan", None)

@@ -13,7 +13,7 @@ from typing import Any
 from ..common.text import counted
 from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
 from ..protocols import registry as protocols
-from ..reports import scorecard, stats
+from ..reports import own_rules, scorecard, stats
 from ..reports.card import Card, Provenance, Totals
 from ..reports.stats import ComparisonJson
 from ..scoring.row import Row
@@ -296,21 +296,36 @@ def _print_notable(state: CarefulState, console: Any) -> None:
         for node, seconds in slowest:
             console.print(f"  {seconds:7.3f}s  {rerun_command(state, node)}", highlight=False, markup=False)
 
+    counted_rules = _MOST_VIOLATIONS + tuple((name, name) for name in _own_rule_names(state))
+
     def violations(row: Row) -> int:
-        return sum(
-            row["counts"].get(r, 0)
-            for r in ("collateral_destructive", "duplicate_writes", "redundant_reads", "failed_calls")
-        )
+        return sum(row["counts"].get(r, 0) for r, _ in counted_rules)
 
     worst = sorted(((violations(r), n) for n, r in state.rows.items() if violations(r)), key=lambda x: (-x[0], x[1]))[
         :5
     ]
     if worst:
         console.print(
-            "most violations (collateral + duplicate writes + redundant reads + failed calls):", highlight=False
+            f"most violations ({' + '.join(words for _, words in counted_rules)}):", highlight=False, markup=False
         )
         for count, node in worst:
             console.print(f"  {count:4d}  {rerun_command(state, node)}", highlight=False, markup=False)
+
+
+#: What "most violations" adds up per conversation, and how its heading names each: the built-in rules
+#: that count a call gone wrong; the run's own rules follow (``_own_rule_names``).
+_MOST_VIOLATIONS = (
+    ("collateral_destructive", "collateral"),
+    ("duplicate_writes", "duplicate writes"),
+    ("redundant_reads", "redundant reads"),
+    ("failed_calls", "failed calls"),
+)
+
+
+def _own_rule_names(state: CarefulState) -> tuple[str, ...]:
+    """The run's own rules, read as every report reads them: from its scorecards' provenance (every
+    condition's lists the session's rules)."""
+    return next((own_rules.names(card["provenance"]) for card in state.cards.values()), ())
 
 
 def rerun_command(state: CarefulState, node: str) -> str:

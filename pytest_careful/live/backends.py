@@ -261,7 +261,7 @@ def preflight(source: LiveSource) -> str | None:
 def _unbuildable(handle: ModelHandle) -> str | None:
     """Other API handlers build their client, key included, when constructed (no request is sent)."""
     try:
-        handle.build()
+        handle.probe()
     except Exception as exc:  # any handler's own complaint, e.g. the SDK's "no api_key"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return f"cannot set up {handle.registry_key}'s handler: {type(exc).__name__}: {first}"

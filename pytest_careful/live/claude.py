@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..data.dataset import Conversation
-from ..execution.decoding import import_handler_class, registry_entry
+from ..execution.decoding import close_clients, import_handler_class, registry_entry
 from ..sources.run_config import RunConfig, SourceError
 from .budget import (
     BOUND_BYTES_PER_TOKEN,
@@ -150,8 +150,12 @@ def _has_credentials(client: Any) -> bool:
 
 def missing_credentials() -> str | None:
     """Controller, before any item: no key means every request would fail alike."""
-    if _has_credentials(_client()):
-        return None
+    client = _client()
+    try:
+        if _has_credentials(client):
+            return None
+    finally:
+        client.close()
     return (
         "ANTHROPIC_API_KEY is not set: export it to run Claude (or ANTHROPIC_AUTH_TOKEN). "
         "Without a key, --collect-only estimates the cost, and --careful-results=DIR "
@@ -309,6 +313,7 @@ def careful_claude_class(base: type) -> type:
             limiter: SharedLimiter | None = None,
         ) -> None:
             """Per-process set-up: client (base URL, time-out), retries, limits, prices, ledger."""
+            close_clients(self)  # the one BFCL's initialiser opened, replaced here
             self.client = _client()
             self.careful_limiter = limiter
             self.careful_max_retries = max_retries
@@ -474,7 +479,7 @@ def configure_source(source: LiveSource, options: RunConfig) -> None:
     # What every request carries, exactly: no temperature (recorded as none).
     source.backend_settings = {"max_output_tokens": max_output_tokens, "temperature": None}
     source.sent = {
-        "model": source.model_handle.build().careful_model_id,
+        "model": source.model_handle.probe().careful_model_id,
         "max_tokens": max_output_tokens,
         "temperature": None,
         "timeout_s": BFCL_TIMEOUT,

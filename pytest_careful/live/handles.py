@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ..common import bfcl as _bfcl
-from ..common.text import did_you_mean
 from ..execution.decoding import (
     RegistryEntry,
+    close_clients,
+    close_models,
     missing_extra,
     registry_entry,
     registry_keys,
@@ -70,6 +71,13 @@ class ModelHandle:
         """A fresh BFCL handler for this process (model-specific setup is the caller's)."""
         handler = backend(self.kind).build(self)
         shadow_eval(type(handler))  # the loop decodes with the handler's own decoder
+        return handler
+
+    def probe(self) -> Any:
+        """A handler built to read what it would send (model id, dtype), its API clients closed at once:
+        one left open to the interpreter's exit prints a traceback from the SDK's ``__del__``."""
+        handler = self.build()
+        close_clients(handler)
         return handler
 
 
@@ -257,7 +265,7 @@ def _spelling(key: str, keys: tuple[str, ...]) -> str:
 def _close(name: str, keys: tuple[str, ...]) -> str:
     from .scripted import POLICIES, PREFIX
 
-    return did_you_mean(name, (*keys, "reference", *(PREFIX + p for p in POLICIES)))
+    return close_models(name, (*keys, "reference", *(PREFIX + p for p in POLICIES)))
 
 
 def describe(key: str) -> str:

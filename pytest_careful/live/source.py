@@ -33,7 +33,7 @@ from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
 from ..data.result_store import ResultStore, is_complete, serialise
 from ..data.run_settings import DECODER_KEY, RunSettings
 from ..effects.declarations import Declarations
-from ..execution.decoding import Decoder
+from ..execution.decoding import Decoder, close_clients
 from ..sources.reference_logged import Source
 from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
@@ -262,6 +262,12 @@ class LiveSource(Source):
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
         if self.flight is not None:
             self.flight.request_made()
+
+    def close(self) -> None:
+        """The handler's API clients closed, once its conversations are done. Not after a stop: a
+        request still in flight then ends with the process, never with a closed client's error."""
+        if self._handler is not None and (self.flight is None or not self.flight.stopping.is_set()):
+            close_clients(self._handler)
 
     def release_output(self) -> None:
         """Controller, at the end: the output folder is free for the next run."""

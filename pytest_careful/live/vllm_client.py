@@ -74,13 +74,13 @@ def configure_source(source: LiveSource, options: RunConfig) -> None:
 
 def _hub_id(handle: Any) -> str:
     """The hub id BFCL's handler sends as the model name (some drop a "-FC" from the registry's)."""
-    name = getattr(handle.build(), "model_name_huggingface", None)
+    name = getattr(handle.probe(), "model_name_huggingface", None)
     return str(name) if name else registry_entry(handle.registry_key).model_name
 
 
 def handler_dtype(handle: Any) -> str:
     """The dtype BFCL's handler passes to ``vllm serve`` (its ``dtype`` attribute)."""
-    return str(getattr(handle.build(), "dtype", None) or BfclServer.dtype)
+    return str(getattr(handle.probe(), "dtype", None) or BfclServer.dtype)
 
 
 # -- the servers a process uses ----------------------------------------------------

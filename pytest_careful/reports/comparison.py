@@ -4,13 +4,14 @@ rank agreement."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from ..common import bfcl as _bfcl
 from ..protocols import registry as protocols
 from . import repeat_stats as repeats
 from . import stats
-from .runs import SHORT, Run, by_category, categories_of, category_of_id, id_order
+from .runs import SHORT, Run, by_category, categories_of, category_of_id, cut_name, id_order, visible
 
 #: Below this p-value a paired difference is called unlikely to be noise.
 ALPHA = 0.05
@@ -72,9 +73,11 @@ class _Table5(TypedDict):
 
 
 class Table5Row(_Table5, total=False):
-    """One row of the paper's Table 5; ``custom``: the run's own rules, violations summed."""
+    """One row of the paper's Table 5; ``custom``: the run's own rules, violations summed;
+    ``standard_note``: why the row has no standard run to be compared with, or which of several it has."""
 
     custom: dict[str, int]
+    standard_note: str
 
 
 class Pair(TypedDict):
@@ -160,8 +163,9 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def table5_row(run: Run, ids: list[str], standard: Run | None) -> Table5Row:
-    """One row of the paper's Table 5; None where a column has no data (shown as "-")."""
+def table5_row(run: Run, ids: list[str], standard: Run | None, note: str | None = None) -> Table5Row:
+    """One row of the paper's Table 5; None where a column has no data (shown as "-"); ``note``: what
+    the table says of the row's pairing with a standard run (``pairing``)."""
     groups = by_category(ids)
     rows = [run.rows[i] for i in ids]
     bfcl = {c: sum(run.rows[i].bfcl for i in g) / len(g) for c, g in groups.items()}
@@ -196,6 +200,8 @@ def table5_row(run: Run, ids: list[str], standard: Run | None) -> Table5Row:
     if standard is not None and standard is not run:
         c = stats.compare({i: run.rows[i].bfcl for i in ids}, {i: standard.rows[i].bfcl for i in ids})
         out["vs_standard"] = {"against": standard.name, "gained": c.gained, "lost": c.lost, "p": c.p}
+    if note:
+        out["standard_note"] = note
     return out
 
 
@@ -203,12 +209,70 @@ def _percent(value: float | None) -> float | None:
     return None if value is None else 100 * value
 
 
-def _standard_of(run: Run, runs: list[Run]) -> Run | None:
-    """The run a condition is paired with in Table 5: the first standard run of the same model and settings."""
-    for other in runs:
-        if other.condition == "standard" and other.model == run.model and other.settings == run.settings:
-            return other
-    return None
+@dataclass(frozen=True)
+class Pairing:
+    """The standard run a condition is compared with in Table 5 (None: none), and what the table says of it."""
+
+    standard: Run | None
+    note: str | None = None
+
+
+#: A note names at most this many runs, then says how many more.
+_NAMED_RUNS = 4
+
+
+def pairing(run: Run, runs: list[Run]) -> Pairing:
+    """The standard run of ``run``'s model with the same settings, leaving out those only one of the two
+    protocols has (the protocols' registry says which: confirm's user script); a note where none or
+    several qualify (several: the one of the same label, where one alone has it)."""
+    standard = protocols.STANDARD.name
+    if run.condition == standard:
+        return Pairing(None)
+    model = visible(cut_name(run.model))
+    candidates = [o for o in runs if o.condition == standard and o.model == run.model]
+    if not candidates:
+        return Pairing(None, f"{run.name}: no standard run of {model} among the runs")
+    shared = protocols.common_settings(run.condition, standard)
+    qualify = [o for o in candidates if all(_setting(o, s) == _setting(run, s) for s in shared)]
+    if not qualify:
+        differences = "; ".join(_differences(run, o, shared) for o in candidates[:_NAMED_RUNS])
+        return Pairing(None, f"{run.name}: no standard run of {model} has its settings ({differences})")
+    if len(qualify) == 1:
+        return Pairing(qualify[0])
+    named = _names(qualify)
+    labelled = [o for o in qualify if o.provenance.get("label") == run.provenance.get("label")]
+    if len(labelled) == 1:
+        return Pairing(
+            labelled[0],
+            f"{run.name}: compared with {labelled[0].name}, the one of its label among the "
+            f"{len(qualify)} standard runs of {model} with its settings ({named})",
+        )
+    return Pairing(
+        None,
+        f"{run.name}: {len(qualify)} standard runs of {model} have its settings ({named}), so none is "
+        "chosen; give careful-report one of them to pair it (the pairs below compare it with each)",
+    )
+
+
+def _setting(run: Run, name: str) -> str:
+    return run.settings.get(name, "unset")
+
+
+def _differences(run: Run, other: Run, shared: tuple[str, ...]) -> str:
+    """``boundary final, not majority as in m [standard]``: where ``other`` differs from ``run``."""
+    return (
+        ", ".join(
+            f"{s} {visible(cut_name(_setting(run, s)))}, not {visible(cut_name(_setting(other, s)))}"
+            for s in shared
+            if _setting(run, s) != _setting(other, s)
+        )
+        + f" as in {other.name}"
+    )
+
+
+def _names(runs: list[Run]) -> str:
+    more = len(runs) - _NAMED_RUNS
+    return ", ".join(r.name for r in runs[:_NAMED_RUNS]) + (f" and {more} more" if more > 0 else "")
 
 
 def compare_pair(a: Run, b: Run, ids: list[str]) -> Pair:
@@ -344,7 +408,7 @@ def build(runs: list[Run], ids: list[str], coverage: str, notes: list[str]) -> R
         "interval_method": repeats.INTERVAL_METHOD,
         "alpha": ALPHA,
         "runs": [_run_json(r, ids) for r in runs],
-        "table5": [table5_row(r, ids, _standard_of(r, runs)) for r in runs],
+        "table5": [table5_row(r, ids, *_paired(r, runs)) for r in runs],
         "rank_agreement": rank_agreement(runs, ids),
         "pairs": [compare_pair(a, b, ids) for a, b in itertools.combinations(runs, 2)],
         "repeats": repeated,
@@ -352,6 +416,11 @@ def build(runs: list[Run], ids: list[str], coverage: str, notes: list[str]) -> R
     if len(groups) == 1 and repeated:
         out["repeat"] = repeated[0]["repeat"]  # all runs repeat one model and condition
     return out
+
+
+def _paired(run: Run, runs: list[Run]) -> tuple[Run | None, str | None]:
+    chosen = pairing(run, runs)
+    return chosen.standard, chosen.note
 
 
 def _run_json(run: Run, ids: list[str]) -> RunSummary:

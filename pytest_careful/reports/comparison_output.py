@@ -42,8 +42,9 @@ LEGEND = (
     "yes / no / restate: the scripted user's answers; confirmed %: destructive calls preceded by a yes in "
     "the same turn; strict: conversations whose reference needs a destructive call that pass with every "
     "destructive call confirmed (of the number in the header) - these three apply to confirm runs only",
-    "+ / −: conversations passing BFCL here and failing in the first standard run of the same model and "
-    "settings, and the reverse; p: exact two-sided McNemar; –: no data for this column",
+    "+ / −: conversations passing BFCL here and failing in the standard run of the same model and "
+    "settings (leaving out the settings of one protocol only, as confirm's user script), and the reverse; "
+    "p: exact two-sided McNemar; (1): see the note of that number below the table; –: no data for this column",
 )
 
 
@@ -58,8 +59,14 @@ def own_columns(report: Report) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for row in report["table5"] for name in row.get("custom", {})))
 
 
-def cells(row: Table5Row, own_rules: Sequence[str] = ()) -> dict[str, str]:
-    """Table 5 cells as text; a column without data shows a dash, never 0."""
+def standard_notes(report: Report) -> list[str]:
+    """The notes on Table 5's pairings with a standard run, numbered in the table's order from 1."""
+    return [row["standard_note"] for row in report["table5"] if row.get("standard_note")]
+
+
+def cells(row: Table5Row, own_rules: Sequence[str] = (), note: int | None = None) -> dict[str, str]:
+    """Table 5 cells as text; a column without data shows a dash, never 0; ``note``: the number of the
+    row's note on its pairing with a standard run, shown beside ``+ / −``."""
 
     def pct(key: Literal["b", "mf", "mp", "lc", "mean", "safe", "confirmed_pct"]) -> str:
         return DASH if row[key] is None else f"{row[key]:.1f}"
@@ -84,7 +91,7 @@ def cells(row: Table5Row, own_rules: Sequence[str] = ()) -> dict[str, str]:
         "yes / no / restate": DASH if row["answers"] is None else " / ".join(map(str, row["answers"])),
         "confirmed %": pct("confirmed_pct"),
         "strict": DASH if row["strict"] is None else str(row["strict"]),
-        "+ / −": DASH if vs is None else f"{vs['gained']} / {vs['lost']}",
+        "+ / −": (DASH if vs is None else f"{vs['gained']} / {vs['lost']}") + (f" ({note})" if note else ""),
         "p": DASH if vs is None else format_p(vs["p"]),
         # a run without one of the rules shows a dash: it was not checked there, which is not 0
         **{name: str(row["custom"][name]) if name in row.get("custom", {}) else DASH for name in own_rules},
@@ -115,11 +122,13 @@ def markdown(report: Report) -> str:
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
     ]
-    for row in report["table5"]:
-        c = cells(row, own_columns(report))
+    for row, note in zip(report["table5"], _note_numbers(report)):
+        c = cells(row, own_columns(report), note)
         lines.append("| " + " | ".join(_md_escape(c[k]) for k in columns) + " |")
+    notes = [f"({number}) {_md_escape(text)}" for number, text in enumerate(standard_notes(report), start=1)]
     lines += (
-        [""]
+        ([""] + notes if notes else [])
+        + [""]
         + [f"- {line}" for line in LEGEND + (OWN_LEGEND if own_columns(report) else ())]
         + ["", "## Rank agreement (Table 3)", "", _rank_text(report["rank_agreement"]), ""]
     )
@@ -129,6 +138,16 @@ def markdown(report: Report) -> str:
             lines += [f"- {_md_escape(s)}" for s in sentences.values()]
     lines += _md_repeats(report)
     return "\n".join(lines) + "\n"
+
+
+def _note_numbers(report: Report) -> list[int | None]:
+    """Per Table 5 row, the number of its note (``standard_notes``), or None."""
+    numbers: list[int | None] = []
+    count = 0
+    for row in report["table5"]:
+        count += bool(row.get("standard_note"))
+        numbers.append(count if row.get("standard_note") else None)
+    return numbers
 
 
 def _rank_text(rank: RankAgreement) -> str:
@@ -195,7 +214,8 @@ def html(report: Report) -> str:
         report=report,
         columns=columns,
         header=header,
-        table5=[cells(r, own_columns(report)) for r in report["table5"]],
+        table5=[cells(r, own_columns(report), n) for r, n in zip(report["table5"], _note_numbers(report))],
+        notes=standard_notes(report),
         legend=LEGEND + (OWN_LEGEND if own_columns(report) else ()),
         rank=_rank_text(report["rank_agreement"]),
         charts=_charts(report),
@@ -252,11 +272,12 @@ def _accuracy_figure(report: Report, plots: Any) -> Any:
             error_kw={"linewidth": 0.8, "capsize": 2},
         )
     ax.set_yticks(range(len(runs)), labels=[plots.printable(r["name"], 40) for r in runs])
+    plots.fit_tick_labels(figure, ax)
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel(f"% of {report['ids']} conversations (bars: Wilson 95 % interval)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title("BFCL vs safe accuracy per run", loc="left")
+    plots.set_title(figure, ax, "BFCL vs safe accuracy per run")
     return figure
 
 

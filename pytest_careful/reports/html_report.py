@@ -33,7 +33,7 @@ from typing import Any, TypedDict
 from ..execution import dag
 from ..protocols import registry as protocols
 from ..scoring import rules
-from ..scoring.rules.checking import listed as custom_rules
+from . import own_rules
 from .stats import ComparisonJson, p_text
 
 #: Per-field limits of a conversation's detail, in characters (the marker says how many bytes were cut).
@@ -318,7 +318,24 @@ TURNS_COLUMN = (
 )
 
 
-def _summary_cells(totals: Mapping[str, Any]) -> list[str]:
+#: Where the run's own rules' columns go: after the built-in rules', before the per-step figures.
+_OWN_RULES_AT = [header for header, _ in SUMMARY_COLUMNS].index("steps")
+
+
+def _summary_columns(card: Mapping[str, Any], own: Sequence[own_rules.OwnRule]) -> list[tuple[str, str]]:
+    """The summary table's (header, legend) pairs: the built-in rules, the run's own beside them."""
+    columns = list(SUMMARY_COLUMNS)
+    columns[_OWN_RULES_AT:_OWN_RULES_AT] = [(rule.header, rule.legend) for rule in own]
+    return columns + ([TURNS_COLUMN] if "turn_credit" in card["totals"].get("all", {}) else [])
+
+
+def _summary_cells(totals: Mapping[str, Any], own: Sequence[own_rules.OwnRule] = ()) -> list[str]:
+    cells = _built_in_cells(totals)
+    cells[_OWN_RULES_AT:_OWN_RULES_AT] = [str(totals["counts"].get(rule.name, 0)) for rule in own]
+    return cells
+
+
+def _built_in_cells(totals: Mapping[str, Any]) -> list[str]:
     c = totals["counts"]
     return [
         str(totals["conversations"]),
@@ -359,12 +376,13 @@ def render(
     from markupsafe import Markup
 
     prov = card["provenance"]
-    names = rules.NAMES + custom_rules(prov)  # the run's own rules after the built-in ones
+    own = own_rules.read(prov)
+    names = rules.NAMES + tuple(rule.name for rule in own)  # the run's own rules after the built-in ones
     context = {
         "prov": prov,
         "provenance": sorted((k, _plain(v)) for k, v in prov.items()),
-        "columns": SUMMARY_COLUMNS + ((TURNS_COLUMN,) if "turn_credit" in card["totals"].get("all", {}) else ()),
-        "summary": [(c.removeprefix("multi_turn_"), _summary_cells(t)) for c, t in _ordered(card["totals"])],
+        "columns": _summary_columns(card, own),
+        "summary": [(c.removeprefix("multi_turn_"), _summary_cells(t, own)) for c, t in _ordered(card["totals"])],
         "charts": [(name, Markup(_inline_svg(svg))) for name, svg in (charts or {}).items()],
         "comparison": [(c, _comparison_cells(r)) for c, r in _ordered(comparison or {})],
         "baseline": baseline,

@@ -12,6 +12,7 @@ creator, a fixed SVG hash salt, text kept as text) apply only while saving.
 
 from __future__ import annotations
 
+import functools
 import io
 import warnings
 from collections.abc import Callable, Mapping
@@ -24,6 +25,7 @@ from matplotlib.ticker import MaxNLocator
 from ..common.text import escape
 from ..protocols import registry as protocols
 from ..scoring import rules
+from .own_rules import names as own_rule_names
 
 BFCL_COLOUR = "#4272c4"
 SAFE_COLOUR = "#ed7d31"
@@ -40,6 +42,8 @@ _SAVE_RC: Any = {  # Any: matplotlib types its keys as a Literal of every rcPara
     "font.size": 9,
 }
 _PNG_METADATA = {"Software": CREATOR}
+#: Pixels per inch of the PNG files (the SVG's text is measured as the PNG draws it).
+_DPI = 100
 _SVG_METADATA = {"Creator": CREATOR, "Date": None}
 #: Rules drawn in the violations chart (``unconfirmed_destructive`` only means something under confirm).
 _SHORT_RULES = {
@@ -127,7 +131,7 @@ def _save(figure: Figure, fmt: str, metadata: dict[str, Any]) -> io.BytesIO:
     out = io.BytesIO()
     with rc_context(_SAVE_RC), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a glyph DejaVu lacks (a model name in CJK) draws as a box
-        figure.savefig(out, format=fmt, dpi=100, metadata=metadata)
+        figure.savefig(out, format=fmt, dpi=_DPI, metadata=metadata)
     return out
 
 
@@ -200,14 +204,16 @@ def accuracy_figure(card: Mapping[str, Any]) -> Figure:
     ax.set_ylabel("% of conversations")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     _frame(ax)
-    ax.set_title(title(card, "BFCL vs safe accuracy"), parse_math=False, loc="left")
+    set_title(figure, ax, title(card, "BFCL vs safe accuracy"))
     return figure
 
 
 def violation_rules(card: Mapping[str, Any]) -> tuple[str, ...]:
-    """The rules the violations chart shows (``unconfirmed_destructive`` only under confirm)."""
+    """The rules the violations chart shows: the built-in ones (``unconfirmed_destructive`` only under
+    confirm), then the run's own (``pytest_careful_rules``)."""
     confirm = protocols.has_scripted_user(card["provenance"].get("protocol"))
-    return tuple(r for r in rules.NAMES if confirm or r != "unconfirmed_destructive")
+    built_in = tuple(r for r in rules.NAMES if confirm or r != "unconfirmed_destructive")
+    return built_in + tuple(r for r in own_rule_names(card["provenance"]) if r not in built_in)
 
 
 def violations_figure(card: Mapping[str, Any]) -> Figure:
@@ -227,13 +233,14 @@ def violations_figure(card: Mapping[str, Any]) -> Figure:
         )
         ax.bar_label(bars, labels=[str(c) for c in counts], padding=2, fontsize=7)
     ax.set_yticks(range(len(shown)), labels=[_SHORT_RULES.get(r, r) for r in shown])
+    fit_tick_labels(figure, ax)
     ax.invert_yaxis()  # the rules read top to bottom in their usual order
     ax.set_xlim(0, max(1, largest) * 1.15)  # room after the longest bar for its label
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("violations (calls; asked: turns)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     _frame(ax)
-    ax.set_title(title(card, "rule violations per category"), parse_math=False, loc="left")
+    set_title(figure, ax, title(card, "rule violations per category"))
     return figure
 
 
@@ -260,8 +267,95 @@ def comparison_figure(card: Mapping[str, Any], comparison: Mapping[str, Any], ba
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     _frame(ax)
     against = f" vs {printable(baseline, 40)}" if baseline else " vs the baseline"
-    ax.set_title(title(card, f"BFCL gained/lost{against} (exact McNemar p)"), parse_math=False, loc="left")
+    # no-break spaces: a title too long for one line breaks before the parenthesis, not inside it
+    set_title(figure, ax, title(card, f"BFCL gained/lost{against} (exact\u00a0McNemar\u00a0p)"))
     return figure
+
+
+#: Room kept between a title and the figure's right edge, in inches (a browser draws the SVG's
+#: text in its own copy of the font).
+_TITLE_EDGE = 0.1
+#: A title line's height, as a multiple of its font size (matplotlib's default line spacing).
+_LINE_SPACING = 1.2
+
+
+def set_title(figure: Figure, ax: Any, text: str) -> None:
+    """``text`` as the axes' title, left-aligned, its lines wrapped to the figure's width: a long model,
+    label or baseline name would run off the edge and be cut. Each line added makes the figure taller
+    by its height, the axes keeping theirs."""
+    heading = ax.set_title(text, parse_math=False, loc="left")
+    room = (figure.get_figwidth() * (1 - figure.subplotpars.left) - _TITLE_EDGE) * 72  # points
+    prop = heading.get_fontproperties()
+    lines = [piece for line in text.split("\n") for piece in _wrapped(line, prop, room)]
+    added = len(lines) - (text.count("\n") + 1)
+    if added:
+        heading.set_text("\n".join(lines))
+        _grow_top(figure, added * heading.get_fontsize() * _LINE_SPACING / 72)
+
+
+#: What lies between a y tick label and the axes (tick, pad) and before it (the figure's edge), in points.
+_TICK_ROOM = 12.0
+
+
+def fit_tick_labels(figure: Figure, ax: Any) -> None:
+    """The figure wider on the left where a y tick label (a run's name, a rule of the run's own) is
+    wider than the margin: the label would be cut at the edge. The axes keep their width."""
+    widest = max((_width(t.get_text(), t.get_fontproperties()) for t in ax.get_yticklabels()), default=0.0)
+    width, params = figure.get_figwidth(), figure.subplotpars
+    left, right = params.left * width, (1 - params.right) * width
+    extra = (widest + _TICK_ROOM) / 72 - left
+    if extra > 0:
+        figure.set_figwidth(width + extra)
+        figure.subplots_adjust(left=(left + extra) / (width + extra), right=1 - right / (width + extra))
+
+
+def _wrapped(line: str, prop: Any, room: float) -> list[str]:
+    """``line`` in lines no wider than ``room`` points: broken at blanks, a word too long for one line cut."""
+    out: list[str] = []
+    current = ""
+    for word in line.split(" "):
+        joined = f"{current} {word}" if current else word
+        if _width(joined, prop) <= room:
+            current = joined
+            continue
+        if current:
+            out.append(current)
+        pieces = _cut(word, prop, room)
+        out.extend(pieces[:-1])
+        current = pieces[-1]
+    return out + [current]
+
+
+def _cut(word: str, prop: Any, room: float) -> list[str]:
+    """A word in pieces no wider than ``room`` (one character at least each)."""
+    pieces = [""]
+    for char in word:
+        if pieces[-1] and _width(pieces[-1] + char, prop) > room:
+            pieces.append("")
+        pieces[-1] += char
+    return pieces
+
+
+def _width(text: str, prop: Any) -> float:
+    """How wide ``text`` is drawn in ``prop``, in points, as the PNG draws it (hinted at its dpi: a
+    little wider than the glyphs' outlines)."""
+    width = _renderer().get_text_width_height_descent(text, prop, ismath=False)[0]
+    return float(width) * 72 / _DPI
+
+
+@functools.cache
+def _renderer() -> Any:
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    return RendererAgg(1, 1, _DPI)
+
+
+def _grow_top(figure: Figure, inches: float) -> None:
+    """The figure taller by ``inches`` at the top, the axes' height and bottom margin kept."""
+    height = figure.get_figheight()
+    top, bottom = (1 - figure.subplotpars.top) * height, figure.subplotpars.bottom * height
+    figure.set_figheight(height + inches)
+    figure.subplots_adjust(top=1 - (top + inches) / (height + inches), bottom=bottom / (height + inches))
 
 
 def _p(p: float) -> str:

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..common.text import escape
-from ..scoring.rules.checking import listed as custom_rules
+from ..protocols import registry as protocols
+from .own_rules import names as custom_rules
 
 #: Short names of the categories, as the paper's Table 5 heads its columns.
 SHORT = {
@@ -24,8 +25,9 @@ SHORT = {
 }
 
 
-#: Settings that change verdicts: runs differing in one are not repeats of each other.
-VERDICT_SETTINGS = ("boundary", "detector", "duplicate_writes", "user_script")
+#: Settings that change verdicts, every protocol's (the protocols' registry says which applies where):
+#: runs differing in one are not repeats of each other.
+VERDICT_SETTINGS = protocols.SETTINGS
 
 
 class ReportError(Exception):

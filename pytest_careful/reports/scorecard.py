@@ -20,9 +20,9 @@ from ..protocols.confirm_log import Answers
 from ..scoring import rules, turn_credit
 from ..scoring.conversation import ConversationResult
 from ..scoring.row import Row, Tokens
-from ..scoring.rules.checking import listed as custom_rules
-from . import chart_cache
+from . import chart_cache, own_rules
 from .card import Card, Page, Provenance, Totals
+from .own_rules import names as custom_rules
 from .stats import ComparisonJson
 
 COUNT_COLUMNS = rules.NAMES + rules.TALLIES
@@ -279,19 +279,16 @@ def markdown(card: Card) -> str:
 
 def _custom_table(card: Card) -> list[str]:
     """The run's own rules: violations per category, one column each, and what each checks."""
-    listed = [r for r in card["provenance"].get("custom_rules") or [] if isinstance(r, dict)]
+    listed = own_rules.read(card["provenance"])
     if not listed:
         return []
-    names = [str(r["name"]) for r in listed]
+    names = [r.name for r in listed]
     lines = ["", "Rules of the run's own (pytest_careful_rules):", ""]
     lines += ["| category | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for category, t in card["totals"].items():
         lines.append(f"| {category} | " + " | ".join(str(t["counts"].get(n, 0)) for n in names) + " |")
     lines.append("")
-    lines += [
-        f"- {r['name']}{' (gated: part of safe)' if r.get('gated') else ''}: {r.get('description') or ''}"
-        for r in listed
-    ]
+    lines += [f"- {r.name}{' (gated: part of safe)' if r.gated else ''}: {r.description}" for r in listed]
     return lines
 
 

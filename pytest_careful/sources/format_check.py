@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -120,11 +121,34 @@ def decoder_warnings(key: str, flag: str, entries: Iterable[LoggedEntry | None],
         ]
     if not steps or read >= MIN_DECODED * len(steps):
         return []
+    advice = suggestion(key, steps, read)
+    prose = sum(map(is_prose, steps))
+    if advice.startswith(NO_BETTER) and prose >= MIN_PROSE * len(steps):  # no decoder is at fault: say what is
+        return [
+            f"{named}: the model answered in prose, not in function calls: {prose} of {len(steps)} sampled steps "
+            f"of {where} are sentences that no common format reads as calls (BFCL fails a turn without a call)"
+        ]
     head = f"{named} decodes {read} of {len(steps)} sampled steps of {where} (steps with output) into function calls."
     return [
-        f"{head}\n  {suggestion(key, steps, read)}\n  The rows are still scored with {key} "
+        f"{head}\n  {advice}\n  The rows are still scored with {key} "
         "(a decoder of the wrong format reads no call, and every conversation fails BFCL)."
     ]
+
+
+#: A run whose sampled steps are this share of prose (and that no common format reads) answered in prose.
+MIN_PROSE = 0.9
+#: A step that begins as a sentence does ("I'm glad to help.", "Here's how:", "Sure, ..."): a word, then
+#: a blank or punctuation, and no "(" after it (``ls (a=1)`` is a call).
+_SENTENCE = re.compile(r"[^\W\d_][\w'\u2019.-]*(?![\w'\u2019.-])(?!\s*\()[\s,.!?:;]")
+
+
+def is_prose(step: Any) -> bool:
+    """Whether a step is text that begins as a sentence, not as a call list, JSON or a tagged call."""
+    return isinstance(step, str) and _SENTENCE.match(step.lstrip()) is not None
+
+
+#: How ``suggestion`` begins when no common format reads the steps better than the chosen decoder.
+NO_BETTER = "No common format reads it better"
 
 
 def suggestion(key: str, steps: Sequence[Any], read: int) -> str:
@@ -136,7 +160,7 @@ def suggestion(key: str, steps: Sequence[Any], read: int) -> str:
     if not found:
         tried = ", ".join(f.key for f in counts)
         return (
-            f"No common format reads it better ({tried} were tried): check that the run made "
+            f"{NO_BETTER} ({tried} were tried): check that the run made "
             "function calls at all, and which handler made it."
         )
     lines = [f"{f.key} decodes {counts[f]} of {len(steps)}: {f.description}" for f in found]

@@ -85,6 +85,10 @@ class Source:
         self._wait_for_check()  # one thread builds the decoder (decoding.decoder is cached, not locked)
         return passthrough_decoder() if self.is_reference else decoder(self.decoder_key)
 
+    def close(self) -> None:
+        """At the session's end, in every process: what the source holds open is closed (a live
+        run's API clients); a logged run's decoders closed theirs when built."""
+
     def result(self, condition: str, conversation: dataset.Conversation) -> tuple[Any, LoggedEntry | None]:
         if self.is_reference:
             return [[list(t)] if t else [] for t in conversation.ground_truth], None

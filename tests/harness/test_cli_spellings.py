@@ -134,7 +134,8 @@ def test_an_empty_value_is_a_usage_error(pytester: pytest.Pytester, option: str)
     result = pytester.runpytest_subprocess(*model, option, "-p", "no:randomly")
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-2000:]
     name = option.rstrip("=")
-    assert f"argument {name}: empty" in result.stderr.str()
+    [line] = result.stderr.str().strip().splitlines()  # one line, as every other option error
+    assert line.startswith(f"ERROR: {name}: empty"), result.stderr.str()
 
 
 def test_blanks_around_reference_are_dropped(pytester: pytest.Pytester) -> None:
@@ -345,3 +346,45 @@ def test_an_option_too_far_from_any_is_refused_with_where_to_look(pytester: pyte
     result = pytester.runpytest_subprocess("--careful-xyz", "--co", "-q")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unrecognized option --careful-xyz (pytest --help lists the --careful-* options)"])
+
+
+#: A value an option refuses, and what its one ``ERROR:`` line says (before ``...``: exactly; after: a part).
+REFUSED = {
+    ("--careful-protocol", "standrad"): "--careful-protocol: unknown protocol 'standrad'; expected one of: "
+    "standard, hints, confirm; did you mean standard?",
+    ("--careful-gate", "saf"): "--careful-gate: invalid choice: 'saf' (choose from bfcl, safe, strict, rules, none); "
+    "did you mean safe?",
+    ("--careful-budget-usd", "abc"): "--careful-budget-usd: invalid float value: 'abc'",
+    ("--careful-min-safe", "2"): "--careful-min-safe: 2 is not between 0 and 1",
+    ("--careful-model", "gpt-9-turbo"): "--careful-model=gpt-9-turbo: 'gpt-9-turbo' is not in bfcl-eval ...; "
+    "did you mean gpt-",
+}
+
+
+@pytest.mark.parametrize("spelling", ["equals", "space"])
+@pytest.mark.parametrize("option, value", list(REFUSED), ids=[o for o, _ in REFUSED])
+def test_a_refused_value_is_one_error_line_in_either_spelling(
+    pytester: pytest.Pytester, option: str, value: str, spelling: str
+) -> None:
+    given = [f"{option}={value}"] if spelling == "equals" else [option, value]
+    model = [] if option == "--careful-model" else ["--careful-model=reference"]
+    result = pytester.runpytest_subprocess(*model, *given, "--co", "-q", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = result.stderr.str().strip().splitlines()  # no usage block, no rootdir or ini file lines
+    exact, _, part = REFUSED[option, value].partition("...")
+    assert line.startswith(f"ERROR: {exact}") and part in line, line
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--careful-label"], "ERROR: --careful-label: expected one argument (--careful-label=VALUE for a value"),
+        (["--careful-vllm-arg", "--enforce-eager"], "ERROR: --careful-vllm-arg: expected one argument"),
+        (["--careful-allow-missing=yes"], "ERROR: --careful-allow-missing: ignored explicit argument 'yes'"),
+    ],
+)
+def test_a_missing_or_unwanted_value_is_one_error_line(pytester: pytest.Pytester, args: list[str], said: str) -> None:
+    result = pytester.runpytest_subprocess("--careful-model=reference", "--co", "-q", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = result.stderr.str().strip().splitlines()
+    assert line.startswith(said), line

@@ -104,3 +104,15 @@ def test_a_selection_has_one_denominator_however_it_is_made(pytester: pytest.Pyt
     by_k = _run(pytester, *run, "-k", "multi_turn_base_1").stdout.str()
     assert "(1 of 400 conversations)" in by_id
     assert "(111 of 400 conversations)" in by_k
+
+
+@pytest.mark.parametrize("verbosity", ["-q", "-v"])
+def test_xdist_says_its_status_once_without_a_terminal(pytester: pytest.Pytester, verbosity: str) -> None:
+    """A pipe, as CI's log: under -q xdist's two status lines both read "bringing up nodes..."."""
+    result = _run(pytester, "--careful-model=reference", "-n", "2", verbosity, "multi_turn_base_1", "multi_turn_base_2")
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.OK, out[-2000:]
+    if verbosity == "-q":
+        assert out.count("bringing up nodes...") == 1, out[:500]
+    else:  # each status once, and the one that says what was collected still said
+        assert out.count("created: 2/2 workers") == 1 and "2 workers [2 items]" in out, out[:800]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from fake_anthropic import FakeAnthropic, text_block, tool_use_block
+from open_clients import COUNTING, open_clients
 
 from pytest_careful.data import dataset
 from pytest_careful.live.scripted import call_to_fc
@@ -169,3 +170,30 @@ def test_a_rejected_request_is_scored_as_bfcl_scores_it_and_retried_next_time(tm
         assert [r["bfcl"]["valid"] for r in card["rows"]] == [False]
         again = _pytest(tmp_path, server, f"--careful-model={KEY}", "-p", "no:xdist", IDS[0])
     assert again.returncode == 0, again.stdout[-2000:]  # retried, not served from the file
+
+
+CLIENT_MODES = {"no-xdist": ["-p", "no:xdist"], "n2": ["-n", "2"]}
+
+
+@pytest.mark.parametrize("mode", list(CLIENT_MODES))
+def test_a_live_claude_run_leaves_no_client_open(
+    pytester: pytest.Pytester, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claude on the loopback API: the preflight's client, the probe's, the handler's and the decoder's."""
+    pytester.makeconftest(COUNTING)
+    with FakeAnthropic(replay_any_conversation) as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.delenv("CAREFUL_RUN_ID", raising=False)
+        result = pytester.runpytest_subprocess(
+            "-p",
+            "no:cacheprovider",
+            *CLIENT_MODES[mode],
+            f"--careful-model={KEY}",
+            f"--careful-output={pytester.path / 'result'}",
+            "multi_turn_base_0",
+            "multi_turn_base_1",
+        )
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()[-2000:]
+    assert os.listdir(pytester.path / "result")  # it ran live
+    assert open_clients(pytester.path, 1 if mode == "no-xdist" else 3) == []

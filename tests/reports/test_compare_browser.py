@@ -20,7 +20,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 T, F = True, False
 
 
-def _card(verdicts: dict[str, bool], label: str) -> dict[str, Any]:
+def minimal_card(
+    verdicts: dict[str, bool], label: str, model: str = "<b>m</b>", protocol: str = "standard"
+) -> dict[str, Any]:
     """A minimal scorecard in the shape report.py writes (the fields careful-report reads)."""
     rows = [
         {
@@ -35,9 +37,9 @@ def _card(verdicts: dict[str, bool], label: str) -> dict[str, Any]:
         for cid, ok in verdicts.items()
     ]
     prov = {
-        "model": "<b>m</b>",
+        "model": model,
         "label": label,
-        "protocol": "standard",
+        "protocol": protocol,
         "dataset": scorecard.dataset_digest(),
         "declarations": "d",
         "boundary": "final",
@@ -55,7 +57,7 @@ def page_path(tmp_path: Path) -> Path:
     for number, verdicts in enumerate(runs):
         folder = tmp_path / f"r{number}"
         folder.mkdir()
-        (folder / "scorecard.json").write_text(json.dumps(_card(verdicts, f"r{number}")), encoding="utf-8")
+        (folder / "scorecard.json").write_text(json.dumps(minimal_card(verdicts, f"r{number}")), encoding="utf-8")
     assert compare_runs.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
     return tmp_path / "out" / "report.html"
 

@@ -127,7 +127,11 @@ def test_hostile_model_name_is_drawn_as_text() -> None:
     name = "$\\frac{a}{b}$ <script>alert(1)</script> \x1b[31m"
     svg = plots.accuracy_svg(card(model=name))
     assert "<script>" not in svg
-    title = next(t for t in svg_texts(svg) if t.endswith("· standard · n = 400"))
+    texts = svg_texts(svg)  # the title's first line, wrapped at blanks to the figure's width
+    end = max(i for i, t in enumerate(texts) if t.endswith("n = 400"))  # the title comes after the ticks
+    start = next(i for i in range(end, -1, -1) if texts[i].startswith("$"))
+    title = " ".join(texts[start : end + 1])
+    assert title.endswith("· standard · n = 400")
     assert title.startswith("$\\frac{a}{b}$ <script>alert(1)</script> \\x1b[31m")
     assert plots.accuracy_png(card(model=name)).startswith(b"\x89PNG")
 

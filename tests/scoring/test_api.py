@@ -7,6 +7,7 @@ must give the same row for every conversation of the real run.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import pytest_careful
-from conftest import REAL_RUN_DECODER
+from conftest import REAL_RUN_DECODER, ROOT
 from pytest_careful import Rule, Violation
 
 CATEGORIES = ("base", "miss_func", "miss_param")
@@ -32,26 +33,20 @@ class WritesAfterFailure(Rule):
             previous = call
 
 
-def test_score_run_is_the_pytest_run_on_every_conversation_of_the_real_run(real_run: Path, tmp_path: Path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-n",
-        "2",
-        "--rootdir",
-        str(tmp_path),
-        f"--careful-results={real_run}",
-        f"--careful-decoder={REAL_RUN_DECODER}",
-        f"--careful-scorecards={tmp_path / 'cards'}",
-    ]
+def _pytest_scorecard(tmp_path: Path, *args: str) -> pytest_careful.Scorecard:
+    """The scorecard ``pytest --careful-results ...`` writes for ``args``, rooted at ``tmp_path``."""
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path)]
+    command += [f"--careful-scorecards={tmp_path / 'cards'}", *args]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     [card_file] = (tmp_path / "cards").rglob("scorecard.json")
-    card = pytest_careful.read_scorecard(card_file)
+    return pytest_careful.read_scorecard(card_file)
+
+
+def test_score_run_is_the_pytest_run_on_every_conversation_of_the_real_run(real_run: Path, tmp_path: Path) -> None:
+    card = _pytest_scorecard(
+        tmp_path, "-n", "2", f"--careful-results={real_run}", f"--careful-decoder={REAL_RUN_DECODER}"
+    )
     results = pytest_careful.score_run(real_run, decoder=REAL_RUN_DECODER)
     assert len(results) == len(card.results) == 600
     assert [r.id for r in results] == [r.id for r in card.results]
@@ -153,3 +148,62 @@ def test_a_model_of_ones_own_decodes_a_logged_run(real_run: Path) -> None:
     assert "internal-gateway-FC" not in decoding.registry_keys()  # registered for the call only
     with pytest.raises(pytest_careful.SourceError, match="not in bfcl-eval"):
         pytest_careful.score_run(real_run, "internal-gateway-FC", categories=["base"])
+
+
+EXAMPLE = ROOT / "examples" / "smollm2-135m-vllm-cpu"
+
+
+def test_ids_choose_conversations_as_the_command_line_does(tmp_path: Path) -> None:
+    """``ids="@file"`` on the shipped run: the rows ``pytest --careful-results=DIR @file`` writes, no more."""
+    card = _pytest_scorecard(
+        tmp_path, "-p", "no:xdist", f"--careful-results={EXAMPLE}", f"@{EXAMPLE / 'conversations.txt'}"
+    )
+    listed = (EXAMPLE / "conversations.txt").read_text(encoding="utf-8").split()
+    for ids in (f"@{EXAMPLE / 'conversations.txt'}", EXAMPLE / "conversations.txt", listed):
+        results = pytest_careful.score_run(EXAMPLE, ids=ids)
+        assert sorted(r.id for r in results) == sorted(listed) and not any(r.unscored for r in results)
+        assert [r.to_json() for r in results] == [r.to_json() for r in card.results]
+    one = pytest_careful.score_run(EXAMPLE, ids=[f"{listed[0]}[standard]", listed[1]], categories=["base"])
+    assert [r.id for r in one] == sorted(listed[:2], key=lambda i: int(i.rsplit("_", 1)[1]))
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        ("multi_turn_base_9999", "ids: multi_turn_base_9999: no such conversation in bfcl-eval's multi-turn dataset"),
+        (["multi_turn_base_105[confirm]"], "a confirm item; this run's protocol is standard"),
+        (["hello"], "ids: 'hello' is not a conversation id"),
+        ("@no-such-file.txt", "ids: cannot read no-such-file.txt: FileNotFoundError"),
+    ],
+)
+def test_ids_that_cannot_be_used_say_why(ids: object, message: str) -> None:
+    with pytest.raises(pytest_careful.SourceError, match=re.escape(message)):
+        pytest_careful.score_run(EXAMPLE, ids=ids)  # type: ignore[arg-type]
+
+
+def test_a_bad_line_of_an_ids_file_is_named_by_its_number(tmp_path: Path) -> None:
+    (tmp_path / "ids.txt").write_text("multi_turn_base_105\n\n--careful-gate=none\n", encoding="utf-8")
+    with pytest.raises(pytest_careful.SourceError, match=re.escape(f"{tmp_path / 'ids.txt'}:3: '--careful-gate=none'")):
+        pytest_careful.score_run(EXAMPLE, ids=f"@{tmp_path / 'ids.txt'}")
+    with pytest.raises(pytest_careful.SourceError, match="multi_turn_base_105: its category is not among"):
+        pytest_careful.score_run(EXAMPLE, ids=["multi_turn_base_105"], categories=["miss_func"])
+
+
+def _python_blocks(page: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M)
+
+
+def test_the_docs_api_example_runs_on_the_shipped_example_and_prints_what_it_shows(tmp_path: Path) -> None:
+    """docs/extending.md's rule and its score_run example, run as a new user would: in a folder that
+    has the clone's examples/, printing the output the page shows after it."""
+    page = ROOT / "docs" / "extending.md"
+    blocks = _python_blocks(page)
+    [rule] = [b for b in blocks if "class UnrequestedDestructive" in b]
+    [example] = [b for b in blocks if "score_run(" in b]
+    # the block right after it: its closing fence, then the output block
+    shown = page.read_text(encoding="utf-8").split(example, 1)[1].split("```\n", 3)[2].strip()
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "example.py").write_text(rule + "\n" + example, encoding="utf-8")
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == shown

@@ -146,10 +146,26 @@ def test_tool_call_text_gets_the_tool_call_decoder(tmp_path):
     assert open_source(_options(run, "Qwen/Qwen3-8B-FC")).warnings == []
 
 
-def test_a_run_of_text_only_gets_a_warning_without_a_suggestion(tmp_path):
+def test_a_run_of_prose_says_the_model_answered_in_prose(tmp_path):
+    """Every step a sentence: no decoder is at fault, and the one line says what the run is."""
     run = _write_run(tmp_path / "chatty", lambda calls: "Sure! I will take care of that for you.")
+    source = open_source(_options(run, REAL_RUN_DECODER))
+    [warning] = source.warnings
+    # the sample: the first 3 steps with output of every conversation (12 of at most 24), each a sentence
+    sampled = sum(min(3, sum(len(turn) for turn in e.result)) for e in source.entries.values())
+    assert warning == (
+        f"--careful-decoder={REAL_RUN_DECODER}: the model answered in prose, not in function calls: "
+        f"{sampled} of {sampled} sampled steps of {run} are sentences that no common format reads as calls "
+        "(BFCL fails a turn without a call)"
+    )
+
+
+def test_a_run_of_other_text_gets_a_warning_without_a_suggestion(tmp_path):
+    """Calls in a code block, which no decoder reads, and a closing sentence: half prose, said as before."""
+    run = _write_run(tmp_path / "code", lambda calls: "```\n" + "\n".join(calls) + "\n```")
     [warning] = open_source(_options(run, REAL_RUN_DECODER)).warnings
     assert _suggested(warning) == [] and "No common format reads it better" in warning
+    assert "answered in prose" not in warning
 
 
 def test_workers_do_not_check(tmp_path):

@@ -129,12 +129,6 @@ def describe(rules: Sequence[Rule]) -> list[RuleInfo]:
     return [{"name": r.name, "description": r.description, "gated": r.gated} for r in rules]
 
 
-def listed(prov: Mapping[str, Any]) -> tuple[str, ...]:
-    """The names of a run's own rules, as its scorecard's provenance lists them (``describe``)."""
-    found = prov.get("custom_rules") or []
-    return tuple(r["name"] for r in found if isinstance(r, dict) and isinstance(r.get("name"), str))
-
-
 @dataclass
 class Found:
     """What one rule found in one conversation."""

@@ -1,0 +1,55 @@
+"""A run's own rules (``pytest_careful_rules``), as every report lists them beside the built-in ones.
+
+The one reader of a scorecard's ``provenance.custom_rules``: the scorecard's files, report.html
+(its summary table, violations chart and rule filter), careful-report and the terminal summary
+take a run's rules from here, so that a rule shows wherever the built-in rules do, without any
+report knowing where it came from. A scorecard is input (it may have been edited): an entry
+without a name is left out, an odd description or flag read as none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class OwnRule:
+    """One rule of the run's own: its ``counts`` key, what it checks, and whether it fails ``safe``."""
+
+    name: str
+    description: str = ""
+    gated: bool = False
+
+    @property
+    def header(self) -> str:
+        """Its name as a column head: ``*`` marks a gated rule, as the terminal's table marks it."""
+        return self.name + ("*" if self.gated else "")
+
+    @property
+    def legend(self) -> str:
+        """What its column counts, for a table's legend."""
+        gated = ", gated: a violation fails safe" if self.gated else ""
+        return f"rule of the run's own (pytest_careful_rules{gated}): {self.description or 'no description'}"
+
+
+def read(prov: Mapping[str, Any]) -> tuple[OwnRule, ...]:
+    """The run's own rules, in the order the session had them, as its provenance lists them."""
+    listed = prov.get("custom_rules")
+    if not isinstance(listed, list):
+        return ()
+    return tuple(
+        OwnRule(
+            entry["name"],
+            entry["description"] if isinstance(entry.get("description"), str) else "",
+            entry.get("gated") is True,
+        )
+        for entry in listed
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str)
+    )
+
+
+def names(prov: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the run's own rules: the ``counts`` keys they add to every row and total."""
+    return tuple(rule.name for rule in read(prov))
