@@ -140,8 +140,9 @@ LEGEND = (
 )
 
 
-def _cells(t: Totals) -> dict[str, str]:
-    c = t["counts"]
+def _cells(t: Totals, dropped: frozenset[str] = frozenset()) -> dict[str, str]:
+    """A category's cells; a built-in rule the run did not have (``dropped``) reads ``off``."""
+    c = {name: own_rules.shown(t["counts"], name, dropped) for name in scorecard.COUNT_COLUMNS}
     return {
         "n": str(t["conversations"]),
         "BFCL%": f"{100 * t['bfcl_accuracy']:.1f}",
@@ -150,14 +151,19 @@ def _cells(t: Totals) -> dict[str, str]:
         "steps": f"{t['steps_per_conversation']:.1f}",
         "surplus out%": f"{100 * t['surplus_output_share']:.1f}",
         "in%": f"{100 * t['surplus_input_share']:.1f}",
-        "collat.": str(c["collateral_destructive"]),
-        "chg": str(c.get("collateral_changed_state", 0)),
+        "collat.": c["collateral_destructive"],
+        "chg": c["collateral_changed_state"],
         "beyond d/w/r": f"{c['beyond_reference_destructive']}/{c['beyond_reference_write']}/{c['beyond_reference_read']}",
-        "dup.w": str(c["duplicate_writes"]),
-        "red.r": str(c["redundant_reads"]),
-        "failed": str(c["failed_calls"]),
-        "asked": str(c["asked"]),
+        "dup.w": c["duplicate_writes"],
+        "red.r": c["redundant_reads"],
+        "failed": c["failed_calls"],
+        "asked": c["asked"],
     }
+
+
+def _share_text(share: float | None) -> str:
+    """A share as the summary prints it; ``off`` where the run did not count it (its rule turned off)."""
+    return own_rules.OFF if share is None else f"{100 * share:.1f}%"
 
 
 def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
@@ -166,7 +172,8 @@ def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
     gated = {r.name for r in state.scoring.own_rules if r.gated}
     tables = []
     for condition, card in state.cards.items():
-        rows = [(category.removeprefix("multi_turn_"), _cells(t), t) for category, t in card["totals"].items()]
+        dropped = own_rules.off(card["provenance"])
+        rows = [(c.removeprefix("multi_turn_"), _cells(t, dropped), t) for c, t in card["totals"].items()]
         for title, columns in (("accuracy", _ACCURACY), ("rule violations", _VIOLATIONS)):
             table = _table(Table, f"{state.source.model} [{condition}]: {title}", columns)
             for category, cells, _ in rows:
@@ -208,7 +215,7 @@ def _condition_notes(state: CarefulState) -> list[str]:
             a = t["answers"]
             lines.append(
                 f"[{condition}] scripted user: {a['yes']} yes, {a['no']} no, {a['restate']} restated; "
-                f"destructive calls preceded by a yes: {100 * t['destructive_preceded_by_yes_share']:.1f}%; "
+                f"destructive calls preceded by a yes: {_share_text(t.get('destructive_preceded_by_yes_share'))}; "
                 f"strict successes needing a destructive call: "
                 f"{t['strict_pass_needing_destructive']}/{t['needing_destructive']}"
             )
@@ -296,7 +303,9 @@ def _print_notable(state: CarefulState, console: Any) -> None:
         for node, seconds in slowest:
             console.print(f"  {seconds:7.3f}s  {rerun_command(state, node)}", highlight=False, markup=False)
 
-    counted_rules = _MOST_VIOLATIONS + tuple((name, name) for name in _own_rule_names(state))
+    dropped = next((own_rules.off(card["provenance"]) for card in state.cards.values()), frozenset())
+    ours = tuple((name, words) for name, words in _MOST_VIOLATIONS if name not in dropped)
+    counted_rules = ours + tuple((name, name) for name in _own_rule_names(state))
 
     def violations(row: Row) -> int:
         return sum(row["counts"].get(r, 0) for r, _ in counted_rules)

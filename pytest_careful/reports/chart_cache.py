@@ -37,13 +37,15 @@ _LIBRARIES = ("matplotlib", "pillow", "numpy")
 
 
 def inputs(card: Mapping[str, Any], comparison: Mapping[str, Any] | None, baseline: str | None) -> dict[str, Any]:
-    """What the charts show: the card's title fields, the run's own rules and per-category totals, the
-    comparison's counts and p."""
+    """What the charts show: the card's title fields, the run's rules (its own, and the built-in ones it
+    had off) and per-category totals, the comparison's counts and p."""
     prov = card["provenance"]
     return {
         "card": {
             "provenance": {
-                k: prov[k] for k in ("model", "label", "protocol", "repeat", "repeats", "custom_rules") if k in prov
+                k: prov[k]
+                for k in ("model", "label", "protocol", "repeat", "repeats", "custom_rules", "rules_off")
+                if k in prov
             },
             "totals": {
                 category: {k: t[k] for k in ("conversations", "bfcl_accuracy", "safe_accuracy", "counts") if k in t}

@@ -9,8 +9,8 @@ from typing import Any, TypedDict
 
 from ..common import bfcl as _bfcl
 from ..protocols import registry as protocols
+from . import own_rules, stats
 from . import repeat_stats as repeats
-from . import stats
 from .runs import SHORT, Run, by_category, categories_of, category_of_id, cut_name, id_order, visible
 
 #: Below this p-value a paired difference is called unlikely to be noise.
@@ -63,8 +63,8 @@ class _Table5(TypedDict):
     lc: float | None
     mean: float | None
     safe: float | None
-    collateral: int
-    asked: int
+    collateral: int | None  # None: the run had the built-in rule off (``provenance.rules_off``)
+    asked: int | None
     answers: list[int] | None  # yes, no, restate: confirm runs only
     confirmed_pct: float | None
     strict: int | None
@@ -173,6 +173,7 @@ def table5_row(run: Run, ids: list[str], standard: Run | None, note: str | None 
     confirm = protocols.has_scripted_user(run.condition) or any(r.answers is not None for r in rows)
     needing = [r for r in rows if r.needs_destructive]
     destructive = sum(r.destructive for r in rows)
+    dropped = own_rules.off(run.provenance)
     percent = {SHORT[c]: (100 * bfcl[c] if c in bfcl else None) for c in _bfcl.CATEGORIES}
     out: Table5Row = {
         "run": run.name,
@@ -185,11 +186,11 @@ def table5_row(run: Run, ids: list[str], standard: Run | None, note: str | None 
         "lc": percent["lc"],
         "mean": _percent(_mean(list(bfcl.values()))),
         "safe": _percent(_mean(list(safe.values()))),
-        "collateral": sum(r.collateral for r in rows),
-        "asked": sum(r.asked for r in rows),
+        "collateral": None if "collateral_destructive" in dropped else sum(r.collateral for r in rows),
+        "asked": None if "asked" in dropped else sum(r.asked for r in rows),
         "answers": [sum(r.answers[k] for r in rows if r.answers) for k in range(3)] if confirm else None,
         "confirmed_pct": (100 * sum(r.confirmed for r in rows) / destructive if destructive else 0.0)
-        if confirm
+        if confirm and "unconfirmed_destructive" not in dropped
         else None,
         "strict": sum(r.strict for r in needing) if confirm else None,
         "needing_destructive": len(needing),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .comparison import RankAgreement, Report, Table5Row, format_p
+from .own_rules import OFF
 from .runs import cut_name, printable, visible
 
 DASH = "–"
@@ -86,8 +87,8 @@ def cells(row: Table5Row, own_rules: Sequence[str] = (), note: int | None = None
         "lc": pct("lc"),
         "mean": pct("mean"),
         "safe": pct("safe"),
-        "collateral": str(row["collateral"]),
-        "asked": str(row["asked"]),
+        "collateral": OFF if row["collateral"] is None else str(row["collateral"]),
+        "asked": OFF if row["asked"] is None else str(row["asked"]),
         "yes / no / restate": DASH if row["answers"] is None else " / ".join(map(str, row["answers"])),
         "confirmed %": pct("confirmed_pct"),
         "strict": DASH if row["strict"] is None else str(row["strict"]),

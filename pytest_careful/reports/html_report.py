@@ -329,26 +329,29 @@ def _summary_columns(card: Mapping[str, Any], own: Sequence[own_rules.OwnRule]) 
     return columns + ([TURNS_COLUMN] if "turn_credit" in card["totals"].get("all", {}) else [])
 
 
-def _summary_cells(totals: Mapping[str, Any], own: Sequence[own_rules.OwnRule] = ()) -> list[str]:
-    cells = _built_in_cells(totals)
+def _summary_cells(
+    totals: Mapping[str, Any], own: Sequence[own_rules.OwnRule] = (), dropped: frozenset[str] = frozenset()
+) -> list[str]:
+    cells = _built_in_cells(totals, dropped)
     cells[_OWN_RULES_AT:_OWN_RULES_AT] = [str(totals["counts"].get(rule.name, 0)) for rule in own]
     return cells
 
 
-def _built_in_cells(totals: Mapping[str, Any]) -> list[str]:
-    c = totals["counts"]
+def _built_in_cells(totals: Mapping[str, Any], dropped: frozenset[str] = frozenset()) -> list[str]:
+    """A category's cells; a built-in rule the run did not have (``dropped``) reads ``off``."""
+    c = {name: own_rules.shown(totals["counts"], name, dropped) for name in rules.NAMES + rules.TALLIES}
     return [
         str(totals["conversations"]),
         f"{100 * totals['bfcl_accuracy']:.1f}",
         f"{100 * totals['safe_accuracy']:.1f}",
         str(totals["strict_pass"]),
-        str(c["collateral_destructive"]),
-        str(c.get("collateral_changed_state", 0)),
+        c["collateral_destructive"],
+        c["collateral_changed_state"],
         f"{c['beyond_reference_destructive']}/{c['beyond_reference_write']}/{c['beyond_reference_read']}",
-        str(c["duplicate_writes"]),
-        str(c["redundant_reads"]),
-        str(c["failed_calls"]),
-        str(c["asked"]),
+        c["duplicate_writes"],
+        c["redundant_reads"],
+        c["failed_calls"],
+        c["asked"],
         f"{totals['steps_per_conversation']:.1f}",
         f"{100 * totals['surplus_output_share']:.1f}",
         f"{100 * totals['surplus_input_share']:.1f}",
@@ -376,13 +379,16 @@ def render(
     from markupsafe import Markup
 
     prov = card["provenance"]
-    own = own_rules.read(prov)
-    names = rules.NAMES + tuple(rule.name for rule in own)  # the run's own rules after the built-in ones
+    own, dropped = own_rules.read(prov), own_rules.off(prov)
+    # the built-in rules the run had, then its own (a replacement of a built-in rule among them)
+    names = tuple(n for n in rules.NAMES if n not in dropped) + tuple(r.name for r in own)
     context = {
         "prov": prov,
         "provenance": sorted((k, _plain(v)) for k, v in prov.items()),
         "columns": _summary_columns(card, own),
-        "summary": [(c.removeprefix("multi_turn_"), _summary_cells(t, own)) for c, t in _ordered(card["totals"])],
+        "summary": [
+            (c.removeprefix("multi_turn_"), _summary_cells(t, own, dropped)) for c, t in _ordered(card["totals"])
+        ],
         "charts": [(name, Markup(_inline_svg(svg))) for name, svg in (charts or {}).items()],
         "comparison": [(c, _comparison_cells(r)) for c, r in _ordered(comparison or {})],
         "baseline": baseline,

@@ -1,10 +1,12 @@
-"""A run's own rules (``pytest_careful_rules``), as every report lists them beside the built-in ones.
+"""A run's rules as every report lists them: the built-in ones it had, and its own beside them.
 
-The one reader of a scorecard's ``provenance.custom_rules``: the scorecard's files, report.html
-(its summary table, violations chart and rule filter), careful-report and the terminal summary
-take a run's rules from here, so that a rule shows wherever the built-in rules do, without any
-report knowing where it came from. A scorecard is input (it may have been edited): an entry
-without a name is left out, an odd description or flag read as none.
+The one reader of a scorecard's ``provenance.custom_rules`` and ``provenance.rules_off``: the
+scorecard's files, report.html (its summary table, violations chart and rule filter), careful-report
+and the terminal summary take a run's rules from here, so that a rule shows wherever the built-in
+rules do, without any report knowing where it came from, and a built-in rule the run did not have
+(turned off, or replaced by one of its own) shows as ``off``, never as a count of 0. A scorecard is
+input (it may have been edited): an entry without a name is left out, an odd description or flag
+read as none.
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ..scoring.rules import NAMES, TALLIES, TALLY_OF
+
+#: What a table shows for a built-in rule, or one of its tallies, that the run did not count.
+OFF = "off"
 
 
 @dataclass(frozen=True)
@@ -53,3 +60,22 @@ def read(prov: Mapping[str, Any]) -> tuple[OwnRule, ...]:
 def names(prov: Mapping[str, Any]) -> tuple[str, ...]:
     """The names of the run's own rules: the ``counts`` keys they add to every row and total."""
     return tuple(rule.name for rule in read(prov))
+
+
+def off(prov: Mapping[str, Any]) -> frozenset[str]:
+    """The built-in rules the run did not have (``provenance.rules_off``), and their tallies."""
+    listed = prov.get("rules_off")
+    names = {n for n in listed if n in NAMES} if isinstance(listed, list) else set()
+    return frozenset(names | {t for t, rule in TALLY_OF.items() if rule in names})
+
+
+def count_columns(prov: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every ``counts`` key the run counted: the built-in rules' and tallies it had, then its own."""
+    dropped = off(prov)
+    ours = tuple(c for c in NAMES + TALLIES if c not in dropped)
+    return ours + tuple(n for n in names(prov) if n not in ours)
+
+
+def shown(counts: Mapping[str, int], name: str, dropped: frozenset[str]) -> str:
+    """A built-in count as a table cell: ``off`` where the run did not count it."""
+    return OFF if name in dropped else str(counts.get(name, 0))

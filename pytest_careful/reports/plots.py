@@ -25,7 +25,7 @@ from matplotlib.ticker import MaxNLocator
 from ..common.text import escape
 from ..protocols import registry as protocols
 from ..scoring import rules
-from .own_rules import names as own_rule_names
+from . import own_rules
 
 BFCL_COLOUR = "#4272c4"
 SAFE_COLOUR = "#ed7d31"
@@ -212,8 +212,9 @@ def violation_rules(card: Mapping[str, Any]) -> tuple[str, ...]:
     """The rules the violations chart shows: the built-in ones (``unconfirmed_destructive`` only under
     confirm), then the run's own (``pytest_careful_rules``)."""
     confirm = protocols.has_scripted_user(card["provenance"].get("protocol"))
-    built_in = tuple(r for r in rules.NAMES if confirm or r != "unconfirmed_destructive")
-    return built_in + tuple(r for r in own_rule_names(card["provenance"]) if r not in built_in)
+    dropped = own_rules.off(card["provenance"])
+    built_in = tuple(r for r in rules.NAMES if (confirm or r != "unconfirmed_destructive") and r not in dropped)
+    return built_in + tuple(r for r in own_rules.names(card["provenance"]) if r not in built_in)
 
 
 def violations_figure(card: Mapping[str, Any]) -> Figure:

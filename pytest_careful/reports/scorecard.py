@@ -28,8 +28,9 @@ from .stats import ComparisonJson
 COUNT_COLUMNS = rules.NAMES + rules.TALLIES
 
 
-def totals(rows: Iterable[Row], custom: Sequence[str] = ()) -> Totals:
-    """Accuracies, rule totals and token shares over a set of rows; ``custom``: the run's own rules."""
+def totals(rows: Iterable[Row], columns: Sequence[str] = COUNT_COLUMNS) -> Totals:
+    """Accuracies, rule totals and token shares over a set of rows; ``columns``: the counts the run
+    counted (``own_rules.count_columns``: its built-in rules and tallies, then its own)."""
     rows = list(rows)
     n = len(rows)
     tokens: Tokens = {
@@ -49,7 +50,7 @@ def totals(rows: Iterable[Row], custom: Sequence[str] = ()) -> Totals:
         "needing_destructive": len(needs_destructive),
         "bfcl_accuracy": round(sum(r["bfcl"]["valid"] for r in rows) / n, 4) if n else 0.0,
         "safe_accuracy": round(sum(r["safe"] for r in rows) / n, 4) if n else 0.0,
-        "counts": {c: sum(r["counts"].get(c, 0) for r in rows) for c in COUNT_COLUMNS + tuple(custom)},
+        "counts": {c: sum(r["counts"].get(c, 0) for r in rows) for c in columns},
         "calls": sum(r["calls"] for r in rows),
         "steps_per_conversation": round(sum(r["steps"] for r in rows) / n, 2) if n else 0.0,
         "tokens": tokens,
@@ -58,13 +59,14 @@ def totals(rows: Iterable[Row], custom: Sequence[str] = ()) -> Totals:
         # Per-turn credit (turn_credit.py): mean share of turns whose state matched the reference's.
         "turn_credit": turn_credit.mean_share(rows),
     }
-    _confirm_totals(rows, out)
+    _confirm_totals(rows, out, "confirmed_destructive" in columns)
     _cost_totals(rows, out)
     return out
 
 
-def _confirm_totals(rows: list[Row], out: Totals) -> None:
-    """Confirm protocol only: the scripted user's answers, and what a yes preceded."""
+def _confirm_totals(rows: list[Row], out: Totals, counted_confirmed: bool = True) -> None:
+    """Confirm protocol only: the scripted user's answers, and what a yes preceded (where the run
+    counted confirmed destructive calls: ``unconfirmed_destructive`` tallies them)."""
     answered = [r["answers"] for r in rows if "answers" in r]
     if not answered:
         return
@@ -78,7 +80,8 @@ def _confirm_totals(rows: list[Row], out: Totals) -> None:
     after = [r["after_yes"] for r in rows if "after_yes" in r]
     silent = [r["silent_turns"] for r in rows if "silent_turns" in r]
     out["answers"] = answers
-    out["destructive_preceded_by_yes_share"] = _share(confirmed, destructive)
+    if counted_confirmed:
+        out["destructive_preceded_by_yes_share"] = _share(confirmed, destructive)
     out["after_yes"] = {
         "yes": sum(a["yes"] for a in after),
         "licensed_call": sum(a["licensed_call"] for a in after),
@@ -115,14 +118,14 @@ def _share(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def totals_by_category(rows: Iterable[Row], custom: Sequence[str] = ()) -> dict[str, Totals]:
+def totals_by_category(rows: Iterable[Row], columns: Sequence[str] = COUNT_COLUMNS) -> dict[str, Totals]:
     rows = list(rows)
     out = {
-        c: totals((r for r in rows if r["category"] == c), custom)
+        c: totals((r for r in rows if r["category"] == c), columns)
         for c in _bfcl.CATEGORIES
         if any(r["category"] == c for r in rows)
     }
-    out["all"] = totals(rows, custom)
+    out["all"] = totals(rows, columns)
     return out
 
 
@@ -169,10 +172,14 @@ def provenance(
 
 def scorecard(rows: list[Row], prov: Provenance) -> Card:
     rows = sorted(rows, key=lambda r: (_bfcl.CATEGORIES.index(r["category"]), int(r["id"].rsplit("_", 1)[1])))
-    return {"provenance": prov, "totals": totals_by_category(rows, custom_rules(prov)), "rows": rows}
+    return {"provenance": prov, "totals": totals_by_category(rows, own_rules.count_columns(prov)), "rows": rows}
 
 
-def csv_text(rows: Sequence[Row], custom: Sequence[str] = ()) -> str:
+def csv_text(rows: Sequence[Row], columns: Sequence[str] = COUNT_COLUMNS) -> str:
+    """One line per conversation; ``columns``: the counts the run counted, a column each (the built-in
+    ones first, in their places; a run's own rules last, after the columns that follow the counts)."""
+    ours = [c for c in columns if c in COUNT_COLUMNS]
+    custom = [c for c in columns if c not in COUNT_COLUMNS]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     header = [
@@ -183,7 +190,7 @@ def csv_text(rows: Sequence[Row], custom: Sequence[str] = ()) -> str:
         "bfcl_error",
         "safe",
         "strict",
-        *COUNT_COLUMNS,
+        *ours,
         "calls",
         "steps",
         "input_tokens",
@@ -207,7 +214,7 @@ def csv_text(rows: Sequence[Row], custom: Sequence[str] = ()) -> str:
                 row["bfcl"]["error_type"],
                 int(row["safe"]),
                 int(row["strict"]),
-                *(row["counts"].get(c, 0) for c in COUNT_COLUMNS),
+                *(row["counts"].get(c, 0) for c in ours),
                 row["calls"],
                 row["steps"],
                 row["tokens"]["input"],
@@ -243,11 +250,12 @@ def markdown(card: Card) -> str:
         "| redund. reads | failed | asked | steps | surplus out % | surplus in % | turns % |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    dropped = own_rules.off(prov)
     for category, t in card["totals"].items():
-        c = t["counts"]
+        c = {name: own_rules.shown(t["counts"], name, dropped) for name in COUNT_COLUMNS}
         lines.append(
             f"| {category} | {t['conversations']} | {100 * t['bfcl_accuracy']:.1f} | {100 * t['safe_accuracy']:.1f} "
-            f"| {t['strict_pass']} | {c['collateral_destructive']} | {c.get('collateral_changed_state', 0)} "
+            f"| {t['strict_pass']} | {c['collateral_destructive']} | {c['collateral_changed_state']} "
             f"| {c['beyond_reference_destructive']}/"
             f"{c['beyond_reference_write']}/{c['beyond_reference_read']} | {c['duplicate_writes']} "
             f"| {c['redundant_reads']} | {c['failed_calls']} | {c['asked']} | {t['steps_per_conversation']} "
@@ -324,7 +332,7 @@ def write(
     directory.mkdir(parents=True, exist_ok=True)
     files: dict[str, str | bytes] = {
         "scorecard.json": json.dumps(card, indent=1, sort_keys=True) + "\n",
-        "rows.csv": csv_text(card["rows"], custom_rules(card["provenance"])),
+        "rows.csv": csv_text(card["rows"], own_rules.count_columns(card["provenance"])),
         "scorecard.md": markdown(card),
     }
     if comparison is not None:

@@ -4,6 +4,7 @@ without xdist: the rows, the provenance and JUnit say which rules the run had; a
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -53,7 +54,8 @@ def pytest_careful_modify_rules(config, rules):
     rules[:] = [LooseAsked() if r.name == "asked" else r for r in rules if r.name != "redundant_reads"]
 """
     )
-    assert pytester.runpytest_subprocess(*RUN, *mode).ret == 1
+    result = pytester.runpytest_subprocess(*RUN, *mode)
+    assert result.ret == 1
     card = _card(pytester)
     assert card["provenance"]["rules_off"] == ["redundant_reads", "asked"]
     assert [r["name"] for r in card["provenance"]["custom_rules"]] == ["asked"]
@@ -62,6 +64,31 @@ def pytest_careful_modify_rules(config, rules):
     assert len(junit) == 200 and not any("careful_redundant_reads" in p for p in junit.values())
     assert {r["id"]: r["counts"]["asked"] for r in card["rows"]} == expected
     assert {cid: int(p["careful_asked"]) for cid, p in junit.items()} == expected
+    _off_everywhere(pytester, result.stdout.str(), expected)
+
+
+def _off_everywhere(pytester: pytest.Pytester, out: str, asked: dict[str, int]) -> None:
+    """Every table shows the built-in rules the run did not have as ``off``, never as 0, and the
+    replacement's count under its own heading."""
+    # the terminal's violations table: red.r and asked are off; the run's own asked has its total
+    # columns: collat. chg beyond d/w/r dup.w red.r failed asked
+    violations = re.compile(r"\s*all\s+\d+\s+\d+\s+\d+/\d+/\d+\s+\d+\s+(\S+)\s+\d+\s+(\S+)\s*")
+    [cells] = [m.groups() for m in map(violations.fullmatch, out.splitlines()) if m]
+    assert cells == ("off", "off"), cells
+    assert "redundant reads" not in next(line for line in out.splitlines() if line.startswith("most violations"))
+    folder = pytester.path / "scorecards" / "scripted_ask" / "standard"
+    md = (folder / "scorecard.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| all |")).split("|")
+    assert row[10].strip() == row[12].strip() == "off", row  # redund. reads, asked
+    own = [line for line in md.splitlines() if line.startswith("| all |")][1]
+    assert own.split("|")[2].strip() == str(sum(asked.values()))
+    header = (folder / "rows.csv").read_text().splitlines()[0].split(",")
+    assert "redundant_reads" not in header and header.count("asked") == 1
+    html = (folder / "report.html").read_text()
+    assert html.count(">off<") >= 4  # redund. reads and asked, in the category's row and in all's
+    assert "redundant reads" not in (folder / "violations.svg").read_text()
+    totals = _card(pytester)["totals"]["all"]["counts"]
+    assert "redundant_reads" not in totals and totals["asked"] == sum(asked.values())
 
 
 def test_a_rule_named_as_a_built_in_one_is_refused_in_one_line(pytester: pytest.Pytester) -> None:

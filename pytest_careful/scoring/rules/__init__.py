@@ -76,6 +76,10 @@ def built_in(settings: Settings = Settings()) -> tuple[Rule, ...]:
     )
 
 
+#: Each tally's rule: a tally is counted only where its rule is.
+TALLY_OF = {t: r.name for r in built_in() for t in r.tallies}
+
+
 def is_built_in(rule: Rule) -> bool:
     """One of this package's rules as it ships (a user's subclass of one is the user's own)."""
     return type(rule) in _TYPES
@@ -105,4 +109,14 @@ def row_order(rule: str, violation: Violation) -> tuple[int, int, int, int, int]
     return (call.turn, group, call.step, call.position, sub)
 
 
-__all__ = ["DUPLICATE_WRITES", "NAMES", "TALLIES", "Rule", "Settings", "built_in", "row_order", "is_built_in"]
+__all__ = [
+    "DUPLICATE_WRITES",
+    "NAMES",
+    "TALLIES",
+    "TALLY_OF",
+    "Rule",
+    "Settings",
+    "built_in",
+    "row_order",
+    "is_built_in",
+]
