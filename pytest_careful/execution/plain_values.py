@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import decimal
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TypeGuard, cast
 
 from . import limits
@@ -207,7 +207,7 @@ def _flat_size(value: object) -> int | None:
     kind = type(value)
     if kind not in _CONTAINER_TYPES:
         return _leaf_size(value)
-    items = [*value.keys(), *value.values()] if type(value) is dict else cast("list[object]", value)
+    items = [*value.keys(), *value.values()] if type(value) is dict else cast("Collection[object]", value)
     if len(items) > 64 or any(type(item) in _CONTAINER_TYPES for item in items):
         return None
     return 2 + sum(_leaf_size(item) + 2 for item in items)
