@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import yaml
 
@@ -140,11 +140,11 @@ _Dumper.add_representer(
 
 
 def render_class(class_name: str, observer: inference.Observer, reasons: dict[str, str]) -> str:
-    functions: dict[str, Any] = {}
+    functions: dict[str, object] = {}  # name -> its entry, as the YAML file holds it
     for record in sorted(observer.functions.values(), key=lambda r: r.name):
         if record.class_name != class_name:
             continue
-        entry: dict[str, Any] = {
+        entry: dict[str, object] = {
             "effect": "write" if record.is_write else "read",
             "idempotent": record.idempotent,
             "hidden_only": record.is_write and not record.changed_public,

@@ -24,7 +24,7 @@ import re
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Protocol
 
 PINNED_VERSION = "2026.3.23"
 
@@ -120,7 +120,15 @@ def func_doc_file(class_name: str) -> Path:
     return data_dir() / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]
 
 
-def model_registry() -> dict[str, Any]:
+class ModelConfig(Protocol):
+    """What is read of an entry of bfcl-eval's model registry (its ``ModelConfig``)."""
+
+    model_name: str
+    model_handler: type
+    is_fc_model: bool
+
+
+def model_registry() -> dict[str, ModelConfig]:
     """bfcl-eval's ``MODEL_CONFIG_MAPPING`` (slow: imports every vendor SDK)."""
     contain_project_root()
     return _import("bfcl_eval.constants.model_config").MODEL_CONFIG_MAPPING

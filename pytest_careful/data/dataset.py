@@ -15,10 +15,55 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from ..common import bfcl as _bfcl
 from ..common.bfcl import CATEGORIES
+
+
+class Message(TypedDict):
+    """A message of a turn's question, as BFCL's dataset writes it and a model is sent it."""
+
+    role: str
+    content: str
+
+
+class ParameterSchema(TypedDict):
+    """A function's parameters, as BFCL's docs write them: a JSON schema of ``type`` ``dict``."""
+
+    type: str
+    properties: dict[str, dict[str, object]]  # name -> its schema: type, description; default, enum, items
+    required: list[str]
+
+
+class FunctionDoc(TypedDict):
+    """A function's doc, as BFCL's dataset writes it and a model is sent it.
+
+    BFCL's docs also carry ``response`` (the result's schema, absent from one), which nothing
+    here reads; a doc is passed on whole.
+    """
+
+    name: str
+    description: str
+    parameters: ParameterSchema
+
+
+class _Entry(TypedDict):
+    """The keys every prompt entry has."""
+
+    id: str
+    question: list[list[Message]]
+    initial_config: dict[str, object]
+    path: list[str]
+    involved_classes: list[str]
+    function: list[FunctionDoc]
+
+
+class PromptEntry(_Entry, total=False):
+    """A test entry as bfcl-eval's ``load_dataset_entry`` returns it, for BFCL's inference loop."""
+
+    missed_function: dict[str, list[FunctionDoc]]  # miss_func: the turn (a string) -> docs it reveals
+    excluded_function: list[str]
 
 
 @dataclass(frozen=True, eq=False)  # identity hash: conversations are loaded once
@@ -40,11 +85,11 @@ class Conversation:
 
     id: str
     category: str
-    questions: list[list[dict[str, Any]]]
-    initial_config: Mapping[str, Any]
+    questions: list[list[Message]]
+    initial_config: Mapping[str, object]  # class name -> its scenario (JSON)
     involved_classes: tuple[str, ...]
-    functions: list[dict[str, Any]]
-    missed_function: dict[int, list[dict[str, Any]]]
+    functions: list[FunctionDoc]
+    missed_function: dict[int, list[FunctionDoc]]
     excluded_function: tuple[str, ...] | None  # None where the dataset has no such key
     ground_truth: list[list[str]]
     path: tuple[str, ...] = field(default=())
@@ -63,16 +108,16 @@ class Conversation:
     def n_turns(self) -> int:
         return len(self.ground_truth)
 
-    def all_functions(self) -> list[dict[str, Any]]:
+    def all_functions(self) -> list[FunctionDoc]:
         """Docs of every function, the holdouts included."""
         docs = list(self.functions)
         for turn in sorted(self.missed_function):
             docs.extend(self.missed_function[turn])
         return docs
 
-    def prompt_entry(self) -> dict[str, Any]:
+    def prompt_entry(self) -> PromptEntry:
         """The entry as bfcl-eval's ``load_dataset_entry`` returns it (a fresh copy)."""
-        entry: dict[str, Any] = {
+        entry: dict[str, object] = {  # in bfcl-eval's order: the file's keys, then the docs
             "id": self.id,
             "question": copy.deepcopy(self.questions),
             "initial_config": copy.deepcopy(dict(self.initial_config)),
@@ -84,7 +129,7 @@ class Conversation:
         if self.excluded_function is not None:
             entry["excluded_function"] = list(self.excluded_function)
         entry["function"] = copy.deepcopy(self.functions)
-        return entry
+        return cast(PromptEntry, entry)
 
 
 class UnknownConversation(KeyError):
@@ -92,23 +137,25 @@ class UnknownConversation(KeyError):
         return str(self.args[0])
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def _read_jsonl(path: Path) -> list[Any]:
+    """The JSON values of a file of bfcl-eval's data, one a line (its shapes: ``_build``, ``FunctionDoc``)."""
     with path.open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 
 @functools.cache
-def func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
+def func_docs(class_name: str) -> tuple[FunctionDoc, ...]:
     return tuple(_read_jsonl(_bfcl.func_doc_file(class_name)))
 
 
-def _build(entry: dict[str, Any], answer: dict[str, Any], category: str) -> Conversation:
+def _build(entry: Mapping[str, Any], answer: Mapping[str, Any], category: str) -> Conversation:
+    """A conversation of a line of the dataset and its line of answers (JSON, as bfcl-eval ships them)."""
     # The docs are shared between conversations and must not be mutated;
     # prompt_entry() hands out deep copies.
-    functions: list[dict[str, Any]] = []
+    functions: list[FunctionDoc] = []
     for class_name in entry["involved_classes"]:
         functions.extend(func_docs(class_name))
-    missed: dict[int, list[dict[str, Any]]] = {}
+    missed: dict[int, list[FunctionDoc]] = {}
     # Same order and first-match removal as populate_test_cases_with_predefined_functions.
     for turn, names in entry.get("missed_function", {}).items():
         missed[int(turn)] = []

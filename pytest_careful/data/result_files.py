@@ -18,7 +18,6 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..common.bfcl import CATEGORIES
 from . import dataset
@@ -52,19 +51,28 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
+#: A conversation's ``result`` as BFCL writes it: per turn, the model's steps (each its output as
+#: logged, any JSON value), or a string (BFCL's inference-error form).
+LoggedResult = str | list[list[object]]
+
+
 @dataclass
 class LoggedEntry:
-    """One conversation of a logged run, as read from its file."""
+    """One conversation of a logged run, as read from its file.
+
+    The other fields are the line's JSON values as read (BFCL's shapes, or whatever the file
+    holds); their readers look at what they are.
+    """
 
     id: str
-    result: Any
+    result: LoggedResult
     file: str
     line: int
-    input_token_count: Any = None
-    output_token_count: Any = None
-    latency: Any = None
-    inference_log: Any = None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    input_token_count: object = None
+    output_token_count: object = None
+    latency: object = None
+    inference_log: object = None
+    raw: dict[str, object] = field(default_factory=dict, repr=False)  # the line's JSON object
 
 
 def find_result_files(directory: Path) -> tuple[dict[str, Path], list[InputProblem]]:
@@ -296,7 +304,7 @@ def _id_seen(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _nested_deeper(data: Any, text: str, limit: int) -> bool:
+def _nested_deeper(data: object, text: str, limit: int) -> bool:
     """Whether ``data`` nests more than ``limit`` containers deep (walked without recursion)."""
     if text.count("[") + text.count("{") <= limit:
         return False  # cannot nest deeper than it has brackets
@@ -326,7 +334,7 @@ def _quote(value: str) -> str:
     return ascii(cut) + (f" ... ({len(value)} characters)" if len(value) > QUOTE_CHARS else "")
 
 
-def _shape_problem(result: Any, conversation: Conversation) -> str | None:
+def _shape_problem(result: object, conversation: Conversation) -> str | None:
     """A result BFCL could not have written. Fewer turns than the conversation
     has is not one: that is BFCL's own force termination, scored as such."""
     if isinstance(result, str):

@@ -27,8 +27,9 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..common.bfcl import CATEGORIES
 
@@ -44,7 +45,7 @@ def sort_key(entry_id: str) -> int:
     return int(entry_id.split(":")[0].rsplit("_", 1)[1].split("-")[0])
 
 
-def is_complete(entry: dict[str, Any]) -> bool:
+def is_complete(entry: Mapping[str, object]) -> bool:
     """A finished conversation: ``result`` is a list of turns.
 
     A string ``result`` is BFCL's inference-error form and an ``error`` key is
@@ -89,13 +90,13 @@ class ResultStore:
         entries, problems = read_result_file(path, category)
         return {e.id: e for e in entries}, problems
 
-    def completed(self, category: str) -> dict[str, dict[str, Any]]:
+    def completed(self, category: str) -> dict[str, dict[str, object]]:
         """Finished conversations already on disk, by id (an id's last entry, when complete)."""
         return {i: e.raw for i, e in self.read(category)[0].items() if is_complete(e.raw)}
 
     # -- writing -----------------------------------------------------------
 
-    def append(self, category: str, entry: dict[str, Any]) -> None:
+    def append(self, category: str, entry: dict[str, object]) -> None:
         """Append ``entry`` as one line, durably, safe against concurrent writers.
 
         The line is serialised before the file is touched (a bad entry never
@@ -104,8 +105,9 @@ class ResultStore:
         writes atomically (inference logs), so the lock, not O_APPEND alone,
         keeps xdist workers' lines from interleaving.
         """
-        if not isinstance(entry.get("id"), str) or entry["id"].rsplit("_", 1)[0] != category:
-            raise ValueError(f"entry id {entry.get('id')!r} does not belong to {category}")
+        entry_id = entry.get("id")
+        if not isinstance(entry_id, str) or entry_id.rsplit("_", 1)[0] != category:
+            raise ValueError(f"entry id {entry_id!r} does not belong to {category}")
         line = serialise(entry)
         path = self.path(category)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -179,7 +181,7 @@ class ResultStore:
             os.close(fd)
 
 
-def serialise(entry: dict[str, Any]) -> bytes:
+def serialise(entry: dict[str, object]) -> bytes:
     """``entry`` as one line, as bfcl's ``write_list_of_dicts_to_file`` writes it.
 
     ``ensure_ascii=False`` as bfcl writes, except where the text cannot be

@@ -19,7 +19,6 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .result_store import GROUP_DIR
 
@@ -76,11 +75,11 @@ class RunSettings:
     user_script: str | None = None
     temperature: float | None = None
     max_output_tokens: int | None = None
-    other: Mapping[str, Any] = field(default_factory=dict)
+    other: Mapping[str, object] = field(default_factory=dict)  # the file's other keys, as read
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The file's object: the recorded fields (None ones left out) and ``other`` as read."""
-        out: dict[str, Any] = dict(self.other)
+        out: dict[str, object] = dict(self.other)
         out["condition"] = self.condition
         for name in _FIELDS:
             value = getattr(self, name)

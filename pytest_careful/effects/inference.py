@@ -17,9 +17,9 @@ import pickle
 import random
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 from ..common import bfcl as _bfcl
 from ..data import dataset
@@ -132,7 +132,7 @@ class Observer:
             evidence.probes_unchanged += 1
 
 
-def call_name(call: Any) -> str | None:
+def call_name(call: str) -> str | None:
     try:
         node = ast.parse(call, mode="eval").body
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
@@ -267,7 +267,7 @@ def observe_synthetic(
 def _probe_function(
     observer: Observer,
     class_name: str,
-    doc: dict[str, Any],
+    doc: dataset.FunctionDoc,
     points: list[bytes],
     known: list[str],
     reached: list[bytes] | None,
@@ -297,7 +297,7 @@ def _probe_function(
                 return
 
 
-def synthesise_call(doc: dict[str, Any], instance: Any, rng: random.Random) -> str:
+def synthesise_call(doc: dataset.FunctionDoc, instance: object, rng: random.Random) -> str:
     """A call with arguments of the documented types, values drawn from the state."""
     strings, numbers = harvest(instance)
     parameters = doc["parameters"].get("properties", {})
@@ -309,10 +309,10 @@ def synthesise_call(doc: dict[str, Any], instance: Any, rng: random.Random) -> s
     return f"{doc['name']}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
 
 
-def _value(spec: dict[str, Any], strings: list[str], numbers: list[int], rng: random.Random) -> Any:
+def _value(spec: Mapping[str, object], strings: list[str], numbers: list[int], rng: random.Random) -> object:
     kind = spec.get("type")
     if "enum" in spec:
-        return rng.choice(spec["enum"])
+        return rng.choice(cast("list[object]", spec["enum"]))  # JSON schema: a list of values
     if kind == "integer":
         return rng.choice(numbers or [1, 2, 10])
     if kind == "float":
@@ -328,7 +328,7 @@ def _value(spec: dict[str, Any], strings: list[str], numbers: list[int], rng: ra
     return rng.choice(strings) if strings and rng.random() < 0.8 else "careful_probe"
 
 
-def harvest(instance: Any, limit: int = 40) -> tuple[list[str], list[int]]:
+def harvest(instance: object, limit: int = 40) -> tuple[list[str], list[int]]:
     """Strings and small integers found in an instance's state, sorted."""
     strings: set[str] = set()
     numbers: set[int] = set()
@@ -336,7 +336,7 @@ def harvest(instance: Any, limit: int = 40) -> tuple[list[str], list[int]]:
     if current is not None:  # a file system's useful names are the current directory's
         strings |= set(current.contents)
 
-    def walk(value: Any, depth: int) -> None:
+    def walk(value: object, depth: int) -> None:
         if depth > 6 or len(strings) > 400:
             return
         if isinstance(value, dict):
@@ -357,7 +357,7 @@ def harvest(instance: Any, limit: int = 40) -> tuple[list[str], list[int]]:
     return sorted(strings)[:limit] if current is None else sorted(strings)[:limit], sorted(numbers)[:limit]
 
 
-def _docs(class_name: str) -> list[dict[str, Any]]:
+def _docs(class_name: str) -> list[dataset.FunctionDoc]:
     return list(dataset.func_docs(class_name))
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..common.gc_pause import paused
 from ..data import dataset
@@ -50,7 +49,7 @@ class NoCallStep:
     index: int
     text: str | None
     error: str | None
-    raw: Any = None
+    raw: object = None
 
 
 @dataclass
@@ -74,7 +73,7 @@ class DecodedRun:
     no_calls: list[list[NoCallStep]] = field(default_factory=list)
 
 
-def step_text(step: Any) -> str | None:
+def step_text(step: object) -> str | None:
     """The text of a logged step: a string (prompting models, OpenAI FC without a
     call), or the string parts of a list (Claude FC logs ``["text"]``).
 
@@ -88,7 +87,7 @@ def step_text(step: Any) -> str | None:
     return None
 
 
-def decode_run(decoder: Decoder, result: Sequence[Sequence[Any]]) -> DecodedRun:
+def decode_run(decoder: Decoder, result: Sequence[object]) -> DecodedRun:
     """Decode every raw step of ``result``, keeping where each came from."""
     run = DecodedRun([], [], [], [])
     for turn in result:
@@ -110,26 +109,27 @@ def decode_run(decoder: Decoder, result: Sequence[Sequence[Any]]) -> DecodedRun:
     return run
 
 
-def _decode(decoder: Decoder, step: Any) -> tuple[Any, str | None]:
+def _decode(decoder: Decoder, step: object) -> tuple[list[str], str | None]:
     try:
         return decoder.decode_step(step), None
     except Exception as exc:  # BFCL ignores any failed decoding, and so do we
         return [], type(exc).__name__
 
 
-def decode_turns(decoder: Decoder, result: Sequence[Sequence[Any]]) -> list[list[list[str]]]:
+def decode_turns(decoder: Decoder, result: Sequence[object]) -> list[list[list[str]]]:
     """Decode every step; like BFCL, steps that fail to decode or decode to nothing are dropped."""
     return decode_run(decoder, result).turns
 
 
-def _is_empty(decoded: Any) -> bool:
+def _is_empty(decoded: list[str]) -> bool:
+    """bfcl-eval's ``is_empty_execute_response``: no call string, or one empty one."""
     return len(decoded) == 0 or (len(decoded) == 1 and len(decoded[0]) == 0)
 
 
 @paused
 def evaluate(
     conversation: Conversation,
-    result: Any,
+    result: object,
     decoder: Decoder,
     model_name: str = "careful",
     snapshots: bool = True,

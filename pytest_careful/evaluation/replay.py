@@ -10,9 +10,8 @@ process and reused.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..common.text import shorten_call
 from ..data.dataset import Conversation
@@ -57,7 +56,7 @@ class CallRecord:
     position: int  # index of the call within its step
     call: str
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, object]  # the call's literal arguments (``Execution.arguments``)
     result: str
     status: str
     classes: tuple[str, ...]
@@ -77,7 +76,7 @@ class CallRecord:
         return self.status == OK
 
     @property
-    def arguments_key(self) -> Any:
+    def arguments_key(self) -> Hashable:
         """Hashable, equal for equal arguments (``freeze``); computed once, as rules ask it often."""
         key = self.__dict__.get("_arguments_key")
         if key is None:
@@ -93,7 +92,7 @@ class CallRecord:
         return shown
 
     @property
-    def shown_arguments(self) -> dict[str, Any]:
+    def shown_arguments(self) -> dict[str, object]:
         """The arguments as rows quote them: each long one cut (``dag.shorten_value``), once."""
         shown = self.__dict__.get("_shown_arguments")
         if shown is None:
@@ -121,7 +120,7 @@ class CallRecord:
             return bool(self.changes)
         return any(self.before.classes[n] != self.after.classes[n] for n in self.classes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "turn": self.turn,
             "step": self.step,
@@ -316,7 +315,7 @@ def reference(conversation: Conversation, model_name: str = "careful") -> Replay
         return replay(conversation, steps, model_name=model_name + "_ground_truth")
 
 
-def freeze(value: Any) -> Any:
+def freeze(value: object) -> Hashable:
     """A hashable form of a literal value: equal values (of equal types) give equal keys."""
     if isinstance(value, dict):
         return ("<dict>", tuple(sorted(((repr(k), freeze(v)) for k, v in value.items()), key=lambda kv: kv[0])))
@@ -329,7 +328,7 @@ def freeze(value: Any) -> Any:
     )
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: object) -> object:
     """Values as JSON can hold them: sets become sorted lists, other objects repr()."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value

@@ -26,7 +26,8 @@ import functools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import Literal, Protocol, TypeGuard, cast
 
 from ..common.text import MAX_SHOWN, shorten
 from . import limits
@@ -34,8 +35,27 @@ from . import limits
 CYCLE = "<cycle>"
 
 
+class Directory(Protocol):
+    """What the walks read and write of bfcl-eval's ``gorilla_file_system.Directory``."""
+
+    name: str
+    parent: Directory | None
+    contents: dict[str, object]  # name -> Directory or File
+
+    def __init__(self, name: str, parent: Directory | None = None) -> None: ...
+
+
+class File(Protocol):
+    """What the walks read of bfcl-eval's ``gorilla_file_system.File``."""
+
+    name: str
+    content: str
+
+    def __init__(self, name: str, content: str = "") -> None: ...
+
+
 @functools.cache
-def _file_system_module() -> Any:
+def _file_system_module() -> ModuleType:
     import sys
 
     from ..common import bfcl as _bfcl
@@ -43,12 +63,12 @@ def _file_system_module() -> Any:
     return sys.modules[_bfcl.simulator_class("GorillaFileSystem").__module__]
 
 
-def directory_class() -> Any:
+def directory_class() -> type[Directory]:
     """bfcl-eval's ``gorilla_file_system.Directory``."""
     return _file_system_module().Directory
 
 
-def file_class() -> Any:
+def file_class() -> type[File]:
     """bfcl-eval's ``gorilla_file_system.File``."""
     return _file_system_module().File
 
@@ -58,7 +78,11 @@ def file_class() -> Any:
 #: Node rows: ``("d", name, parent_row, ((key, child_row), ...))`` for a folder (``-1``: no
 #: parent), ``("f", name, content)`` for a file (its wall-clock stamp is not state), and
 #: ``("o", value)`` for anything else found in a folder.
-Row = tuple[Any, ...]
+NodeRow = (
+    tuple[Literal["d"], str, int, tuple[tuple[str, int], ...]]
+    | tuple[Literal["f"], str, str]
+    | tuple[Literal["o"], object]
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,25 +93,26 @@ class FlatTree:
     unpickling rebuilds the folders and files, shared where they were shared.
     """
 
-    rows: tuple[Row, ...]
+    rows: tuple[NodeRow, ...]
 
-    def __reduce__(self) -> tuple[Callable[[tuple[Row, ...]], Any], tuple[tuple[Row, ...]]]:
+    def __reduce__(self) -> tuple[Callable[[tuple[NodeRow, ...]], object], tuple[tuple[NodeRow, ...]]]:
         return rebuild, (self.rows,)
 
 
-def flatten(root: Any) -> FlatTree:
+def flatten(root: Directory) -> FlatTree:
     """``root`` and everything reachable from it (contents and parent links), once each."""
     directory, file = directory_class(), file_class()
-    order, index = [root], {id(root): 0}
+    order: list[object] = [root]
+    index = {id(root): 0}
 
-    def row_of(node: Any) -> int:
+    def row_of(node: object) -> int:
         row = index.get(id(node))
         if row is None:
             row = index[id(node)] = len(order)
             order.append(node)
         return row
 
-    rows: list[Row] = []
+    rows: list[NodeRow] = []
     position = 0
     while position < len(order):
         node = order[position]
@@ -104,28 +129,37 @@ def flatten(root: Any) -> FlatTree:
     return FlatTree(tuple(rows))
 
 
-def rebuild(rows: tuple[Row, ...]) -> Any:
+def rebuild(rows: tuple[NodeRow, ...]) -> object:
     """The objects of ``flatten``'s rows; returns the root."""
     directory, file = directory_class(), file_class()
-    nodes: list[Any] = []
+    nodes: list[object] = []
+    folders: dict[int, Directory] = {}  # row -> its folder
     for row in rows:
         if row[0] == "d":
-            nodes.append(directory(row[1], None))
+            folder = folders[len(nodes)] = directory(row[1], None)
+            nodes.append(folder)
         elif row[0] == "f":
             nodes.append(file(row[1], row[2]))
         else:
             nodes.append(row[1])
-    for node, row in zip(nodes, rows):
+    for position, row in enumerate(rows):
         if row[0] == "d":
-            node.parent = nodes[row[2]] if row[2] >= 0 else None
-            node.contents = {key: nodes[child] for key, child in row[3]}
+            folder = folders[position]
+            folder.parent = cast(Directory, nodes[row[2]]) if row[2] >= 0 else None  # a folder's row
+            folder.contents = {key: nodes[child] for key, child in row[3]}
     return nodes[0]
 
 
 # --- normalised values ---------------------------------------------------------------------
 
 
-def _open(value: Any) -> tuple[Any, Iterator[tuple[Any, Any]]] | None:
+#: A normalised container: files and folders as dicts, tuples as lists.
+Normal = dict[object, object] | list[object]
+#: Child pairs: (key, child) of a dict or folder, (index, item) of a list or tuple.
+Pairs = Iterator[tuple[object, object]]
+
+
+def _open(value: object) -> tuple[Normal, Pairs] | None:
     """An empty output container and the (key, child) pairs to fill it with; None for a leaf."""
     if type(value) is directory_class():
         return {}, iter(value.contents.items())
@@ -136,20 +170,20 @@ def _open(value: Any) -> tuple[Any, Iterator[tuple[Any, Any]]] | None:
     return None
 
 
-def _leaf(value: Any) -> Any:
+def _leaf(value: object) -> object:
     if type(value) is file_class():
         return {"<file>": value.content}
     return value
 
 
-def _put(out: Any, key: Any, value: Any) -> None:
-    if type(out) is list:
+def _put(out: Normal, key: object, value: object) -> None:
+    if isinstance(out, list):  # made here: exactly a list or a dict
         out.append(value)
     else:
         out[key] = value
 
 
-def normalise(value: Any) -> Any:
+def normalise(value: object) -> object:
     """Files and folders as plain dicts (no parent links, no wall clock), lists for tuples.
 
     A folder or file reached through several paths becomes one dict shared by them (the
@@ -159,7 +193,7 @@ def normalise(value: Any) -> Any:
     opened = _open(value)
     if opened is None:
         return _leaf(value)
-    memo: dict[int, Any] = {id(value): opened[0]}
+    memo: dict[int, object] = {id(value): opened[0]}
     active = {id(value)}
     stack = [(value, opened[0], opened[1])]
     while stack:
@@ -190,7 +224,7 @@ def normalise(value: Any) -> Any:
     return memo[id(value)]
 
 
-def _kind(value: Any) -> type | None:
+def _kind(value: object) -> type | None:
     if isinstance(value, dict):
         return dict
     if isinstance(value, list):
@@ -198,7 +232,7 @@ def _kind(value: Any) -> type | None:
     return None
 
 
-def equal(a: Any, b: Any, memo: dict[tuple[int, int], bool] | None = None) -> bool:
+def equal(a: object, b: object, memo: dict[tuple[int, int], bool] | None = None) -> bool:
     """``a == b`` for normalised (acyclic) values, each pair of nodes compared once.
 
     ``memo`` (pairs of ids -> result) may be shared by calls on the same two values.
@@ -212,7 +246,7 @@ def equal(a: Any, b: Any, memo: dict[tuple[int, int], bool] | None = None) -> bo
     found = memo.get((id(a), id(b)))
     if found is not None:
         return found
-    stack: list[tuple[Any, Any, Iterator[tuple[Any, Any]] | None]] = [(a, b, _pairs(a, b))]
+    stack: list[tuple[object, object, Pairs | None]] = [(a, b, _pairs(a, b))]
     while stack:
         x, y, pairs = stack[-1]
         verdict: bool | None = None if pairs is not None else False
@@ -249,18 +283,20 @@ def equal(a: Any, b: Any, memo: dict[tuple[int, int], bool] | None = None) -> bo
     return True
 
 
-def _pairs(a: Any, b: Any) -> Iterator[tuple[Any, Any]] | None:
-    """Child pairs to compare, or None when the two containers already differ."""
-    if len(a) != len(b):
-        return None
-    if isinstance(a, list):
-        return zip(a, b)
-    if a.keys() != b.keys():
+def _pairs(a: object, b: object) -> Pairs | None:
+    """Child pairs to compare (two lists or two dicts), or None when they already differ."""
+    if isinstance(a, list) and isinstance(b, list):
+        return zip(a, b) if len(a) == len(b) else None
+    if not (isinstance(a, dict) and isinstance(b, dict)) or len(a) != len(b) or a.keys() != b.keys():
         return None
     return ((a[key], b[key]) for key in a)
 
 
-def changed_leaves(a: Any, b: Any, missing: Any) -> list[tuple[tuple[str, ...], Any, Any]]:
+#: A path as a linked list: (the path to the parent, the last key); None is the root.
+Link = tuple["Link", str] | None
+
+
+def changed_leaves(a: object, b: object, missing: object) -> list[tuple[tuple[str, ...], object, object]]:
     """Paths (keys as strings) where ``a`` and ``b`` differ, with the two values there.
 
     Dicts are compared key by key (``a``'s keys first, then ``b``'s new ones), in the order a
@@ -270,9 +306,9 @@ def changed_leaves(a: Any, b: Any, missing: Any) -> list[tuple[tuple[str, ...], 
     """
     memo: dict[tuple[int, int], bool] = {}
     expanded: set[tuple[int, int]] = set()
-    found: list[tuple[tuple[str, ...], Any, Any]] = []
+    found: list[tuple[tuple[str, ...], object, object]] = []
     # A path is a linked list (parent link, key): a deep chain costs O(depth), not O(depth**2).
-    stack: list[tuple[Any, Any, Any]] = [(None, a, b)]
+    stack: list[tuple[Link, object, object]] = [(None, a, b)]
     while stack:
         link, x, y = stack.pop()
         limits.tick()
@@ -290,7 +326,7 @@ def changed_leaves(a: Any, b: Any, missing: Any) -> list[tuple[tuple[str, ...], 
     return found
 
 
-def _path(link: Any) -> tuple[str, ...]:
+def _path(link: Link) -> tuple[str, ...]:
     keys = []
     while link is not None:
         link, key = link
@@ -304,13 +340,13 @@ def _path(link: Any) -> tuple[str, ...]:
 STYLES = ("repr", "json")
 
 
-def _leaf_text(value: Any, style: str) -> str:
+def _leaf_text(value: object, style: str) -> str:
     if style == "repr":
         return repr(value)
     return json.dumps(value, default=repr, ensure_ascii=False)
 
 
-def _key_text(key: Any, style: str) -> str:
+def _key_text(key: object, style: str) -> str:
     if style == "repr":
         return repr(key)
     if not isinstance(key, str):
@@ -318,17 +354,21 @@ def _key_text(key: Any, style: str) -> str:
     return json.dumps(key, ensure_ascii=False)
 
 
-def _is_container(value: Any, style: str) -> bool:
+#: A container as text: a dict or a list (and, in JSON, a tuple, written as a list).
+Shown = dict[object, object] | list[object] | tuple[object, ...]
+
+
+def _is_container(value: object, style: str) -> TypeGuard[Shown]:
     return isinstance(value, (dict, list)) or (style == "json" and isinstance(value, tuple))
 
 
-def text_size(value: Any, style: str = "repr") -> int:
+def text_size(value: object, style: str = "repr") -> int:
     """``len(repr(value))`` (or of its JSON), computed once per distinct node."""
     if not _is_container(value, style):
         return len(_leaf_text(value, style))
     sizes: dict[int, int] = {}
     opened: set[int] = set()
-    stack = [value]
+    stack: list[Shown] = [value]
     while stack:
         node = stack[-1]
         if id(node) in sizes:
@@ -353,7 +393,7 @@ def text_size(value: Any, style: str = "repr") -> int:
     return sizes[id(value)]
 
 
-def text_prefix(value: Any, limit: int, style: str = "repr") -> str:
+def text_prefix(value: object, limit: int, style: str = "repr") -> str:
     """The first ``limit`` characters of ``repr(value)`` (or of its JSON), built lazily."""
     out: list[str] = []
     length = 0
@@ -365,8 +405,8 @@ def text_prefix(value: Any, limit: int, style: str = "repr") -> str:
     return "".join(out)[:limit]
 
 
-def _pieces(value: Any, style: str) -> Iterator[str]:
-    stack: list[Any] = [value]
+def _pieces(value: object, style: str) -> Iterator[str]:
+    stack: list[object] = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, _Text):
@@ -378,7 +418,7 @@ def _pieces(value: Any, style: str) -> Iterator[str]:
             continue
         if isinstance(item, dict):
             opening, closing = "{", "}"
-            parts: list[Any] = []
+            parts: list[object] = []
             for index, (key, child) in enumerate(item.items()):
                 parts += [_Text((", " if index else "") + _key_text(key, style) + ": "), child]
         else:
@@ -399,7 +439,7 @@ class _Text:
 # --- walks of the live file system -------------------------------------------------------
 
 
-def count_paths(directory: Any, cap: int) -> int:
+def count_paths(directory: Directory, cap: int) -> int:
     """Entries a recursive walk of ``directory`` visits (``find``, ``du``), up to ``cap``.
 
     Counted once per distinct folder; a folder inside itself counts as ``cap`` (a
@@ -431,7 +471,7 @@ def count_paths(directory: Any, cap: int) -> int:
     return counts[id(directory)]
 
 
-def shorten_value(value: Any, limit: int = MAX_SHOWN) -> Any:
+def shorten_value(value: object, limit: int = MAX_SHOWN) -> object:
     """``value`` when its text is short; else its text's first ``limit`` characters and length.
 
     A container's text is measured and cut without being built (this module's walks): a value made by

@@ -13,7 +13,6 @@ import pickle
 import re
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
-from typing import Any
 
 from ..common import bfcl as _bfcl
 from . import isolation
@@ -52,7 +51,7 @@ class Execution:
     call: str
     result: str
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, object]
     invocations: list[Invocation]
     refused: bool = False
     raised: bool = False
@@ -77,13 +76,13 @@ class Simulators:
     def __init__(
         self,
         involved_classes: Iterable[str],
-        initial_config: Mapping[str, Any],
+        initial_config: Mapping[str, object],
         long_context: bool,
         model_name: str = "careful",
         test_entry_id: str = "",
         template: bytes | None = None,
     ) -> None:
-        self.instances: dict[str, Any] = {}
+        self.instances: dict[str, object] = {}  # class name -> simulator instance
         self._names: dict[str, str] = {}  # instance name -> class name
         self._mapping: dict[str, str] = {}  # method name -> instance name
         self._model_name, self._test_entry_id = model_name, test_entry_id
@@ -99,14 +98,16 @@ class Simulators:
             self._register(class_name, instance)
 
     @classmethod
-    def around(cls, instances: Mapping[str, Any], model_name: str = "careful", test_entry_id: str = "") -> Simulators:
+    def around(
+        cls, instances: Mapping[str, object], model_name: str = "careful", test_entry_id: str = ""
+    ) -> Simulators:
         """Wrap existing instances (e.g. restored copies used for probing)."""
         sim = cls((), {}, False, model_name, test_entry_id)
         for class_name, instance in instances.items():
             sim._register(class_name, instance)
         return sim
 
-    def _register(self, class_name: str, instance: Any) -> None:
+    def _register(self, class_name: str, instance: object) -> None:
         name = instance_name(self._model_name, self._test_entry_id, class_name)
         self.instances[class_name] = instance
         self._names[name] = class_name
@@ -244,10 +245,10 @@ def independent_of_names(call: str, methods: Set[str], names: Set[str]) -> bool:
 
 def fresh_instances(
     involved_classes: Iterable[str],
-    initial_config: Mapping[str, Any],
+    initial_config: Mapping[str, object],
     long_context: bool,
     world: isolation.World | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Instances as bfcl-eval creates them: ``_load_scenario`` on a deep copy.
 
     Constructors read bfcl-eval's module state, so they run in ``world`` (a
@@ -268,6 +269,6 @@ def fresh_instances(
         return instances
 
 
-def template_of(involved_classes: Iterable[str], initial_config: Mapping[str, Any], long_context: bool) -> bytes:
+def template_of(involved_classes: Iterable[str], initial_config: Mapping[str, object], long_context: bool) -> bytes:
     """Fresh instances, pickled: loading them is much cheaper than building them again."""
     return pickle.dumps(fresh_instances(involved_classes, initial_config, long_context), pickle.HIGHEST_PROTOCOL)

@@ -28,7 +28,8 @@ import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from types import ModuleType
+from typing import NoReturn, Protocol, cast
 
 from . import isolation, plain_values
 from .plain_values import Refused
@@ -108,7 +109,8 @@ BFCL_SCOPE_NAMES = frozenset(
 )
 
 
-_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+#: Python's own operators, applied to numbers only (``_require_number``).
+_BINOPS: dict[type, Callable[..., object]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -118,7 +120,7 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
-def format_result(value: Any) -> str:
+def format_result(value: object) -> str:
     """bfcl-eval's conversion of a return value to the result string."""
     if type(value) is str:
         return value
@@ -136,9 +138,9 @@ class Invocation:
 
     class_name: str
     method: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    returned: Any = None
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
+    returned: object = None
     raised: str | None = None
 
 
@@ -148,7 +150,7 @@ class Parsed:
 
     tree: ast.Expression | None
     name: str
-    arguments: Mapping[str, Any]
+    arguments: Mapping[str, object]
     simple: bool  # ``ident(...)`` with only plain-name calls inside
     head: str
     #: identifiers the rewrite would prefix that are not marked calls (in string literals, comments)
@@ -267,7 +269,7 @@ def _source_index(source: str) -> Callable[[int, int], int]:
 _METHODS: dict[type, tuple[str, ...]] = {}
 
 
-def public_methods(instance: Any) -> tuple[str, ...]:
+def public_methods(instance: object) -> tuple[str, ...]:
     """bfcl-eval's ``inspect.getmembers(instance, ismethod)`` public names, once per class."""
     cls = type(instance)
     found = _METHODS.get(cls)
@@ -399,7 +401,7 @@ def _chain_base(node: ast.Attribute) -> ast.AST:
     return base
 
 
-def _has_no_attribute(instance: Any, name: str) -> bool:
+def _has_no_attribute(instance: object, name: str) -> bool:
     """Whether reading ``instance.name`` raises AttributeError (looked up without running anything)."""
     classes = [k for k in type(instance).__mro__ if k is not object]
     if any("__getattr__" in vars(k) or "__getattribute__" in vars(k) for k in classes):
@@ -418,7 +420,7 @@ class _Method:
 class Instances(Protocol):
     """What the interpreter needs of a conversation's instances (``executor.Simulators``)."""
 
-    instances: dict[str, Any]
+    instances: dict[str, object]  # class name -> simulator instance (its methods are called by name)
     world: isolation.World
 
     @property
@@ -442,7 +444,7 @@ class Interpreter:
         self.sim = simulators
         self.invocations: list[Invocation] = []
 
-    def evaluate(self, node: ast.AST) -> Any:
+    def evaluate(self, node: ast.AST) -> object:
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Call):
@@ -486,20 +488,20 @@ class Interpreter:
             raise Refused(f"{name!r} is no simulator method (bfcl-eval's eval would resolve it)")
         raise NameError(f"name '{name}' is not defined")
 
-    def _element(self, node: ast.AST) -> Any:
+    def _element(self, node: ast.AST) -> object:
         if isinstance(node, ast.Starred):
             raise Refused("starred arguments are not allowed")
         return self.evaluate(node)
 
-    def _set(self, node: ast.Set) -> set[Any]:
+    def _set(self, node: ast.Set) -> set[object]:
         if len(node.elts) <= _STACK_USE_GUIDELINE:
             return set([self.evaluate(e) for e in node.elts])
-        result: set[Any] = set()
+        result: set[object] = set()
         for element in node.elts:
             result.add(self.evaluate(element))
         return result
 
-    def _dict(self, node: ast.Dict) -> dict[Any, Any]:
+    def _dict(self, node: ast.Dict) -> dict[object, object]:
         """As CPython 3.11 compiles a display: in parts of 17 pairs, each built
         pair by pair; a last part of up to 15 built after all its pairs ran."""
         pairs = list(zip(node.keys, node.values))
@@ -509,7 +511,7 @@ class Interpreter:
                 parts.append(pairs[start : i + 1])
                 start = i + 1
         parts.append(pairs[start:])
-        result: dict[Any, Any] = {}
+        result: dict[object, object] = {}
         for part in parts:
             if len(part) * 2 > _STACK_USE_GUIDELINE:
                 for key, value in part:
@@ -519,7 +521,7 @@ class Interpreter:
                 result.update([(self.evaluate(k), self.evaluate(v)) for k, v in part])  # type: ignore[arg-type]
         return result
 
-    def _unary(self, node: ast.UnaryOp) -> Any:
+    def _unary(self, node: ast.UnaryOp) -> object:
         operators = []
         operand: ast.AST = node
         while isinstance(operand, ast.UnaryOp):
@@ -530,7 +532,7 @@ class Interpreter:
             value = plain_values.unary(op, value)
         return value
 
-    def _boolean(self, node: ast.BoolOp) -> Any:
+    def _boolean(self, node: ast.BoolOp) -> object:
         stop_at = isinstance(node.op, ast.Or)  # ``or`` returns the first true value, ``and`` the first false
         for operand in node.values[:-1]:
             value = self.evaluate(operand)
@@ -538,9 +540,9 @@ class Interpreter:
                 return value
         return self.evaluate(node.values[-1])
 
-    def _compare(self, node: ast.Compare) -> Any:
+    def _compare(self, node: ast.Compare) -> object:
         left = self.evaluate(node.left)
-        result: Any = True
+        result: object = True
         for op, comparator in zip(node.ops, node.comparators):
             right = self.evaluate(comparator)
             result = plain_values.compare(op, left, right)
@@ -549,7 +551,7 @@ class Interpreter:
             left = right
         return result
 
-    def _callee(self, node: ast.Call) -> Any:
+    def _callee(self, node: ast.Call) -> object:
         """The method ``node`` calls, or the value it calls (which Python then fails to call)."""
         func = node.func
         if isinstance(func, ast.Name):
@@ -566,7 +568,7 @@ class Interpreter:
             raise Refused(f"calling a {type(value).__name__} is not allowed")
         return value
 
-    def _attribute(self, node: ast.Attribute, called: bool = False) -> Any:
+    def _attribute(self, node: ast.Attribute, called: bool = False) -> _Method:
         """``name.attr...``: an instance's method, called; else eval's error, or refused."""
         chain: list[str] = []
         base: ast.AST = node
@@ -585,10 +587,10 @@ class Interpreter:
             raise AttributeError(f"'{type(instance).__name__}' object has no attribute '{first}'")
         raise Refused(f"{first!r} is not a public method of {class_name}, called")
 
-    def _call(self, node: ast.Call) -> Any:
+    def _call(self, node: ast.Call) -> object:
         callee = self._callee(node)
         args = tuple(self._element(a) for a in node.args)
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         for keyword in node.keywords:
             if keyword.arg is None:
                 raise Refused("keyword unpacking (**) is not allowed")
@@ -631,14 +633,15 @@ MAX_PRECISION_DIGITS = 10_000
 MAX_WALK_ENTRIES = 100_000
 
 
-Guard = Callable[[Any, tuple[Any, ...], dict[str, Any]], None]
+#: A check of one method's call before it runs: (instance, positional args, keyword args).
+Guard = Callable[[object, tuple[object, ...], dict[str, object]], None]
 
 
-def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+def _argument(args: tuple[object, ...], kwargs: dict[str, object], index: int, name: str) -> object:
     return kwargs.get(name, args[index] if len(args) > index else None)
 
 
-def _guard_power(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _guard_power(instance: object, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
     import math
 
     base, exponent = _argument(args, kwargs, 0, "base"), _argument(args, kwargs, 1, "exponent")
@@ -648,7 +651,7 @@ def _guard_power(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
 
 
 def _guard_precision(index: int) -> Guard:
-    def guard(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def guard(instance: object, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         precision = _argument(args, kwargs, index, "precision")
         if isinstance(precision, (int, float)) and precision > MAX_PRECISION_DIGITS:
             raise Refused(f"precision above {MAX_PRECISION_DIGITS} digits")
@@ -659,18 +662,24 @@ def _guard_precision(index: int) -> Guard:
 def _guard_walk(path_index: int | None) -> Guard:
     """``find(path)`` and ``du()`` visit every path below a folder: count them first."""
 
-    def guard(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def guard(instance: object, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         from . import dag
 
         path = None if path_index is None else _argument(args, kwargs, path_index, "path")
         try:  # a pure lookup; whatever it raises, the method itself raises as bfcl-eval's does
-            target = instance._navigate_to_directory(path)
+            target = cast(_FileSystem, instance)._navigate_to_directory(path)
         except Exception:
             return
         if type(target) is dag.directory_class() and dag.count_paths(target, MAX_WALK_ENTRIES + 1) > MAX_WALK_ENTRIES:
             raise Refused(f"a walk of more than {MAX_WALK_ENTRIES:,} entries (folders shared by many paths)")
 
     return guard
+
+
+class _FileSystem(Protocol):
+    """What a walk's guard reads of bfcl-eval's ``GorillaFileSystem``."""
+
+    def _navigate_to_directory(self, path: object) -> object: ...
 
 
 RESOURCE_GUARDS: dict[tuple[str, str], Guard] = {
@@ -701,7 +710,7 @@ class precision_restored:
         if mp is not None:
             mp.mp.prec = isolation.MPMATH_PRECISION
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         import decimal
 
         decimal.getcontext().prec = self._prec
@@ -710,20 +719,19 @@ class precision_restored:
             mp.mp.prec = self._mp_prec
 
 
-def _mpmath() -> Any:
+def _mpmath() -> ModuleType | None:
     import sys
 
     return sys.modules.get("mpmath")
 
 
-def arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
+def arithmetic(op: ast.operator, left: object, right: object) -> object:
     """Numbers with + - * / // %; strings with + and * (bounded length)."""
     if isinstance(left, str) or isinstance(right, str):
+        text, count = (left, right) if type(left) is str else (right, left)
         if isinstance(op, ast.Add) and type(left) is str and type(right) is str:
-            result: Any = left + right
-        elif isinstance(op, ast.Mult) and {type(left), type(right)} == {str, int}:
-            count = right if type(right) is int else left
-            text = left if type(left) is str else right
+            result = left + right
+        elif isinstance(op, ast.Mult) and type(text) is str and type(count) is int:
             if count * len(text) > MAX_CALL_CHARS:
                 raise Refused("string repetition result is too long")
             result = text * count
@@ -734,17 +742,17 @@ def arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
         return result
     _require_number(left)
     _require_number(right)
-    result = _BINOPS[type(op)](left, right)
-    _require_number(result)
-    return result
+    number = _BINOPS[type(op)](left, right)
+    _require_number(number)
+    return number
 
 
-def _require_number(value: Any) -> None:
+def _require_number(value: object) -> None:
     if type(value) not in (int, float, bool) or (type(value) is int and abs(value) > MAX_NUMBER_MAGNITUDE):
         raise Refused("arithmetic is allowed only on (bounded) numbers")
 
 
-def _describe(call: Any) -> tuple[str, dict[str, Any]]:
+def _describe(call: object) -> tuple[str, dict[str, object]]:
     """Best-effort name and literal arguments of a call string, for records only."""
     if not isinstance(call, str) or len(call) > MAX_CALL_CHARS:
         return "<invalid>", {}
@@ -755,7 +763,7 @@ def _describe(call: Any) -> tuple[str, dict[str, Any]]:
     if not isinstance(node, ast.Call):
         return "<not a call>", {}
     name = ast.unparse(node.func) if not isinstance(node.func, ast.Name) else node.func.id
-    arguments: dict[str, Any] = {}
+    arguments: dict[str, object] = {}
     for i, arg in enumerate(node.args):
         arguments[f"*{i}"] = _literal_or_source(arg)
     for keyword in node.keywords:
@@ -763,7 +771,7 @@ def _describe(call: Any) -> tuple[str, dict[str, Any]]:
     return name, arguments
 
 
-def _literal_or_source(node: ast.AST) -> Any:
+def _literal_or_source(node: ast.AST) -> object:
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):

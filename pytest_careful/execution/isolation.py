@@ -40,7 +40,7 @@ import types
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeGuard, cast
 
 from ..common import bfcl as _bfcl
 
@@ -60,6 +60,8 @@ IMMUTABLE_LEAVES: tuple[type, ...] = (
     range,
 )
 _CONTAINERS = (list, dict, set, bytearray)
+#: A mutable object of bfcl-eval's modules, captured and put back in place (one of ``_CONTAINERS``).
+Container = list[object] | dict[object, object] | set[object] | bytearray
 #: Bytecode that rebinds a module global, and one that rebinds an attribute (a class's, a function's).
 _GLOBAL_STORES = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
 _ATTRIBUTE_STORES = frozenset({"STORE_ATTR", "DELETE_ATTR"})
@@ -164,13 +166,13 @@ def source_imports(module: types.ModuleType) -> set[str]:
     return names
 
 
-def defined_here(value: Any, modules: Iterable[types.ModuleType]) -> bool:
+def defined_here(value: object, modules: Iterable[types.ModuleType]) -> bool:
     """A function or class defined in one of ``modules``."""
     names = {m.__name__ for m in modules}
     return isinstance(value, (types.FunctionType, type)) and value.__module__ in names
 
 
-def functions_in(value: Any) -> list[types.FunctionType]:
+def functions_in(value: object) -> list[types.FunctionType]:
     """The plain functions behind a class attribute (a method, static/class method, property)."""
     if isinstance(value, (staticmethod, classmethod)):
         value = value.__func__
@@ -206,19 +208,19 @@ def code_names(code: types.CodeType) -> tuple[set[str], set[str], set[str]]:
 class Binding:
     """A name bound to an object: a module global, a class attribute, a function's defaults."""
 
-    owner: Any  # a module's dict, a class, a function, a cell
+    owner: object  # a module's dict, a class, a function, a cell
     name: str
-    value: Any
+    value: object
     label: str
 
-    def current(self) -> Any:
+    def current(self) -> object:
         if isinstance(self.owner, dict):
             return self.owner.get(self.name, _MISSING)
         if isinstance(self.owner, type):  # getattr would unwrap a staticmethod
             return vars(self.owner).get(self.name, _MISSING)
         return getattr(self.owner, self.name, _MISSING)
 
-    def put(self, value: Any) -> None:
+    def put(self, value: object) -> None:
         if isinstance(self.owner, dict):
             if value is _MISSING:
                 self.owner.pop(self.name, None)
@@ -239,7 +241,7 @@ class Pristine:
     """Everything captured: containers (with their contents) and bindings, with where they were found."""
 
     modules: tuple[types.ModuleType, ...]
-    containers: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id -> (object, shallow copy)
+    containers: dict[int, tuple[Container, Container]] = field(default_factory=dict)  # id -> (object, shallow copy)
     labels: dict[int, str] = field(default_factory=dict)  # id -> first path found
     bindings: dict[tuple[int, str], Binding] = field(default_factory=dict)
     module_names: dict[int, set[str]] = field(default_factory=dict)  # id(module dict) -> names bound
@@ -247,7 +249,7 @@ class Pristine:
     #: per bound object: the container ids reachable from it
     _reach: dict[int, frozenset[int]] = field(default_factory=dict)
 
-    def reach(self, value: Any) -> frozenset[int]:
+    def reach(self, value: object) -> frozenset[int]:
         """Ids of the captured containers reachable from ``value``."""
         key = id(value)
         if key not in self._reach:
@@ -265,11 +267,11 @@ class Pristine:
         return self._reach[key]
 
 
-def _children(obj: Any, modules: tuple[types.ModuleType, ...]) -> list[Any]:
+def _children(obj: object, modules: tuple[types.ModuleType, ...]) -> list[object]:
     kind = type(obj)
-    if kind in (list, tuple, set, frozenset):
-        return list(obj)
-    if kind is dict:
+    if kind in (list, tuple, set, frozenset):  # exactly these: a subclass's items are not walked
+        return list(cast("Iterable[object]", obj))
+    if type(obj) is dict:
         return [*obj.keys(), *obj.values()]
     if (
         hasattr(obj, "__dict__")
@@ -325,12 +327,17 @@ def _capture_function(pristine: Pristine, function: types.FunctionType, label: s
         _walk(pristine, cell.cell_contents, f"{label}.<closure {name}>")
 
 
-def _bind(pristine: Pristine, owner: Any, name: str, value: Any, label: str) -> None:
+def _bind(pristine: Pristine, owner: object, name: str, value: object, label: str) -> None:
     pristine.bindings[(id(owner), name)] = Binding(owner, name, value, label)
 
 
-def _walk(pristine: Pristine, root: Any, label: str) -> None:
-    stack: list[tuple[Any, str]] = [(root, label)]
+def _is_container(obj: object) -> TypeGuard[Container]:
+    """One of ``_CONTAINERS`` exactly (a subclass may hold more than its items)."""
+    return type(obj) in _CONTAINERS
+
+
+def _walk(pristine: Pristine, root: object, label: str) -> None:
+    stack: list[tuple[object, str]] = [(root, label)]
     seen: set[int] = set()
     names = {m.__name__ for m in pristine.modules}
     while stack:
@@ -339,9 +346,9 @@ def _walk(pristine: Pristine, root: Any, label: str) -> None:
             continue
         seen.add(id(obj))
         kind = type(obj)
-        if kind in _CONTAINERS:
+        if _is_container(obj):
             if id(obj) not in pristine.containers:
-                pristine.containers[id(obj)] = (obj, kind(obj))
+                pristine.containers[id(obj)] = (obj, obj.copy())
                 pristine.labels[id(obj)] = path
         elif kind.__module__ in names and hasattr(obj, "__dict__") and not isinstance(obj, type):
             stack.append((vars(obj), f"{path}.__dict__"))
@@ -350,14 +357,14 @@ def _walk(pristine: Pristine, root: Any, label: str) -> None:
             pristine.unknown.append(f"{path}: {kind.__module__}.{kind.__qualname__}")
             continue
         if kind in (list, tuple, set, frozenset):
-            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(obj))
-        elif kind is dict:
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(cast("Iterable[object]", obj)))
+        elif type(obj) is dict:
             for key, value in obj.items():
                 stack.append((key, f"{path}<key>"))
                 stack.append((value, f"{path}[{key!r}]"))
 
 
-def _foreign_constant(obj: Any) -> bool:
+def _foreign_constant(obj: object) -> bool:
     """Objects of other modules the simulators only read: dates, functions, typing aliases."""
     import datetime
     import decimal
@@ -380,13 +387,18 @@ def _foreign_constant(obj: Any) -> bool:
     )
 
 
-def restore_container(obj: Any, contents: Any) -> None:
-    """Put ``contents`` (a shallow copy) back into ``obj``, keeping its identity."""
-    if type(obj) is dict or type(obj) is set:
+def restore_container(obj: Container, contents: Container) -> None:
+    """Put ``contents`` (a shallow copy of ``obj``, of its type) back into ``obj``, keeping its identity."""
+    if isinstance(obj, dict):  # the exact types of ``_CONTAINERS``: ``_is_container``
         obj.clear()
-        obj.update(contents)
+        obj.update(cast("dict[object, object]", contents))
+    elif isinstance(obj, set):
+        obj.clear()
+        obj.update(cast("set[object]", contents))
+    elif isinstance(obj, bytearray):
+        obj[:] = cast(bytearray, contents)
     else:
-        obj[:] = contents
+        obj[:] = cast("list[object]", contents)
 
 
 # --- exposure: what running a function can reach -----------------------------------
@@ -451,7 +463,9 @@ class Exposure:
             bindings.add((id(cell), "cell_contents"))
             containers |= p.reach(cell.cell_contents)
 
-    def _value(self, owner: Any, name: str, value: Any, containers: set[int], bindings: set[tuple[int, str]]) -> None:
+    def _value(
+        self, owner: object, name: str, value: object, containers: set[int], bindings: set[tuple[int, str]]
+    ) -> None:
         functions = functions_in(value)
         for function in functions:
             if defined_here(function, self.pristine.modules):
@@ -511,7 +525,7 @@ class World:
 
     def __init__(self) -> None:
         self.touched: set[tuple[str, str]] = set()
-        self.saved: tuple[list[tuple[Any, Any]], list[tuple[Binding, Any]]] | None = None
+        self.saved: tuple[list[tuple[Container, Container]], list[tuple[Binding, object]]] | None = None
 
     def touch(self, class_name: str, method: str) -> None:
         """Record that ``class_name.method`` is about to run in this world (it must be active)."""
@@ -547,10 +561,7 @@ def activate(world: World) -> None:
     outgoing = plan(frozenset(_dirty))
     if current is not None:
         current.saved = (
-            [
-                (PRISTINE.containers[i][0], type(PRISTINE.containers[i][0])(PRISTINE.containers[i][0]))
-                for i in outgoing.containers
-            ],
+            [(PRISTINE.containers[i][0], PRISTINE.containers[i][0].copy()) for i in outgoing.containers],
             [(PRISTINE.bindings[b], PRISTINE.bindings[b].current()) for b in outgoing.bindings],
         )
     _put_back(outgoing)
@@ -595,8 +606,8 @@ def differences() -> list[str]:
     return found
 
 
-def _same_contents(obj: Any, contents: Any) -> bool:
-    if type(obj) is dict:
+def _same_contents(obj: Container, contents: Container) -> bool:
+    if type(obj) is dict and type(contents) is dict:
         return (
             list(obj) == list(contents)
             and all(a is b for a, b in zip(obj.values(), contents.values()))

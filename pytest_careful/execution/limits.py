@@ -34,7 +34,6 @@ import contextvars
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 #: Real runs stay over 100x below (``bench/hostile.py --real``): at most 49 calls, 0.08 s and
 #: 0.2 MB per conversation over the 800 references and a 600-conversation gpt-oss-20b run.
@@ -79,6 +78,11 @@ class ResourceLimit(BaseException):
         self.reason = reason
 
 
+#: Where the scoring is: (turn, step, position of the call or None while decoding, the call as
+#: replayed: a string, or whatever a step held instead).
+Place = tuple[int, int, "int | None", object]
+
+
 class Meter:
     """What one conversation's scoring has used so far."""
 
@@ -92,7 +96,7 @@ class Meter:
         self._deadline = self.started + limits.max_seconds
         self._max_bytes = int(limits.max_memory_mb * 1024 * 1024)
         #: Where the scoring is (``at``): a reason names the step and call that crossed the limit.
-        self.where: tuple[int, int, int | None, Any] | None = None
+        self.where: Place | None = None
         self.expression: str | None = None  # what the decoder evaluates there (``evaluating``)
 
     @property
@@ -202,7 +206,7 @@ def metering() -> bool:
     return _CURRENT.get() is not None
 
 
-def at(turn: int | None, step: int = 0, position: int | None = None, call: Any = None) -> None:
+def at(turn: int | None, step: int = 0, position: int | None = None, call: object = None) -> None:
     """Where the scoring now is: a step being decoded, or (``position``, ``call``) a call being
     replayed; ``None`` for nothing in particular. Kept as it is and put into words only when a
     limit is crossed there (``place``): every call of every conversation passes here."""
@@ -219,7 +223,7 @@ def evaluating(expression: str) -> None:
         meter.expression = expression
 
 
-def place(where: tuple[int, int, int | None, Any], expression: str | None = None) -> str:
+def place(where: Place, expression: str | None = None) -> str:
     """A place of ``at`` as a reason names it, on one line, long calls and literals cut."""
     from ..common.text import escape, shorten_call
 

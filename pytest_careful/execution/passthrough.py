@@ -5,13 +5,11 @@ Used for reference trajectories, generated trajectories and scripted models.
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class PassthroughHandler:
     is_fc_model = True
 
-    def decode_execute(self, result: Any, has_tool_call_tag: bool = False) -> list[str]:
+    def decode_execute(self, result: object, has_tool_call_tag: bool = False) -> list[str]:
         if not isinstance(result, list) or not all(isinstance(c, str) for c in result):
             raise ValueError("a step must be a list of call strings")
         return list(result)

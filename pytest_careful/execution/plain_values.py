@@ -15,8 +15,8 @@ from __future__ import annotations
 import ast
 import decimal
 import operator
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection, Iterable
+from typing import TypeGuard, cast
 
 from . import limits
 
@@ -55,12 +55,14 @@ _SEQUENCES = (str, bytes, list, tuple)
 #: Values whose identity ``is`` can test exactly (the same objects here as in eval).
 _SINGLETONS = (None, True, False, Ellipsis)
 
-_UNARY: dict[type, Callable[[Any], Any]] = {
+#: Python's own operators, applied to plain values only (``_require_plain``); a value of the wrong
+#: kind raises the TypeError eval would raise, so their parameters are any value.
+_UNARY: dict[type, Callable[..., object]] = {
     ast.USub: operator.neg,
     ast.UAdd: operator.pos,
     ast.Invert: operator.invert,
 }
-_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+_BINARY: dict[type, Callable[..., object]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -75,7 +77,7 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.BitXor: operator.xor,
     ast.MatMult: operator.matmul,
 }
-_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
+_COMPARE: dict[type, Callable[..., object]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
     ast.Lt: operator.lt,
@@ -92,7 +94,7 @@ def is_scalar(kind: type) -> bool:
     return kind in SCALARS or (kind.__module__, kind.__name__) in _LIBRARY_SCALARS
 
 
-def is_plain(value: Any) -> bool:
+def is_plain(value: object) -> bool:
     """Whether ``value`` is builtin scalars in builtin containers, of bounded size (no cycles)."""
     pending, seen = [value], 0
     while pending:
@@ -103,24 +105,24 @@ def is_plain(value: Any) -> bool:
         kind = type(item)
         if is_scalar(kind):
             continue
-        if kind is dict:
+        if type(item) is dict:
             pending.extend(item.keys())
             pending.extend(item.values())
         elif kind in CONTAINERS:
-            pending.extend(item)
+            pending.extend(cast("Iterable[object]", item))
         else:
             return False
     return True
 
 
-def truth(value: Any) -> bool:
+def truth(value: object) -> bool:
     """``bool(value)`` for a builtin value (a container's truth does not look inside)."""
     if is_scalar(type(value)) or type(value) in CONTAINERS:
         return bool(value)
     raise Refused(f"the truth value of a {type(value).__name__} is not evaluated")
 
 
-def unary(op: ast.unaryop, value: Any) -> Any:
+def unary(op: ast.unaryop, value: object) -> object:
     """``not``, ``-``, ``+`` or ``~`` of ``value``."""
     if isinstance(op, ast.Not):
         return not truth(value)
@@ -128,7 +130,7 @@ def unary(op: ast.unaryop, value: Any) -> Any:
     return _UNARY[type(op)](value)
 
 
-def binary(op: ast.operator, left: Any, right: Any) -> Any:
+def binary(op: ast.operator, left: object, right: object) -> object:
     """``left <op> right``, refused where the cost is not bounded."""
     _require_plain(left)
     _require_plain(right)
@@ -141,19 +143,19 @@ def binary(op: ast.operator, left: Any, right: Any) -> Any:
     return result
 
 
-def _built_size(op: ast.operator, left: Any, right: Any, result: Any) -> int:
+def _built_size(op: ast.operator, left: object, right: object, result: object) -> int:
     """``text_size(result)``, from the operands where the result repeats or joins them (no walk of
     a 200,000-item result that shares one item)."""
     if isinstance(result, _SEQUENCES) and not isinstance(result, (str, bytes)):
         if isinstance(op, ast.Mult):
             seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
-            return 2 + max(int(count), 0) * max(text_size(seq) - 2, 0)
+            return 2 + max(int(cast(int, count)), 0) * max(text_size(seq) - 2, 0)
         if isinstance(op, ast.Add):
             return text_size(left) + text_size(right)
     return text_size(result)
 
 
-def built(value: Any) -> None:
+def built(value: object) -> None:
     """Count a value the interpreter made against the conversation's memory budget.
 
     Counted at the length of its text (``text_size``), not at the memory it takes: a list
@@ -168,7 +170,7 @@ def built(value: Any) -> None:
 _LEAF_TEXT = 24
 
 
-def text_size(value: Any) -> int:
+def text_size(value: object) -> int:
     """About ``len(repr(value))``: each container measured once however often it is shared.
 
     A str or bytes counts its length, an int its decimal digits, other scalars a fixed
@@ -179,7 +181,7 @@ def text_size(value: Any) -> int:
     if flat is not None:
         return flat
     sizes: dict[int, int] = {}
-    pending: list[tuple[Any, bool]] = [(value, False)]
+    pending: list[tuple[object, bool]] = [(value, False)]
     while pending:
         node, done = pending.pop()
         if id(node) in sizes and not done:
@@ -200,35 +202,35 @@ def text_size(value: Any) -> int:
 _CONTAINER_TYPES = (dict, list, tuple, set, frozenset)
 
 
-def _flat_size(value: Any) -> int | None:
+def _flat_size(value: object) -> int | None:
     """``text_size`` of a scalar or of a container of scalars; None for anything deeper."""
     kind = type(value)
     if kind not in _CONTAINER_TYPES:
         return _leaf_size(value)
-    items = [*value.keys(), *value.values()] if kind is dict else value
+    items = [*value.keys(), *value.values()] if type(value) is dict else cast("Collection[object]", value)
     if len(items) > 64 or any(type(item) in _CONTAINER_TYPES for item in items):
         return None
     return 2 + sum(_leaf_size(item) + 2 for item in items)
 
 
-def _items(value: Any) -> list[Any] | None:
+def _items(value: object) -> list[object] | None:
     kind = type(value)
-    if kind is dict:
+    if type(value) is dict:
         return [*value.keys(), *value.values()]
     if kind in (list, tuple, set, frozenset):
-        return list(value)
+        return list(cast("Iterable[object]", value))
     return None
 
 
-def _leaf_size(value: Any) -> int:
-    if type(value) in (str, bytes):
+def _leaf_size(value: object) -> int:
+    if type(value) is str or type(value) is bytes:
         return len(value)
     if type(value) is int:
         return value.bit_length() * 30103 // 100000 + 1  # decimal digits, without building them
     return _LEAF_TEXT
 
 
-def compare(op: ast.cmpop, left: Any, right: Any) -> Any:
+def compare(op: ast.cmpop, left: object, right: object) -> object:
     """One comparison of a chain; ``is`` only where identity is the same as in eval."""
     if isinstance(op, (ast.Is, ast.IsNot)):
         # Identity of other values depends on how CPython compiles and caches constants.
@@ -240,7 +242,7 @@ def compare(op: ast.cmpop, left: Any, right: Any) -> Any:
     return _COMPARE[type(op)](left, right)
 
 
-def subscript(value: Any, index: Any) -> Any:
+def subscript(value: object, index: object) -> object:
     """``value[index]`` (``index`` may be a slice)."""
     _require_plain(value)
     if type(index) is slice:
@@ -248,37 +250,37 @@ def subscript(value: Any, index: Any) -> Any:
             _require_plain(part)
     else:
         _require_plain(index)
-    return operator.getitem(value, index)
+    return operator.getitem(value, index)  # type: ignore[call-overload]  # eval's TypeError when not subscriptable
 
 
-def _require_plain(value: Any) -> None:
+def _require_plain(value: object) -> None:
     if not is_plain(value):
         raise Refused(f"operators apply only to plain data, not to a {type(value).__name__}")
 
 
-def _int_bits(value: Any) -> int:
-    return value.bit_length() if type(value) in (int, bool) else 0
+def _is_int(value: object) -> TypeGuard[int]:
+    """An int or a bool, not a subclass of int (whose methods could run anything)."""
+    return type(value) in (int, bool)
 
 
-def _check_cost(op: ast.operator, left: Any, right: Any) -> None:
+def _int_bits(value: object) -> int:
+    return value.bit_length() if _is_int(value) else 0
+
+
+def _check_cost(op: ast.operator, left: object, right: object) -> None:
     if max(_int_bits(left), _int_bits(right)) > MAX_INT_BITS:
         raise Refused(f"an int of more than {MAX_INT_BITS} bits")
     if isinstance(op, ast.Mult):
         for seq, count in ((left, right), (right, left)):
-            if (
-                isinstance(seq, _SEQUENCES)
-                and type(count) in (int, bool)
-                and count > 0
-                and len(seq) * count > MAX_SEQUENCE_LENGTH
-            ):
+            if isinstance(seq, _SEQUENCES) and _is_int(count) and count > 0 and len(seq) * count > MAX_SEQUENCE_LENGTH:
                 raise Refused(f"result too long (a sequence of more than {MAX_SEQUENCE_LENGTH} items)")
     elif isinstance(op, ast.Add) and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
         if len(left) + len(right) > MAX_SEQUENCE_LENGTH:
             raise Refused(f"result too long (a sequence of more than {MAX_SEQUENCE_LENGTH} items)")
-    elif isinstance(op, ast.Pow) and type(left) in (int, bool) and type(right) in (int, bool):
+    elif isinstance(op, ast.Pow) and _is_int(left) and _is_int(right):
         if right > 0 and abs(left) > 1 and right * left.bit_length() > MAX_INT_BITS:
             raise Refused(f"a power of more than {MAX_INT_BITS} bits")
-    elif isinstance(op, ast.LShift) and type(left) in (int, bool) and type(right) in (int, bool):
+    elif isinstance(op, ast.LShift) and _is_int(left) and _is_int(right):
         if left and right > MAX_INT_BITS:
             raise Refused(f"a shift to more than {MAX_INT_BITS} bits")
     elif isinstance(op, ast.Mod) and isinstance(left, (str, bytes)):

@@ -17,7 +17,7 @@ import io
 import pickle
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict, TypeGuard
 
 from ..common.text import shorten
 from . import dag, limits
@@ -36,11 +36,11 @@ WALL_CLOCK_ATTRIBUTE = "_last_modified"
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
-def _is_directory(value: Any) -> bool:
+def _is_directory(value: object) -> TypeGuard[dag.Directory]:
     return type(value) is dag.directory_class()
 
 
-def _directory_path(directory: Any) -> str:
+def _directory_path(directory: dag.Directory | None) -> str:
     parts = []
     while directory is not None:
         parts.append(directory.name)
@@ -48,7 +48,8 @@ def _directory_path(directory: Any) -> str:
     return "/".join(reversed(parts))
 
 
-def _loads(data: bytes) -> Any:
+def _loads(data: bytes) -> dict[str, object]:
+    """An attribute table pickled by ``capture_class``."""
     # Unpickled objects take several times their pickled size (limits.UNPICKLED_FACTOR).
     limits.charge(len(data) * limits.UNPICKLED_FACTOR)
     return pickle.loads(data)
@@ -82,11 +83,11 @@ class ClassState:
     def __iter__(self) -> Iterator[str]:
         return iter(self.values)
 
-    def __getitem__(self, attr: str) -> Any:
+    def __getitem__(self, attr: str) -> object:
         return self.values[attr]
 
 
-def capture_class(instance: Any) -> ClassState:
+def capture_class(instance: object) -> ClassState:
     """Pickle every state attribute of one instance (artefacts left out).
 
     A directory held outside ``root`` (the current directory) is stored as its
@@ -112,11 +113,11 @@ def capture_class(instance: Any) -> ClassState:
     return state
 
 
-def _dumps_plain(value: Any) -> bytes:
+def _dumps_plain(value: object) -> bytes:
     return pickle.dumps(value, _PROTOCOL)
 
 
-def _dumps_tree(value: Mapping[str, Any]) -> bytes:
+def _dumps_tree(value: Mapping[str, object]) -> bytes:
     """Pickle attributes holding a file tree; files without their wall-clock stamp.
 
     The C pickler visits each distinct folder once (its memo), but recurses: a tree
@@ -135,7 +136,7 @@ def _dumps_tree(value: Mapping[str, Any]) -> bytes:
         return pickle.dumps(flat, _PROTOCOL)
 
 
-def _rebuild_file(name: str, content: str) -> Any:
+def _rebuild_file(name: str, content: str) -> dag.File:
     return dag.file_class()(name, content)
 
 
@@ -146,10 +147,10 @@ class Snapshot:
     classes: Mapping[str, ClassState]
 
     @classmethod
-    def capture(cls, instances: Mapping[str, Any]) -> Snapshot:
+    def capture(cls, instances: Mapping[str, object]) -> Snapshot:
         return cls({name: capture_class(inst) for name, inst in instances.items()})
 
-    def updated(self, instances: Mapping[str, Any], touched: Iterable[str]) -> Snapshot:
+    def updated(self, instances: Mapping[str, object], touched: Iterable[str]) -> Snapshot:
         """A new snapshot re-capturing only the ``touched`` classes."""
         if not touched:
             return self
@@ -157,10 +158,10 @@ class Snapshot:
             {name: capture_class(instances[name]) if name in touched else state for name, state in self.classes.items()}
         )
 
-    def value(self, class_name: str, attr: str) -> Any:
+    def value(self, class_name: str, attr: str) -> object:
         return self.classes[class_name].values[attr]
 
-    def normalised(self) -> dict[str, dict[str, Any]]:
+    def normalised(self) -> dict[str, dict[str, object]]:
         """Plain JSON-like state: files and directories become dicts."""
         return {
             name: {attr: normalise(value) for attr, value in state.values.items()}
@@ -179,8 +180,8 @@ class ChangeJson(TypedDict):
     """A change as rows and reports quote it: long values clipped (``clip_value``)."""
 
     path: list[str]
-    before: Any
-    after: Any
+    before: object  # a normalised value (``Change``), clipped
+    after: object
 
 
 @dataclass(frozen=True)
@@ -188,8 +189,8 @@ class Change:
     """One changed leaf of the state: ``path`` from class and attribute down."""
 
     path: tuple[str, ...]
-    before: Any
-    after: Any
+    before: object  # a normalised value (``normalise``), or ``MISSING``
+    after: object
     MISSING = "<absent>"
 
     @property
@@ -220,7 +221,7 @@ class Change:
 MAX_EVIDENCE_CHARS = 2_000
 
 
-def clip_value(value: Any) -> Any:
+def clip_value(value: object) -> object:
     """Long strings cut, long containers summarised (the full state stays in the snapshot).
 
     A container's text is measured and cut without being built: a state whose folders are
@@ -235,7 +236,7 @@ def clip_value(value: Any) -> Any:
     return value
 
 
-def normalise(value: Any) -> Any:
+def normalise(value: object) -> object:
     """Files and directories as plain dicts (no parent links, no wall clock).
 
     The file system can be driven into a cycle (``mv`` of a directory into

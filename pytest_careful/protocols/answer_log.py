@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from ..data.dataset import Conversation
 from . import confirm_log, scripted_user
@@ -55,14 +55,14 @@ class LoggedAnswer:
     restated_before: bool
 
 
-def _turn_logs(inference_log: Any) -> list[dict[str, Any]]:
+def _turn_logs(inference_log: object) -> list[dict[str, object]]:
     """The per-turn logs of an inference log (the dicts that begin a turn)."""
     if not isinstance(inference_log, list):
         return []
     return [t for t in inference_log if isinstance(t, dict) and "begin_of_turn_query" in t]
 
 
-def logged_steps(turn_log: Mapping[str, Any]) -> list[tuple[int, list[Any]]]:
+def logged_steps(turn_log: Mapping[str, object]) -> list[tuple[int, list[object]]]:
     """``(raw index, records)`` of a turn's steps, in order."""
     steps = []
     for key, step in turn_log.items():
@@ -72,7 +72,7 @@ def logged_steps(turn_log: Mapping[str, Any]) -> list[tuple[int, list[Any]]]:
     return sorted(steps, key=lambda s: s[0])
 
 
-def logged_answers(result: Any, inference_log: Any) -> list[LoggedAnswer]:
+def logged_answers(result: object, inference_log: object) -> list[LoggedAnswer]:
     """Every scripted answer of one conversation, in order, with what the user saw."""
     answers: list[LoggedAnswer] = []
     turns = result if isinstance(result, list) else []
@@ -262,10 +262,10 @@ def silent_turns(
 
 def row_figures(
     conversation: Conversation,
-    result: Any,
-    inference_log: Any,
-    turns: Any,
-    raw_index: Any,
+    result: object,
+    inference_log: object,
+    turns: Sequence[Sequence[Sequence[str]]] | None,
+    raw_index: Sequence[Sequence[int]] | None,
     boundary: frozenset[str],
     reexamined: tuple[str, frozenset[str], str] | None,
 ) -> ConfirmFigures:

@@ -9,7 +9,7 @@ hold is read without raising.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from ..data.dataset import Conversation
 from . import scripted_user
@@ -17,7 +17,7 @@ from . import scripted_user
 ANSWER_LOG_KEY = "scripted_answer"
 
 
-def model_text(model_responses: Any) -> str | None:
+def model_text(model_responses: object) -> str | None:
     """The text of a step that made no call (handlers log a string or a list of parts)."""
     if isinstance(model_responses, str):
         return model_responses
@@ -27,7 +27,7 @@ def model_text(model_responses: Any) -> str | None:
     return None
 
 
-def executed_calls(turn_log: Mapping[str, Any]) -> list[str]:
+def executed_calls(turn_log: Mapping[str, object]) -> list[str]:
     """Calls the loop executed so far in this turn, from the loop's own log."""
     calls: list[str] = []
     for key, step in turn_log.items():
@@ -56,14 +56,14 @@ def request_text(conversation: Conversation, turn: int) -> str:
     )
 
 
-def step_number(key: Any) -> int | None:
+def step_number(key: object) -> int | None:
     """``n`` of an inference-log key ``step_<n>`` as BFCL writes it (ASCII digits); None for any
     other key a file may hold (``step_x``, ``step_²``, 5,000 digits: ``int`` raises on each)."""
     digits = key.removeprefix("step_") if isinstance(key, str) and key.startswith("step_") else ""
     return int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 10 else None
 
 
-def confirmations(inference_log: Any, raw_index: Sequence[Sequence[int]]) -> dict[int, list[int]]:
+def confirmations(inference_log: object, raw_index: Sequence[Sequence[int]]) -> dict[int, list[int]]:
     """Per turn, the decoded-step indices after which the scripted user said yes.
 
     Read back from the result file's inference log, so a logged confirm run is
@@ -97,7 +97,7 @@ class Answers(TypedDict):
     restate: int
 
 
-def answer_counts(inference_log: Any) -> Answers:
+def answer_counts(inference_log: object) -> Answers:
     """Answers the scripted user gave in one conversation, by kind."""
     counts = {scripted_user.YES: 0, scripted_user.NO: 0, scripted_user.RESTATE: 0}
     for turn in inference_log if isinstance(inference_log, list) else []:

@@ -40,7 +40,6 @@ import ast
 import json
 import re
 from collections.abc import Callable
-from typing import Any
 
 #: Detector rules, as re-scored in the seed's sensitivity study.
 #: strict: a sentence ends in a question mark or carries a confirmation phrase.
@@ -353,7 +352,7 @@ def _strip_json_calls(text: str) -> str:
     return "".join(kept) + text[last:]
 
 
-def _is_call_json(value: Any) -> bool:
+def _is_call_json(value: object) -> bool:
     if isinstance(value, list):
         return bool(value) and all(_is_call_json(v) for v in value)
     if not isinstance(value, dict):

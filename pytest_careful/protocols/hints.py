@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
 
+from ..data.dataset import FunctionDoc, PromptEntry
 from ..effects.declarations import Declarations
 
 HINT_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint")
@@ -69,7 +69,7 @@ def _annotations(decl: Declarations, name: str, boundary: frozenset[str]) -> dic
     return decl[name].mcp_annotations(boundary)
 
 
-def with_hints(doc: Mapping[str, Any], decl: Declarations, boundary: Boundary = "final") -> dict[str, Any]:
+def with_hints(doc: FunctionDoc, decl: Declarations, boundary: Boundary = "final") -> FunctionDoc:
     """A deep copy of the function doc ``doc`` with the hint appended to its description.
 
     ``boundary`` is a boundary name (``"final"``, ``"majority"``, an annotator)
@@ -78,19 +78,19 @@ def with_hints(doc: Mapping[str, Any], decl: Declarations, boundary: Boundary = 
     return _hinted_doc(doc, decl, _resolve(decl, boundary))
 
 
-def _hinted_doc(doc: Mapping[str, Any], decl: Declarations, boundary: frozenset[str]) -> dict[str, Any]:
+def _hinted_doc(doc: FunctionDoc, decl: Declarations, boundary: frozenset[str]) -> FunctionDoc:
     name = doc.get("name")
     if not isinstance(name, str):
         raise ValueError(f"function doc without a name: {doc!r:.80}")
     if "description" not in doc or not isinstance(doc["description"], str):
         raise ValueError(f"function doc {name!r} has no string description to append a hint to")
     hint = hint_text(_annotations(decl, name, boundary))
-    out = copy.deepcopy(dict(doc))
+    out = copy.deepcopy(doc)
     out["description"] = doc["description"] + hint
     return out
 
 
-def hinted_entry(entry: Mapping[str, Any], decl: Declarations, boundary: Boundary = "final") -> dict[str, Any]:
+def hinted_entry(entry: PromptEntry, decl: Declarations, boundary: Boundary = "final") -> PromptEntry:
     """A deep copy of a BFCL prompt entry with every function doc hinted.
 
     Hints the docs in ``entry["function"]`` and in every list of
@@ -98,7 +98,7 @@ def hinted_entry(entry: Mapping[str, Any], decl: Declarations, boundary: Boundar
     unchanged deep copy. ``entry`` is as ``Conversation.prompt_entry()`` returns it.
     """
     resolved = _resolve(decl, boundary)
-    out = copy.deepcopy(dict(entry))
+    out = copy.deepcopy(entry)
     out["function"] = [_hinted_doc(doc, decl, resolved) for doc in entry["function"]]
     if "missed_function" in entry:
         out["missed_function"] = {

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..common.gc_pause import paused
 from ..data.dataset import Conversation
@@ -74,7 +73,7 @@ class ScoringConfig:
 
 def score_conversation(
     conversation: Conversation,
-    result: Any,
+    result: object,  # the model's output as its source gives it (``LoggedEntry.result``)
     entry: LoggedEntry | None,
     decoder: Decoder,
     condition: str,

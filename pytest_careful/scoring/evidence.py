@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pprint
 from collections.abc import Sequence
-from typing import Any
 
 from ..common.text import escape
 from ..evaluation.evaluate import Evaluation, NoCallStep
@@ -25,7 +24,7 @@ def clean(text: str, limit: int = MAX_VALUE) -> str:
     return escape(kept) + (f" [... {cut} more characters cut]" if cut > 0 else "")
 
 
-def shorten(value: Any) -> str:
+def shorten(value: object) -> str:
     if isinstance(value, str):
         return clean(value)
     # The JSON text measured and cut without being built: folders shared by many paths
@@ -82,7 +81,7 @@ def format_bfcl_failure(evaluation: Evaluation) -> str:
     return "\n".join(lines)
 
 
-def plain_data(value: Any) -> Any:
+def plain_data(value: object) -> object:
     return dag.normalise(value)
 
 
@@ -136,7 +135,7 @@ def _no_call_line(step: NoCallStep) -> str:
     return "  (no call; the result file records no text for this step)"
 
 
-def _reasoning(evaluation: Evaluation, turn: int) -> list[Any]:
+def _reasoning(evaluation: Evaluation, turn: int) -> list[object]:
     """The turn's per-step reasoning, where BFCL logged it (reasoning models only)."""
     logged = evaluation.entry.raw.get("reasoning_content") if evaluation.entry is not None else None
     turns = logged if isinstance(logged, list) else []

@@ -11,7 +11,7 @@ live run's timing and spend, an unscored conversation's reason, a repeat's index
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:  # types only: importing this module (the plugin's harness does) loads no scoring code
     from ..evaluation.verdict import VerdictJson
@@ -36,7 +36,7 @@ class ViolationJson(TypedDict):
     turn: int
     step: int | None
     call: str
-    arguments: dict[str, Any]  # the model's arguments: any JSON
+    arguments: dict[str, object]  # the model's arguments: any JSON
     reference_calls: list[str]
     changes: list[ChangeJson]
     note: str

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from ..evaluation.evaluate import DecodedRun, Evaluation
 from ..evaluation.replay import TurnReplay
@@ -44,7 +43,7 @@ def _steps(turn: TurnReplay, surplus_ids: set[int], run: DecodedRun | None) -> l
     ]
 
 
-def _logged_tokens(logged: Any, surplus_steps: set[tuple[int, int]]) -> tuple[int, int]:
+def _logged_tokens(logged: object, surplus_steps: set[tuple[int, int]]) -> tuple[int, int]:
     """A logged per-turn, per-step count summed: all steps, and the surplus ones."""
     total = surplus_total = 0
     for turn_index, turn in enumerate(logged if isinstance(logged, list) else []):

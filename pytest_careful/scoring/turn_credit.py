@@ -32,12 +32,16 @@ is none. A BFCL-valid conversation has every checked turn matched
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..data.dataset import Conversation
 from ..evaluation.replay import Replay
-from ..execution.snapshot import states_equal_public
+from ..execution.snapshot import Snapshot, states_equal_public
 from .row import TurnCredit
+
+if TYPE_CHECKING:  # types only: the scorecard's reader (``mean_share``) imports this module
+    from ..evaluation.evaluate import Evaluation
 
 #: The row keys this module fills.
 FIELDS = ("turns", "turns_matched", "first_divergent_turn")
@@ -58,7 +62,7 @@ def matched_turns(conversation: Conversation, model: Replay, reference: Replay) 
     return matched
 
 
-def _same_state(conversation: Conversation, model_state: Any, ref_state: Any) -> bool:
+def _same_state(conversation: Conversation, model_state: Snapshot, ref_state: Snapshot) -> bool:
     # The same snapshot object (calls taken from the reference's replay) is equal without a look.
     return model_state is ref_state or all(
         states_equal_public(model_state, ref_state, name)[0] for name in conversation.involved_classes
@@ -72,8 +76,8 @@ def credit(matched: list[bool | None]) -> TurnCredit:
     return {"turns": len(checked), "turns_matched": sum(checked), "first_divergent_turn": first}
 
 
-def of_evaluation(evaluation: Any) -> TurnCredit:
-    """The row fields of a scored conversation (``results.Evaluation``).
+def of_evaluation(evaluation: Evaluation) -> TurnCredit:
+    """The row fields of a scored conversation.
 
     An inference error (no turn list) is replayed as no turns: nothing matched.
     """
@@ -86,7 +90,7 @@ def unscored(conversation: Conversation) -> TurnCredit:
     return credit([False if calls else None for calls in conversation.ground_truth])
 
 
-def mean_share(rows: list[Any]) -> float:
+def mean_share(rows: Sequence[TurnCredit]) -> float:
     """Mean over rows of the share of turns matched (rows without the fields are left out)."""
     shares = [r["turns_matched"] / r["turns"] for r in rows if r.get("turns")]
     return round(sum(shares) / len(shares), 4) if shares else 0.0

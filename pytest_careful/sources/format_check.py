@@ -19,7 +19,6 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..data.result_files import LoggedEntry
 from ..execution import limits
@@ -58,28 +57,31 @@ FORMATS = (
 )
 
 
-def sample_steps(entries: Iterable[LoggedEntry | None]) -> list[Any]:
+def sample_steps(entries: Iterable[LoggedEntry | None]) -> list[object]:
     """The first steps with output of conversations spread evenly over the run (deterministic)."""
     usable = sorted((e for e in entries if e is not None and isinstance(e.result, list)), key=lambda e: (e.file, e.id))
     stride = max(1, -(-len(usable) // SAMPLE_CONVERSATIONS))
-    steps: list[Any] = []
+    steps: list[object] = []
     for entry in usable[::stride]:
         steps.extend(itertools.islice(_steps_with_output(entry.result), STEPS_PER_CONVERSATION))
     return steps
 
 
-def _steps_with_output(result: list[Any]) -> Iterator[Any]:
+def _steps_with_output(result: object) -> Iterator[object]:
+    """The steps of a logged result (a list of turns) that hold output; an error string has none."""
+    if not isinstance(result, list):
+        return
     for turn in result:
         for step in turn if isinstance(turn, list) else ():
             if step not in ([], "", None) and not (isinstance(step, str) and not step.strip()):
                 yield step
 
 
-def decoded_count(key: str, steps: Sequence[Any]) -> int:
+def decoded_count(key: str, steps: Sequence[object]) -> int:
     """How many of ``steps`` the decoder of ``key`` decodes into calls."""
     chosen = decoder(key)
 
-    def reads(step: Any) -> bool:
+    def reads(step: object) -> bool:
         try:
             with limits.metered(SAMPLE_LIMITS):
                 calls = chosen.decode_step(step)
@@ -92,7 +94,7 @@ def decoded_count(key: str, steps: Sequence[Any]) -> int:
     return sum(map(reads, steps))
 
 
-def _is_call(text: Any) -> bool:
+def _is_call(text: object) -> bool:
     """A decoded call string (some decoders pass prose through as a "call")."""
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_CALL_CHARS:
         return False
@@ -142,7 +144,7 @@ MIN_PROSE = 0.9
 _SENTENCE = re.compile(r"[^\W\d_][\w'\u2019.-]*(?![\w'\u2019.-])(?!\s*\()[\s,.!?:;]")
 
 
-def is_prose(step: Any) -> bool:
+def is_prose(step: object) -> bool:
     """Whether a step is text that begins as a sentence, not as a call list, JSON or a tagged call."""
     return isinstance(step, str) and _SENTENCE.match(step.lstrip()) is not None
 
@@ -151,7 +153,7 @@ def is_prose(step: Any) -> bool:
 NO_BETTER = "No common format reads it better"
 
 
-def suggestion(key: str, steps: Sequence[Any], read: int) -> str:
+def suggestion(key: str, steps: Sequence[object], read: int) -> str:
     """Which common formats read ``steps`` better than ``key`` does, as advice."""
     counts = {f: _count_or_zero(f.key, steps) for f in FORMATS if f.key != key}
     found = sorted(
@@ -172,7 +174,7 @@ def suggestion(key: str, steps: Sequence[Any], read: int) -> str:
     )
 
 
-def _count_or_zero(key: str, steps: Sequence[Any]) -> int:
+def _count_or_zero(key: str, steps: Sequence[object]) -> int:
     try:
         return decoded_count(key, steps)
     except Exception:  # a candidate handler that cannot be built here is no suggestion

@@ -6,11 +6,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..common.bfcl import CATEGORIES
 from ..data import dataset
-from ..data.result_files import InputProblem, LoggedEntry, find_result_files, keep_last, read_result_file
+from ..data.result_files import (
+    InputProblem,
+    LoggedEntry,
+    LoggedResult,
+    find_result_files,
+    keep_last,
+    read_result_file,
+)
 from ..data.run_settings import (
     SETTINGS_FILE,
     RunSettings,
@@ -89,7 +95,7 @@ class Source:
         """At the session's end, in every process: what the source holds open is closed (a live
         run's API clients); a logged run's decoders closed theirs when built."""
 
-    def result(self, condition: str, conversation: dataset.Conversation) -> tuple[Any, LoggedEntry | None]:
+    def result(self, condition: str, conversation: dataset.Conversation) -> tuple[LoggedResult, LoggedEntry | None]:
         if self.is_reference:
             return [[list(t)] if t else [] for t in conversation.ground_truth], None
         entry = self.entries.get((condition, conversation.id))
@@ -263,7 +269,7 @@ def _read_condition(source: Source, condition: str, directory: Path, categories:
             source.entries[(condition, entry.id)] = entry
 
 
-def run_entries(run_dir: Path, decoder_key: str) -> tuple[Any, list[Any], list[Path]]:
+def run_entries(run_dir: Path, decoder_key: str) -> tuple[Decoder, list[LoggedEntry], list[Path]]:
     """A logged run's decoder, entries (one per id, as rescoring keeps them) and result files."""
     files, _ = find_result_files(run_dir)
     if not files:

@@ -11,7 +11,7 @@ import re
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from ...evaluation.replay import json_safe
 from ..row import ViolationJson
@@ -35,7 +35,9 @@ class RuleError(Exception):
 
 
 def collect(
-    returned: Iterable[Any], where: str = "pytest_careful_rules", built_in: Sequence[Rule] = ()
+    returned: Iterable[Iterable[object] | Rule | type | None],
+    where: str = "pytest_careful_rules",
+    built_in: Sequence[Rule] = (),
 ) -> tuple[Rule, ...]:
     """The rules the hook returned (lists of rules or of Rule subclasses), checked; RuleError otherwise.
 
@@ -45,9 +47,7 @@ def collect(
     for result in returned:
         if result is None:
             continue
-        if isinstance(result, (Rule, type)):
-            result = [result]
-        for rule in result:
+        for rule in [result] if isinstance(result, (Rule, type)) else result:
             found.append(_instance(rule, where))
     return check_names(found, where, built_in)
 
@@ -79,7 +79,7 @@ def _origin(rule: Rule) -> str:
     return f"{type(rule).__name__} ({type(rule).__module__})"
 
 
-def _instance(rule: Any, where: str) -> Rule:
+def _instance(rule: object, where: str) -> Rule:
     if isinstance(rule, type) and issubclass(rule, Rule):
         rule = rule()
     if not isinstance(rule, Rule):
@@ -212,6 +212,11 @@ def _own_frames(exc: BaseException) -> list[traceback.FrameSummary]:
     return [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(here)]
 
 
+def _violation_json(fields: dict[str, object]) -> ViolationJson:
+    """``fields`` as JSON holds them (``json_safe``): the same keys, each value made JSON-safe."""
+    return cast(ViolationJson, json_safe(fields))
+
+
 def entry(rule: str, violation: Violation, evaluation: Evaluation) -> ViolationJson:
     """A violation as the row holds it: the call, the reference's calls of its function, the state diff.
 
@@ -222,7 +227,7 @@ def entry(rule: str, violation: Violation, evaluation: Evaluation) -> ViolationJ
     if violation.call is None:
         turn = violation.turn
         in_turn = reference[turn].calls if isinstance(turn, int) and 0 <= turn < len(reference) else []
-        return json_safe(
+        return _violation_json(
             {
                 "rule": rule,
                 "turn": turn,
@@ -236,7 +241,7 @@ def entry(rule: str, violation: Violation, evaluation: Evaluation) -> ViolationJ
         )
     record = violation.call.record
     in_turn = reference[record.turn].calls if record.turn < len(reference) else []
-    return json_safe(
+    return _violation_json(
         {
             "rule": rule,
             "turn": record.turn,

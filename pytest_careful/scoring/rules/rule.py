@@ -9,9 +9,9 @@ them, each turn's model text and the scripted user's yeses. See docs/extending.m
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...effects.declarations import DESTRUCTIVE, READ, WRITE, Declaration, Declarations
 from ...evaluation.replay import ERROR_FIELD, RAISED, REFUSED, CallRecord
@@ -57,7 +57,7 @@ class ModelCall:
         self._record = record
         self._effect = effect
         self._declaration = declaration
-        self._arguments: dict[str, Any] | None = None
+        self._arguments: dict[str, object] | None = None
         self._changes: list[ChangeJson] | None = None
 
     @property
@@ -77,13 +77,13 @@ class ModelCall:
         return self._record.name
 
     @property
-    def arguments(self) -> dict[str, Any]:
+    def arguments(self) -> dict[str, object]:
         if self._arguments is None:
             self._arguments = copy.deepcopy(self._record.arguments)
         return self._arguments
 
     @property
-    def signature(self) -> tuple[str, Any]:
+    def signature(self) -> tuple[str, Hashable]:
         return self._record.name, self._record.arguments_key
 
     @property
