@@ -435,16 +435,21 @@ _CLIENT_SDKS = ("openai", "anthropic", "httpx")
 
 
 def close_clients(handler: Any) -> None:
-    """Close the API clients a handler holds. A decoder sends nothing; a client left open to the
-    interpreter's exit is closed by the SDK's ``__del__`` after httpx is torn down, which prints
-    "Exception ignored in: SyncHttpxClientWrapper.__del__" and a traceback."""
-    for value in list(vars(handler).values()):
+    """Close the API clients a handler holds, and let go of them (the attribute set to None).
+
+    A client still alive when the interpreter exits meets the SDK's ``__del__`` after httpx is torn
+    down, which prints "Exception ignored in: SyncHttpxClientWrapper.__del__" and a traceback,
+    closed or not (its ``is_closed`` reads a module global that is None by then). Let go, it is
+    freed at once (the SDKs' clients hold no reference cycle), while httpx is there.
+    """
+    for name, value in list(vars(handler).items()):
         close = getattr(value, "close", None)
         if callable(close) and type(value).__module__.partition(".")[0] in _CLIENT_SDKS:
             try:
                 close()
             except Exception:  # noqa: BLE001 -- a client that cannot close is the SDK's affair; decoding goes on
                 pass
+            setattr(handler, name, None)
 
 
 def _build_handler(handler_class: type, model_name: str, is_fc_model: bool, key: str) -> Any:

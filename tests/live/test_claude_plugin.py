@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from fake_anthropic import FakeAnthropic, text_block, tool_use_block
-from open_clients import COUNTING, open_clients
+from open_clients import COUNTING, clients_left
 
 from pytest_careful.data import dataset
 from pytest_careful.live.scripted import call_to_fc
@@ -176,7 +176,7 @@ CLIENT_MODES = {"no-xdist": ["-p", "no:xdist"], "n2": ["-n", "2"]}
 
 
 @pytest.mark.parametrize("mode", list(CLIENT_MODES))
-def test_a_live_claude_run_leaves_no_client_open(
+def test_a_live_claude_run_leaves_no_client_alive(
     pytester: pytest.Pytester, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Claude on the loopback API: the preflight's client, the probe's, the handler's and the decoder's."""
@@ -196,4 +196,4 @@ def test_a_live_claude_run_leaves_no_client_open(
         )
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()[-2000:]
     assert os.listdir(pytester.path / "result")  # it ran live
-    assert open_clients(pytester.path, 1 if mode == "no-xdist" else 3) == []
+    assert clients_left(pytester.path, 1 if mode == "no-xdist" else 3) == []
