@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -26,6 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from careful_cli import careful_command, filed_once, result_lines
+from loopback_vllm import LoopbackVLLM, conversation_digest
+
+from pytest_careful.data import dataset
 
 pytestmark = [
     pytest.mark.vllm_cpu,
@@ -34,23 +37,9 @@ pytestmark = [
     ),
 ]
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
-
-from careful_cli import careful_command, filed_once, result_lines  # noqa: E402
-from loopback_vllm import LoopbackVLLM, conversation_digest  # noqa: E402
-
-from pytest_careful.data import dataset  # noqa: E402
-
 HANDLER = "Qwen/Qwen3-8B-FC"
 IDS = [f"multi_turn_base_{i}" for i in range(16)]  # no two begin alike (40 and 43 do)
 DIGESTS = {conversation_digest(dataset.get(i).questions[0][0]["content"]): i for i in IDS}
-
-
-@pytest.fixture(scope="module")
-def model_dir() -> Path:
-    import loopback_model
-
-    return loopback_model.prepare()
 
 
 @contextlib.contextmanager
@@ -79,6 +68,14 @@ def _run(tmp_path: Path, model: Path, servers: list[LoopbackVLLM], *args: str) -
     return proc
 
 
+def _start(tmp_path: Path, model: Path, servers: list[LoopbackVLLM], *args: str, **popen: Any) -> subprocess.Popen[str]:
+    """The command in the background, its output together on a pipe (unless ``popen`` says otherwise)."""
+    popen.setdefault("stdout", subprocess.PIPE)
+    return subprocess.Popen(
+        _command(tmp_path, model, servers, *args), cwd=tmp_path, stderr=subprocess.STDOUT, text=True, **popen
+    )
+
+
 def _where(servers: list[LoopbackVLLM]) -> dict[str, Counter[int]]:
     """Each conversation's requests, per server (by index), as the servers counted them."""
     out: dict[str, Counter[int]] = defaultdict(Counter)
@@ -102,10 +99,10 @@ def _wait_for(condition: Callable[[], bool], timeout: float = 120) -> None:
 
 @pytest.mark.parametrize("xdist", [["-p", "no:xdist"], ["-n", "2"]], ids=["no-xdist", "n2"])
 def test_conversations_spread_over_every_server_and_each_stays_on_one(
-    tmp_path: Path, model_dir: Path, xdist: list[str]
+    tmp_path: Path, loopback_model_dir: Path, xdist: list[str]
 ) -> None:
-    with _servers(model_dir, 4, 0.05) as servers:
-        proc = _run(tmp_path, model_dir, servers, *xdist, "--careful-concurrency=8", *IDS)
+    with _servers(loopback_model_dir, 4, 0.05) as servers:
+        proc = _run(tmp_path, loopback_model_dir, servers, *xdist, "--careful-concurrency=8", *IDS)
     where = _where(servers)
     assert sorted(where) == sorted(IDS)
     # Sticky: every request of a conversation went to one server.
@@ -124,28 +121,22 @@ def test_conversations_spread_over_every_server_and_each_stays_on_one(
 
 
 @pytest.fixture(scope="module")
-def healthy(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> tuple[dict[str, Any], Counter[str]]:
+def healthy(tmp_path_factory: pytest.TempPathFactory, loopback_model_dir: Path) -> tuple[dict[str, Any], Counter[str]]:
     """What one healthy server files for IDS, and each conversation's requests: what a fleet that lost a server must match."""
     tmp_path = tmp_path_factory.mktemp("healthy")
-    with _servers(model_dir, 1, 0.02) as [alone]:
-        _run(tmp_path, model_dir, [alone], "-p", "no:xdist", *IDS)
+    with _servers(loopback_model_dir, 1, 0.02) as [alone]:
+        _run(tmp_path, loopback_model_dir, [alone], "-p", "no:xdist", *IDS)
     return filed_once(tmp_path / "result"), Counter(DIGESTS[r.conversation] for r in alone.records)
 
 
 def test_one_server_of_four_stopped_mid_run_its_conversations_move_and_nothing_is_scored_as_a_fault(
-    tmp_path: Path, model_dir: Path, healthy: tuple[dict[str, Any], Counter[str]]
+    tmp_path: Path, loopback_model_dir: Path, healthy: tuple[dict[str, Any], Counter[str]]
 ) -> None:
     healthy_filed, healthy_requests = healthy
     run = tmp_path / "fleet"
     run.mkdir()
-    with _servers(model_dir, 4, 0.2) as servers:
-        proc = subprocess.Popen(
-            _command(run, model_dir, servers, "-n", "2", "--careful-concurrency=8", *IDS),
-            cwd=run,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    with _servers(loopback_model_dir, 4, 0.2) as servers:
+        proc = _start(run, loopback_model_dir, servers, "-n", "2", "--careful-concurrency=8", *IDS)
         _wait_for(lambda: len(servers[1].records) >= 3 or proc.poll() is not None)
         servers[1].stop()  # mid-run: requests in flight there are cut, new ones refused
         out, _ = proc.communicate(timeout=600)
@@ -168,14 +159,18 @@ def test_one_server_of_four_stopped_mid_run_its_conversations_move_and_nothing_i
 
 
 def test_a_fleet_run_cut_short_resumes_exactly_and_records_every_conversations_server(
-    tmp_path: Path, model_dir: Path
+    tmp_path: Path, loopback_model_dir: Path
 ) -> None:
-    with _servers(model_dir, 2, 0.3) as servers:
-        first = subprocess.Popen(
-            _command(tmp_path, model_dir, servers, "-n", "2", "--careful-concurrency=4", *IDS),
-            cwd=tmp_path,
+    with _servers(loopback_model_dir, 2, 0.3) as servers:
+        first = _start(
+            tmp_path,
+            loopback_model_dir,
+            servers,
+            "-n",
+            "2",
+            "--careful-concurrency=4",
+            *IDS,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         _wait_for(lambda: len(result_lines(tmp_path / "result", running=True)) >= 4 or first.poll() is not None)
@@ -186,7 +181,7 @@ def test_a_fleet_run_cut_short_resumes_exactly_and_records_every_conversations_s
         sent_first = _where(servers)
         for server in servers:
             server.reset()  # counts afresh: what the rerun sends
-        _run(tmp_path, model_dir, servers, "-n", "2", "--careful-concurrency=4", *IDS)
+        _run(tmp_path, loopback_model_dir, servers, "-n", "2", "--careful-concurrency=4", *IDS)
         again = _where(servers)
     after = filed_once(tmp_path / "result")
     assert sorted(after) == sorted(IDS)
@@ -201,16 +196,16 @@ def test_a_fleet_run_cut_short_resumes_exactly_and_records_every_conversations_s
 
 
 def test_a_server_that_hangs_leaves_the_fleet_and_its_conversations_run_on_the_other(
-    tmp_path: Path, model_dir: Path, healthy: tuple[dict[str, Any], Counter[str]]
+    tmp_path: Path, loopback_model_dir: Path, healthy: tuple[dict[str, Any], Counter[str]]
 ) -> None:
     """Twice no answer within --careful-request-timeout: one server of two hangs from its third request
     on; its conversations move to the other instead of stopping the run."""
     ids = IDS[:8]
-    with _servers(model_dir, 2, 0.05) as servers:
+    with _servers(loopback_model_dir, 2, 0.05) as servers:
         servers[1].hang_from = 3
         proc = _run(
             tmp_path,
-            model_dir,
+            loopback_model_dir,
             servers,
             "-p",
             "no:xdist",
