@@ -13,6 +13,8 @@ ledger (``<output>/.careful/fleet.jsonl``), which the summary and the scorecard 
 
 from __future__ import annotations
 
+import collections
+import itertools
 import os
 import threading
 import time
@@ -63,6 +65,8 @@ class FleetClient:
         self._changed = threading.Condition()
         self._asked = {url: True for url in self.urls}  # servers whose /metrics is worth reading
         self._poller: threading.Thread | None = None
+        self._tickets = itertools.count()  # the order conversations asked for a seat in
+        self._queue: collections.deque[int] = collections.deque()  # tickets still waiting, first first
 
     # -- set-up, per process
 
@@ -73,17 +77,30 @@ class FleetClient:
     # -- a conversation's seat
 
     def seat(self, key: tuple[str, str, int], check: Callable[[], None]) -> FleetSeat:
-        """A seat on the server with the most room, waiting for one; ``check()`` raises to stop waiting."""
-        while True:
+        """A seat on the server with the most room, waiting for one; ``check()`` raises to stop waiting.
+
+        Conversations waiting for room are seated in the order they asked (the flight's: the
+        longest first): woken together, they would otherwise race for each seat, and a long one
+        seated late would end the run late.
+        """
+        with self._changed:
+            ticket = next(self._tickets)
+            self._queue.append(ticket)
+        try:
+            while True:
+                with self._changed:
+                    if not self.fleet.live():
+                        raise ServerDied(self._none_left())
+                    url = self.fleet.choose(time.monotonic()) if self._queue[0] == ticket else None
+                    if url is not None:
+                        self.fleet.take(url)
+                        break
+                    self._changed.wait(WAIT_SECONDS)
+                check()
+        finally:
             with self._changed:
-                if not self.fleet.live():
-                    raise ServerDied(self._none_left())
-                url = self.fleet.choose(time.monotonic())
-                if url is not None:
-                    self.fleet.take(url)
-                    break
-                self._changed.wait(WAIT_SECONDS)
-            check()
+                self._queue.remove(ticket)
+                self._changed.notify_all()  # the next in line may have room now
         self._watch()
         return FleetSeat(self, key, url)
 

@@ -495,3 +495,34 @@ def test_a_fleets_server_that_hangs_leaves_the_fleet_and_the_last_one_stops_the_
     last = ServerHung("the server did not answer within 300 s, twice", urls[0])
     assert fleet.classify(last) is last
     assert fleet.classify(ServerHung("a server of no fleet", "http://elsewhere/v1")) is None
+
+
+def test_conversations_waiting_for_room_are_seated_in_the_order_they_asked(tmp_path: Path) -> None:
+    """The flight asks longest first: woken together, waiting conversations must not race for a seat
+    (a long one seated late ends the run late)."""
+    import threading
+
+    urls = ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
+    fleet = _fleet(tmp_path, urls, str(tmp_path / "model"), total=2)
+    held = [fleet.seat(("standard", f"multi_turn_base_{n}", 1), lambda: None) for n in range(2)]
+    seated: list[str] = []
+
+    def wait_for_seat(cid: str) -> None:
+        seat = fleet.seat(("standard", cid, 1), lambda: None)
+        seated.append(cid)
+        seat.leave()
+
+    threads = []
+    for n in range(2, 7):  # five ask, one after another, while both seats are held
+        asked = len(fleet._queue)
+        thread = threading.Thread(target=wait_for_seat, args=(f"multi_turn_base_{n}",))
+        thread.start()
+        threads.append(thread)
+        deadline = time.monotonic() + 10
+        while len(fleet._queue) == asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+    for seat in held:
+        seat.leave()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert seated == [f"multi_turn_base_{n}" for n in range(2, 7)]
