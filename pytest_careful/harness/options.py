@@ -416,8 +416,8 @@ def _live_options(add: Callable[..., Any]) -> None:
         type=endpoint_urls,
         metavar="URL[,URL...]",
         help="vLLM: use these running OpenAI-compatible servers (e.g. http://host:8000/v1) instead of "
-        "starting one; several (comma-separated or repeated): the workers spread over them, and "
-        "move to another when theirs stops answering",
+        "starting one; several (comma-separated or repeated): a fleet, each conversation on one of "
+        "them, moved to another when its server stops answering",
     )
     add(
         "--careful-vllm-arg",
@@ -499,8 +499,8 @@ def _live_run_options(add: Callable[..., Any]) -> None:
         default=None,
         type=positive_int,
         metavar="C",
-        help="Live runs: conversations in flight at once, all xdist workers together (default: BFCL's "
-        "100 for a vLLM server, 16 for Claude under the shared rate limiter, 8 otherwise)",
+        help="Live runs: conversations in flight at once, all xdist workers and servers together (default: "
+        "BFCL's 100 per vLLM server, 16 for Claude under the shared rate limiter, 8 otherwise)",
     )
 
 

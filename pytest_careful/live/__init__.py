@@ -8,7 +8,8 @@
   and what is filed; :mod:`.stops`, the marks that stop a run in every process;
 * :mod:`.handles` turns ``--careful-model`` into a handler;
 * :mod:`.scripted`, :mod:`.claude`, :mod:`.vllm_server`, :mod:`.vllm_client`, :mod:`.budget`: the
-  model backends and the spend guard;
+  model backends and the spend guard; :mod:`.fleet` and :mod:`.vllm_fleet`, several vLLM
+  servers used as one (each conversation on one of them);
 * :mod:`.ratelimit`: the API concurrency every xdist worker of a run shares;
 * :mod:`.faults`: a server's faults told from the model's answers, each request bounded in time.
 """

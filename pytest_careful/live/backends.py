@@ -49,7 +49,7 @@ class Backend(Protocol):
 
     @property
     def single_driver(self) -> bool:
-        """One process drives every conversation of the run against its one server (``inflight.one_driver``)."""
+        """One process drives every conversation of the run against its server(s) (``inflight.one_driver``)."""
         ...
 
     @property
@@ -72,7 +72,9 @@ class Backend(Protocol):
         """Its handles are keys of BFCL's model registry (scripted ones are policies of the plugin's own)."""
         ...
 
-    def default_concurrency(self) -> int: ...
+    def default_concurrency(self, options: RunConfig) -> int:
+        """Conversations in flight when ``--careful-concurrency`` is not given, all processes together."""
+        ...
 
     def build(self, handle: ModelHandle) -> Any:
         """A fresh BFCL handler for ``handle``, in this process (``ModelHandle.build``)."""
@@ -117,7 +119,7 @@ class Scripted:
     local_weights: bool = False
     registered: bool = False
 
-    def default_concurrency(self) -> int:
+    def default_concurrency(self, options: RunConfig) -> int:
         return DEFAULT_CONCURRENCY
 
     def build(self, handle: ModelHandle) -> Any:
@@ -154,11 +156,11 @@ class Vllm:
     local_weights: bool = True
     registered: bool = True
 
-    def default_concurrency(self) -> int:
-        """What ``bfcl generate`` keeps in flight against a local server."""
+    def default_concurrency(self, options: RunConfig) -> int:
+        """What ``bfcl generate`` keeps in flight against a local server, for each server of the run."""
         from bfcl_eval.constants.eval_config import LOCAL_SERVER_MAX_CONCURRENT_REQUEST
 
-        return int(LOCAL_SERVER_MAX_CONCURRENT_REQUEST)
+        return int(LOCAL_SERVER_MAX_CONCURRENT_REQUEST) * max(1, len(options.endpoint or ()))
 
     def build(self, handle: ModelHandle) -> Any:
         return _registered_handler(handle)
@@ -189,7 +191,7 @@ class Claude:
     local_weights: bool = False
     registered: bool = True
 
-    def default_concurrency(self) -> int:
+    def default_concurrency(self, options: RunConfig) -> int:
         return CLAUDE_CONCURRENCY
 
     def build(self, handle: ModelHandle) -> Any:
@@ -222,7 +224,7 @@ class Api:
     local_weights: bool = False
     registered: bool = True
 
-    def default_concurrency(self) -> int:
+    def default_concurrency(self, options: RunConfig) -> int:
         return DEFAULT_CONCURRENCY
 
     def build(self, handle: ModelHandle) -> Any:

@@ -16,8 +16,9 @@ So every request of a live run on vLLM or an OpenAI-compatible API goes through 
 * **A time-out** (``--careful-request-timeout``, each attempt; BFCL itself passes
   ``timeout=72000``) is sent again once; a second one stops the run as a dead server does
   (:class:`ServerHung`), with one line naming the server.
-* **A server that stopped answering** (connection refused, ``/models`` silent) is left to the
-  backend: vLLM moves to another server or stops the run (``vllm_client.classify_error``).
+* **A server that stopped answering** (connection refused, or an error status and then ``/models``
+  silent: :class:`ServerGone`) is left to the backend: a fleet's conversation moves to another
+  server (``vllm_fleet``), else the run stops (``vllm_client.classify_error``).
 * Everything else is the model's, scored as BFCL scores it: an answer that parses, however
   empty, and the server's 4xx about the request itself (a prompt past the context length).
 
@@ -46,7 +47,25 @@ RATE_LIMITED = (429, 529)
 
 
 class ServerHung(ServerStopped):
-    """The server did not answer a request twice within ``--careful-request-timeout``."""
+    """The server did not answer a request twice within ``--careful-request-timeout``.
+
+    ``url``: that server's, where known (a fleet's server that hangs leaves the fleet: ``vllm_fleet``).
+    """
+
+    def __init__(self, message: str, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class ServerGone(ServerStopped):
+    """The server answered an error status and then stopped answering (``/models``): it is going or gone.
+
+    ``url``: that server's (a fleet's server that is gone leaves the fleet: ``vllm_fleet``).
+    """
+
+    def __init__(self, message: str, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class RequestTimedOut(openai.APITimeoutError):
@@ -221,10 +240,13 @@ class Guard:
                 if fault.kind == "timeout":
                     timeouts += 1
                     if timeouts > 1:
-                        raise ServerHung(_hung(fault, self.retry.timeout)) from exc
+                        raise ServerHung(_hung(fault, self.retry.timeout), fault.url) from exc
                     continue  # once more, at once: a lost request, or a server that is gone
                 if fault.kind == "connection" and self.alive is not None and not self.alive(fault.url):
                     raise  # not a fault of this request: the server is gone (the backend moves or stops)
+                if fault.kind == "status" and self.alive is not None and not self.alive(fault.url):
+                    # A server shutting down answers 503 on the connections it still holds, and takes no new one.
+                    raise ServerGone(_gone(fault), fault.url) from exc
             else:
                 if after is not None:
                     after()
@@ -249,6 +271,14 @@ def _failed(faults: list[Fault], seconds: float) -> str:
     return (
         f"server error: the server{f' at {url}' if url else ''} failed this request {len(faults)} times "
         f"in {seconds:.0f} s ({kinds}): not the model's answer, not scored; a rerun of the same command runs it"
+    )
+
+
+def _gone(fault: Fault) -> str:
+    where = f"the server at {fault.url}" if fault.url else "the server"
+    return (
+        f"{where} answered {fault.text} and then stopped answering: the run stopped, a rerun of the same "
+        "command resumes it"
     )
 
 

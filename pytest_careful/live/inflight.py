@@ -21,7 +21,7 @@ take the conversations from one list:
   runs (not started yet, or its process was killed) the item's process claims and
   runs itself, on the item's thread.
 
-Against a vLLM server under xdist one process drives (:func:`one_driver`): the
+Against vLLM (one server or a fleet) under xdist one process drives (:func:`one_driver`): the
 first to take the session's driver lock (another ``flock``) runs every conversation
 on all the slots, and the others only score their items from the outcomes it files,
 never building a handler, tokenizer or client. If the driver dies, its lock goes
@@ -553,16 +553,16 @@ def take_off(
 
 
 def one_driver(source: LiveSource, workers: int) -> bool:
-    """Whether one process drives the session's conversations: one vLLM server's, under xdist.
+    """Whether one process drives the session's conversations: a vLLM model's, under xdist.
 
     The client's work per request is small (a prompt formatted and counted, an answer
-    decoded and executed); the server's is the run's time. Each process that drives builds
-    BFCL's handler, its tokenizer and an HTTP client; workers that only score need none of it.
+    decoded and executed); the servers' is the run's time. Each process that drives builds
+    BFCL's handler, its tokenizer and an HTTP client per server; workers that only score need
+    none of it. With several servers the driver spreads the conversations over all of them
+    (``vllm_fleet``).
     """
     handle = getattr(source, "handle", None)
-    # Several servers (--careful-endpoint=URL,URL): each worker starts on its own, as before.
-    servers = len(getattr(getattr(source, "server_plan", None), "endpoints", ()) or ())
-    return workers > 1 and handle is not None and backend(handle.kind).single_driver and servers <= 1
+    return workers > 1 and handle is not None and backend(handle.kind).single_driver
 
 
 def _turns(key: Key) -> int:

@@ -84,6 +84,7 @@ def run(
     before_request: Callable[[], None] | None = None,
     guard: Guard | None = None,
     after_answer: Callable[[], None] | None = None,
+    place: Callable[[Any], None] | None = None,
 ) -> LiveRun:
     """Run ``conversation`` with ``handler`` through BFCL's own loop.
 
@@ -94,7 +95,8 @@ def run(
     ``guard`` (vLLM and OpenAI-compatible servers) each request goes through it:
     a server's fault is sent again or ends the conversation unscored, never
     returned to BFCL's loop as the model's answer (``faults``); ``after_answer``
-    is called after each answer.
+    is called after each answer. ``place`` points the run's copy of the handler at the one
+    server of a fleet that serves this conversation (``vllm_fleet.FleetSeat.apply``).
 
     Raises whatever the handler raises (API errors, a dead server, the spend
     guard); the caller decides what is retried.
@@ -111,6 +113,8 @@ def run(
     else:
         runner = copy.copy(handler)  # per-run attributes never reach the shared handler
     runner.careful_repeat = repeat
+    if place is not None:
+        place(runner)
     if guard is not None:
         for name in QUERIES:
             setattr(runner, name, guard.wrap(getattr(runner, name), before_request or _nothing, after_answer))

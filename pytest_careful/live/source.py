@@ -24,6 +24,7 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -45,6 +46,7 @@ from .stops import Stops, unwritable
 
 if TYPE_CHECKING:
     from .faults import Guard
+    from .fleet import FleetProvenance, Placement, Seat
     from .vllm_server import ServerProvenance
 
 #: How often one conversation moves to another server before it counts as failed.
@@ -76,9 +78,11 @@ class _Made(TypedDict):
 
 
 class LiveProvenance(_Made, total=False):
-    """A live run in its scorecard's provenance (``live``); ``server``: a vLLM server's."""
+    """A live run in its scorecard's provenance (``live``); ``server``: a vLLM server's; ``fleet``:
+    the servers of ``--careful-endpoint=URL,URL,...`` and which one served each conversation."""
 
     server: ServerProvenance
+    fleet: FleetProvenance
 
 
 @dataclass
@@ -94,6 +98,7 @@ class LiveSource(Source):
     alive: Any = None  # (url) -> whether that server still answers (vLLM: its /models); None: server_alive
     guard: Guard | None = None  # vLLM and OpenAI-compatible servers: server faults are not the model's (faults)
     server_plan: Any = None  # vLLM: the session's server
+    placement: Placement | None = None  # several servers: where each conversation runs (vllm_fleet)
     backend_settings: BackendSettings = field(default_factory=lambda: BackendSettings())  # in careful_settings.json
     sent: Sent = field(default_factory=lambda: Sent())  # what each request carries (provenance)
     differences: list[str] = field(default_factory=list)  # settings that differ from BFCL's own run
@@ -252,6 +257,12 @@ class LiveSource(Source):
 
     def before_request(self) -> None:
         """Before each request to the model: nothing more is sent once the run stopped or was interrupted."""
+        self._going_on()
+        if self.flight is not None:
+            self.flight.request_made()
+
+    def _going_on(self) -> None:
+        """Raises NotRun once the run stopped or was interrupted (nothing new is sent then)."""
         if self.flight is not None and self.flight.stopping.is_set():
             raise NotRun("not run: the run was interrupted")
         if self.stops.was_interrupted():  # the controller was (SIGINT to it alone)
@@ -260,8 +271,6 @@ class LiveSource(Source):
             raise NotRun("not run: the run was interrupted")
         if self.stops.is_stopped():
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
-        if self.flight is not None:
-            self.flight.request_made()
 
     def close(self) -> None:
         """The handler's API clients closed, once its conversations are done. Not after a stop: a
@@ -294,33 +303,48 @@ class LiveSource(Source):
     ) -> tuple[dict[str, Any], runner.LiveRun]:
         if self.stops.is_stopped():
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
+        seat: Seat | None = None  # a fleet's server: left once the failure is classified (moved or not)
         try:
-            live = runner.run(
-                self.handler(),
-                conversation,
-                self.protocol(condition),
-                repeat,
-                self.before_request,
-                guard=self.guard,
-                after_answer=self.after_answer,
-            )
-        except (NotRun, ServerError, SetupFailed):
-            raise
-        except StopRun as exc:
-            self._stop(store, conversation, exc)
-            raise
-        except Exception as exc:
-            fatal = self.classify_error(exc) if self.classify_error is not None else None
-            if isinstance(fatal, RunAgain) and self._reruns.get(conversation.id, 0) < MAX_RERUNS:
-                self._reruns[conversation.id] = self._reruns.get(conversation.id, 0) + 1
-                return self._run(store, condition, conversation, repeat)  # on the server it moved to
-            if isinstance(fatal, StopRun):
-                self._stop(store, conversation, fatal)
-                raise fatal from exc
-            if isinstance(fatal, NotRun):  # e.g. rate limited past every retry: left for the next run
-                raise fatal from exc
-            written = self._record_error(store, conversation, exc)
-            raise LiveError(f"{type(exc).__name__}: {exc}", self._logged(store, written)) from exc
+            try:
+                handler = self.handler()
+                seat = (
+                    self.placement.seat((condition, conversation.id, repeat), self._going_on)
+                    if self.placement
+                    else None
+                )
+                live = runner.run(
+                    handler,
+                    conversation,
+                    self.protocol(condition),
+                    repeat,
+                    self.before_request,
+                    guard=self.guard,
+                    after_answer=self.after_answer,
+                    place=seat.apply if seat is not None else None,
+                )
+            except (NotRun, ServerError, SetupFailed):
+                raise
+            except StopRun as exc:
+                # A fleet's server that hung or went away leaves the fleet: the conversation runs again on another.
+                moved = self.classify_error(exc) if isinstance(exc, ServerStopped) and self.placement else None
+                if isinstance(moved, RunAgain) and self._again(conversation):
+                    return self._run(store, condition, conversation, repeat)
+                self._stop(store, conversation, exc)
+                raise
+            except Exception as exc:
+                fatal = self.classify_error(exc) if self.classify_error is not None else None
+                if isinstance(fatal, RunAgain) and self._again(conversation):
+                    return self._run(store, condition, conversation, repeat)  # on the server it moved to
+                if isinstance(fatal, StopRun):
+                    self._stop(store, conversation, fatal)
+                    raise fatal from exc
+                if isinstance(fatal, NotRun):  # e.g. rate limited past every retry: left for the next run
+                    raise fatal from exc
+                written = self._record_error(store, conversation, exc)
+                raise LiveError(f"{type(exc).__name__}: {exc}", self._logged(store, written)) from exc
+        finally:
+            if seat is not None:
+                seat.leave()
         if not is_complete(live.entry):  # BFCL's loop returned no turn list
             written = self._record_error(store, conversation, LiveError(str(live.entry.get("result"))))
             raise LiveError(f"inference failed: {live.entry.get('result')}", self._logged(store, written))
@@ -328,6 +352,12 @@ class LiveSource(Source):
             raise NotRun("not run: the run was interrupted")  # nothing filed after Ctrl-C
         self._append(store, conversation, live.entry)
         return live.entry, live
+
+    def _again(self, conversation: Conversation) -> bool:
+        """Whether the conversation may run again elsewhere (at most ``MAX_RERUNS`` times)."""
+        reruns = self._reruns.get(conversation.id, 0)
+        self._reruns[conversation.id] = reruns + 1
+        return reruns < MAX_RERUNS
 
     def _append(self, store: ResultStore, conversation: Conversation, entry: dict[str, Any]) -> None:
         """File ``entry``; an output that cannot take it stops the run at once (nothing more is sent)."""
@@ -351,12 +381,15 @@ class LiveSource(Source):
             self._record_error(store, conversation, exc)
 
     def summary_lines(self) -> list[str]:
-        """The summary's lines about the run itself: settings that differ from BFCL's, what was not run."""
-        return [f"differs from BFCL: {line}" for line in self.differences] + self.stops.summary_lines()
+        """The summary's lines about the run itself: settings that differ from BFCL's, what each
+        server of a fleet served, what was not run."""
+        served = self.placement.summary_lines() if self.placement is not None else []
+        return [f"differs from BFCL: {line}" for line in self.differences] + served + self.stops.summary_lines()
 
-    def provenance(self) -> LiveProvenance:
+    def provenance(self, condition: str = "", keys: Iterable[tuple[str, int]] = ()) -> LiveProvenance:
         """How the live run was made, for the scorecard: what the model name resolved to,
-        what each request carried, the server, and what differs from BFCL's own run."""
+        what each request carried, the server, and what differs from BFCL's own run; with a
+        fleet, which server served each of ``keys`` ((conversation id, repeat)) of ``condition``."""
         from .handles import resolution
 
         assert self.handle is not None
@@ -367,6 +400,8 @@ class LiveSource(Source):
         }
         if self.server_plan is not None:
             out["server"] = self.server_plan.provenance()
+        if self.placement is not None:
+            out["fleet"] = self.placement.provenance(keys, condition)
         return out
 
     def _record_error(self, store: ResultStore, conversation: Conversation, exc: BaseException) -> dict[str, Any]:
@@ -411,7 +446,7 @@ def open_live(options: RunConfig) -> LiveSource:
         script=options.user_script,
         detector=options.detector,
         repeats=options.repeat,
-        concurrency=options.concurrency or backend(handle.kind).default_concurrency(),
+        concurrency=options.concurrency or backend(handle.kind).default_concurrency(options),
     )
     configure(source, options)
     if backend(handle.kind).guarded:

@@ -25,6 +25,7 @@ BFCL's own handler and through the plugin send byte-identical request bodies.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -197,7 +198,15 @@ class LightTokenizer:
         self._exact: Any = None
         self._lock = threading.Lock()
         self._bound = char_bound(tokenizer_spec(path)) if sizing_only else None
+        self._root = self  # the instance whose exact tokenizer every view of it shares (``sized_by``)
         self.exact_loads = 0  # for tests: how often the exact tokenizer was needed (0 or 1)
+
+    def sized_by(self, context: Callable[[], int]) -> LightTokenizer:
+        """The same tokenizer, deciding by another context length (a fleet's server's, ``vllm_client.station``);
+        BFCL's exact tokenizer is still loaded once, for every view."""
+        view = copy.copy(self)
+        view._context = context
+        return view
 
     def tokenize(self, text: str, **kwargs: Any) -> list[str]:
         if kwargs:
@@ -215,10 +224,11 @@ class LightTokenizer:
 
     def exact(self) -> Any:
         """BFCL's tokenizer (transformers), loaded on first need, once per process."""
-        with self._lock:
-            if self._exact is None:
+        root = self._root
+        with root._lock:
+            if root._exact is None:
                 try:
-                    self._exact = self._load_exact()
+                    root._exact = root._load_exact()
                 except Exception as exc:  # BFCL would have refused at set-up: the run stops, nothing is filed
                     from .errors import StopRun
 
@@ -226,12 +236,20 @@ class LightTokenizer:
                         f"cannot load the model's tokenizer as BFCL does (transformers' AutoTokenizer), which "
                         f"this prompt's count needs: {type(exc).__name__}: {exc}"
                     ) from exc
-                self.exact_loads += 1
-            return self._exact
+                root.exact_loads += 1
+            return root._exact
 
     def __getattr__(self, name: str) -> Any:
         # Anything else a handler asks (apply_chat_template, model_max_length...) is BFCL's own.
-        if name.startswith("__") or name in ("_backend", "_load_exact", "_context", "_exact", "_lock", "_bound"):
+        if name.startswith("__") or name in (
+            "_backend",
+            "_load_exact",
+            "_context",
+            "_exact",
+            "_lock",
+            "_bound",
+            "_root",
+        ):
             raise AttributeError(name)
         return getattr(self.exact(), name)
 

@@ -3,17 +3,18 @@
 In every process the handler is set up as BFCL's own ``spin_up_local_server(skip_server_setup=True)``
 sets it up (tokenizer, context length: :mod:`.tokens` reads them without transformers where the
 files allow it), pointed at the session's server (:mod:`.vllm_server`). ``--careful-endpoint``
-names servers someone else runs, one or several: each process prefers one (xdist worker N the N-th,
-round robin) and moves to the next healthy one when its server stops answering
-(``classify_error``: a failover, the run's end, or a conversation not run).
+names servers someone else runs: one is used as the session's own; several are a fleet
+(:mod:`.vllm_fleet`), over which the conversations spread, each on one server for all of its
+requests, and which a server that stops answering leaves (``classify_error``: the conversation
+runs again elsewhere, the run's end, or a conversation not run).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import os
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from ..execution.decoding import registry_entry
 from ..sources.run_config import RunConfig
 from . import hub, tokens
-from .errors import NotRun, RunAgain, StopRun
+from .errors import NotRun, StopRun
+from .vllm_fleet import FleetClient
 from .vllm_server import ENDPOINT_ENV, BfclServer, ServerDied, ServerPlan, log_tail_of, served, unusable
 
 if TYPE_CHECKING:
@@ -31,10 +33,6 @@ if TYPE_CHECKING:
 
 #: Answers that mean "send it later", as the Anthropic API and gateways in front of vLLM give them.
 RATE_LIMITED = (429, 529)
-
-
-class Failover(RunAgain):
-    """This process's server stopped answering and another one does: run the conversation again there."""
 
 
 def configure_source(source: LiveSource, options: RunConfig) -> None:
@@ -66,8 +64,19 @@ def configure_source(source: LiveSource, options: RunConfig) -> None:
     }
     if cap is not None:  # recorded beside the result files: a resume under another cap is refused
         source.backend_settings = {**source.backend_settings, "max_output_tokens": cap}
-    source.setup = lambda handler: setup_handler(handler, plan, model, cap)
-    source.classify_error = lambda exc: classify_error(exc, plan)
+    fleet = None
+    if len(plan.endpoints) > 1:  # a fleet: each conversation on one of them (vllm_fleet)
+        fleet = FleetClient(
+            tuple(url.rstrip("/") for url in plan.endpoints),
+            model,
+            source.concurrency,
+            Path(options.output),
+            lambda handler, url: station(handler, url, model),
+            lambda: log_tail_of(plan),
+        )
+        source.placement = fleet
+    source.setup = lambda handler: setup_handler(handler, plan, model, cap, fleet)
+    source.classify_error = fleet.classify if fleet is not None else lambda exc: classify_error(exc, plan)
     # A fault, or the server gone: the one the request went to (after a failover, maybe not the current one).
     source.alive = lambda url: unusable((url or endpoint_of(plan)).rstrip("/"), plan.model) is None
 
@@ -99,18 +108,10 @@ def endpoint_of(plan: ServerPlan) -> str:
     return plan.current or endpoints_of(plan)[0]
 
 
-def _preferred(count: int) -> int:
-    """xdist worker N starts on server N (round robin): the workers spread over the servers."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    return int(worker[2:]) % count if worker[2:].isdigit() else 0
-
-
 def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
-    """The first server, from this worker's own, that answers and serves ``model``; else ServerDied."""
-    urls = endpoints_of(plan)
-    first = _preferred(len(urls))
+    """The first server that answers and serves ``model``; else ServerDied."""
     why = []
-    for url in urls[first:] + urls[:first]:
+    for url in endpoints_of(plan):
         if url == exclude:
             continue
         problem = unusable(url, model)
@@ -130,8 +131,11 @@ def point_handler(handler: Any, url: str) -> None:
     share(handler)  # a failover's new client waits out the same rate limits
 
 
-def setup_handler(handler: Any, plan: ServerPlan, model: str, max_tokens: int | None = None) -> None:
-    """Point BFCL's OSS handler at a server, with the tokenizer and context length BFCL's would load."""
+def setup_handler(
+    handler: Any, plan: ServerPlan, model: str, max_tokens: int | None = None, fleet: FleetClient | None = None
+) -> None:
+    """Point BFCL's OSS handler at a server, with the tokenizer and context length BFCL's would load;
+    with a ``fleet``, each conversation's copy is pointed at its own server (``station``)."""
     handler.careful_max_tokens = max_tokens  # pacing.share caps each request's max_tokens with it
     endpoint = plan.current or pick(plan, model)
     point_handler(handler, endpoint)
@@ -143,9 +147,23 @@ def setup_handler(handler: Any, plan: ServerPlan, model: str, max_tokens: int | 
             handler.spin_up_local_server(
                 num_gpus=1, gpu_memory_utilization=0.9, backend="vllm", skip_server_setup=True, local_model_path=local
             )
+    if fleet is not None:  # the model's own context here; each server's on its station
+        fleet.attach(handler)
+        return
     fit_context(handler, endpoint, model)
     plan.current = endpoint
     plan.handlers.append(handler)
+
+
+def station(handler: Any, url: str, model: str) -> Any:
+    """A copy of the set-up ``handler`` for one server of a fleet: its client, its context length,
+    and a tokenizer that sizes each request by that length (as BFCL sizes it for that server)."""
+    own = copy.copy(handler)
+    point_handler(own, url)
+    fit_context(own, url, model)
+    if isinstance(own.tokenizer, tokens.LightTokenizer):
+        own.tokenizer = own.tokenizer.sized_by(lambda: int(own.max_context_length))
+    return own
 
 
 def fit_context(handler: Any, endpoint: str, model: str) -> None:
@@ -197,9 +215,9 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
 
 
 def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None:
-    """A connection failure with the server gone, or a 404 with the model gone from it (restarted
-    with another): another server (Failover), or the run ends; rate limited past the SDK's
-    retries: not run (NotRun), the next run sends it."""
+    """The session's one server: a connection failure with it gone, or a 404 with the model gone
+    from it (restarted with another), ends the run; rate limited past the SDK's retries: not run
+    (NotRun), the next run sends it. (A fleet's: ``vllm_fleet.FleetClient.classify``.)"""
     try:
         import openai
     except ImportError:
@@ -213,33 +231,9 @@ def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None
     connection = isinstance(exc, (openai.APIConnectionError, ConnectionError))
     if not connection and not isinstance(exc, openai.NotFoundError):
         return None
-    with _FAILING_OVER:  # conversations in flight meet a dead server together: one moves the process
-        endpoint = endpoint_of(plan)
-        sent_to = _sent_to(exc)
-        if sent_to is not None and not sent_to.startswith(endpoint.rstrip("/")):
-            # Sent before another conversation's failure moved this process: run it again where it is now.
-            return Failover(f"the vLLM server at {sent_to} stopped answering; moved to {endpoint}")
-        problem = unusable(endpoint, plan.model)
-        if problem is None:
-            return None  # the server is fine: this request's own failure, scored as BFCL scores it
-        why = f"the vLLM server at {endpoint} " + ("stopped answering" if connection else f"cannot be used: {problem}")
-        try:
-            other = pick(plan, plan.model, exclude=endpoint)
-        except ServerDied:
-            return ServerDied(f"{why}{log_tail_of(plan)}")
-        for handler in plan.handlers:
-            point_handler(handler, other)
-            fit_context(handler, other, plan.model)  # the new server's context may be shorter
-        plan.current = other
-        return Failover(f"{why}; moved to {other}")
-
-
-_FAILING_OVER = threading.Lock()
-
-
-def _sent_to(exc: BaseException) -> str | None:
-    """The URL the failed request went to, where the OpenAI SDK's exception says it."""
-    try:
-        return str(exc.request.url)  # type: ignore[attr-defined]
-    except (AttributeError, RuntimeError):  # httpx raises RuntimeError for an exception without a request
-        return None
+    endpoint = endpoint_of(plan)
+    problem = unusable(endpoint, plan.model)
+    if problem is None:
+        return None  # the server is fine: this request's own failure, scored as BFCL scores it
+    why = f"the vLLM server at {endpoint} " + ("stopped answering" if connection else f"cannot be used: {problem}")
+    return ServerDied(f"{why}{log_tail_of(plan)}")

@@ -442,14 +442,18 @@ def start_for_session(plan: ServerPlan, progress: Callable[[str], None]) -> str 
 
 
 def _check_endpoints(plan: ServerPlan, progress: Callable[[str], None]) -> str | None:
-    """Given servers, asked once before anything runs: none usable is one usage error, not a
-    first conversation failed and the rest skipped; an unusable one among others is named."""
+    """Given servers, asked once before anything runs: one that cannot run the model (not answering,
+    another model) is one usage error naming it, a line per such server, not a first conversation
+    failed and the rest skipped, nor a fleet that is smaller than the user thinks."""
     problems = [p for p in (unusable(url, plan.model) for url in plan.endpoints) if p]
-    if len(problems) == len(plan.endpoints):
-        return "no --careful-endpoint server can run it: " + "; ".join(problems)
-    for problem in problems:
-        progress(f"server: warning: {problem}; the workers use the others")
-    return None
+    if not problems:
+        return None
+    if len(plan.endpoints) == 1:
+        return "no --careful-endpoint server can run it: " + problems[0]
+    return (
+        f"{len(problems)} of the {len(plan.endpoints)} --careful-endpoint servers cannot run it "
+        "(start them with the model, or leave them out of --careful-endpoint):\n  " + "\n  ".join(problems)
+    )
 
 
 def _say_version(plan: ServerPlan, progress: Callable[[str], None]) -> None:

@@ -16,6 +16,8 @@ What it answers, read off bfcl-eval 2026.3.23's handlers:
 * ``POST /v1/responses``: ``function_call`` items (``OpenAIResponsesHandler``, which
   ``gpt-4.1-2025-04-14-FC`` uses, reached through ``OPENAI_BASE_URL``).
 * ``GET /v1/models`` (the names it was started with, with ``max_model_len``), ``GET /version``,
+  ``GET /metrics`` (vLLM's ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` gauges,
+  labelled with the first model name, as vLLM labels them; 404 with ``metrics=False``),
   ``GET /loopback/stats``, ``POST /loopback/reset``.
 
 The policy (:func:`answer_for`) is the same on every path: after a user message, one call of a
@@ -96,6 +98,7 @@ class Request:
     after_tool_result: bool  # the last message is a tool result: the turn should end
     prompt_chars: int
     tool_result: str | None = None  # that result's text (tests check that calls ran)
+    first_user: str = ""  # the conversation's first user message: which conversation a request is of
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ def read_completion(body: Mapping[str, Any]) -> Request:
     asked = [text for text in users if not text.startswith("<tool_response>")]
     after_tool = bool(users) and users[-1].startswith("<tool_response>")
     result = users[-1].removeprefix("<tool_response>\n").split("\n</tool_response>", 1)[0] if after_tool else None
-    return Request(tools, asked[-1] if asked else "", after_tool, len(prompt), result)
+    return Request(tools, asked[-1] if asked else "", after_tool, len(prompt), result, asked[0] if asked else "")
 
 
 def read_chat(body: Mapping[str, Any]) -> Request:
@@ -180,7 +183,9 @@ def read_chat(body: Mapping[str, Any]) -> Request:
     users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
     after_tool = bool(messages) and messages[-1].get("role") == "tool"
     result = _text(messages[-1].get("content")) if after_tool else None
-    return Request(tools, users[-1] if users else "", after_tool, len(json.dumps(messages)), result)
+    return Request(
+        tools, users[-1] if users else "", after_tool, len(json.dumps(messages)), result, users[0] if users else ""
+    )
 
 
 def read_responses(body: Mapping[str, Any]) -> Request:
@@ -195,7 +200,14 @@ def read_responses(body: Mapping[str, Any]) -> Request:
     users = [_text(i.get("content")) for i in items if i.get("role") == "user"]
     after_tool = bool(items) and items[-1].get("type") == "function_call_output"
     result = str(items[-1].get("output")) if after_tool else None
-    return Request(tools, users[-1] if users else "", after_tool, len(json.dumps(items)), result)
+    return Request(
+        tools, users[-1] if users else "", after_tool, len(json.dumps(items)), result, users[0] if users else ""
+    )
+
+
+def conversation_digest(first_user: str) -> str:
+    """Which conversation a request is of: every request of one re-sends its first user message."""
+    return hashlib.sha256(first_user.encode()).hexdigest()[:12] if first_user else ""
 
 
 def _text(content: object) -> str:
@@ -351,6 +363,7 @@ class RequestRecord:
     function: str | None = None  # the call answered, None for text or an error
     tool_result: str | None = None  # the tool result this request carried (its first 300 characters)
     max_tokens: object = None  # the request's max_tokens, as sent
+    conversation: str = ""  # a digest of the conversation's first user message (stickiness is counted by it)
 
 
 @dataclass
@@ -359,6 +372,7 @@ class _Counters:
 
     in_flight: int = 0
     running: int = 0
+    waiting: int = 0  # requests queued for a slot (max_num_seqs running)
     max_in_flight: int = 0
     max_running: int = 0
     area: float = 0.0  # integral of in_flight over time, for the time-weighted mean
@@ -394,6 +408,7 @@ class LoopbackVLLM(Serving):
         port: int = 0,
         lifetime: float | None = 600.0,
         keep_bodies: bool = False,
+        metrics: bool = True,
     ) -> None:
         self.latency = latency
         #: Every model request's body as it came, bytes and all (``keep_bodies``): what a client sent.
@@ -408,6 +423,7 @@ class LoopbackVLLM(Serving):
         self.hang_from = hang_from
         self.host, self.port = host, port
         self.lifetime = lifetime  # None: until stopped (the bench's process)
+        self.metrics = metrics  # GET /metrics answers (a server that hides them: 404)
         self._lock = threading.Lock()
         self._slot_free = threading.Condition(self._lock)
         self._numbers = itertools.count(1)
@@ -529,6 +545,9 @@ class LoopbackVLLM(Serving):
     def _answer(
         self, record: RequestRecord, api: str, body: Mapping[str, Any]
     ) -> tuple[int, dict[str, str], dict[str, Any]]:
+        request = READERS[api](body)
+        record.tool_result = None if request.tool_result is None else request.tool_result[:300]
+        record.conversation = conversation_digest(request.first_user)
         fault = self._fault(record.number)
         if fault is not None:
             record.status = fault[0]
@@ -536,8 +555,6 @@ class LoopbackVLLM(Serving):
         if self.hang_from is not None and record.number >= self.hang_from:
             while not (self._released.is_set() or self._stopping.is_set()):
                 self._released.wait(0.05)
-        request = READERS[api](body)
-        record.tool_result = None if request.tool_result is None else request.tool_result[:300]
         answer = answer_for(request)
         if not self._run_for_latency(record):
             record.status = 503
@@ -563,11 +580,16 @@ class LoopbackVLLM(Serving):
     def _run_for_latency(self, record: RequestRecord) -> bool:
         """Wait for a sequence slot, then ``latency`` seconds; False if the server stops meanwhile."""
         with self._lock:
+            queued = False
             while self.max_num_seqs is not None and self._counters.running >= self.max_num_seqs:
                 if self._stopping.is_set():
+                    self._counters.waiting -= queued
                     return False
-                record.queued = True
+                if not queued:
+                    queued = record.queued = True
+                    self._counters.waiting += 1
                 self._slot_free.wait(0.1)
+            self._counters.waiting -= queued
             self._counters.running += 1
             self._counters.max_running = max(self._counters.max_running, self._counters.running)
             record.started = time.time()
@@ -579,6 +601,20 @@ class LoopbackVLLM(Serving):
                 self._slot_free.notify()
 
     # -- the other routes
+
+    def metrics_text(self) -> str:
+        """vLLM's two queue gauges, in Prometheus' text format, as vLLM writes them."""
+        with self._lock:
+            running, waiting = self._counters.running, self._counters.waiting
+        label = f'{{engine="0",model_name="{self.models[0]}"}}'
+        return (
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{label} {float(running)}\n"
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{label} {float(waiting)}\n"
+        )
 
     def models_body(self) -> dict[str, Any]:
         created = int(time.time())
@@ -617,6 +653,8 @@ def _handler_for(server: LoopbackVLLM) -> Callable[..., BaseHTTPRequestHandler]:
                 self._send(200, {}, {"version": VERSION})
             elif path == "/health":
                 self._send(200, {}, {})
+            elif path == "/metrics" and server.metrics:
+                self._send_text(200, server.metrics_text())
             elif path == "/loopback/stats":
                 self._send(200, {}, server.stats(records="records" in self.path))
             else:
@@ -649,6 +687,17 @@ def _handler_for(server: LoopbackVLLM) -> Callable[..., BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (Ctrl-C, timeout)
                 self.close_connection = True
 
+        def _send_text(self, status: int, text: str) -> None:
+            data = text.encode()
+            try:
+                self.send_response(status)
+                self.send_header("content-type", "text/plain; version=0.0.4")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
         def log_message(self, format: str, *args: Any) -> None:
             """Quiet: no access log."""
 
@@ -672,6 +721,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--server-errors", type=int, default=0, help="then answer --error-status to K requests")
     parser.add_argument("--error-status", type=int, default=500)
     parser.add_argument("--hang-from", type=int, help="requests from this number on never get an answer")
+    parser.add_argument("--no-metrics", action="store_true", help="answer 404 to GET /metrics")
     args = parser.parse_args(argv)
     server = LoopbackVLLM(
         latency=args.latency,
@@ -686,6 +736,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         lifetime=None,
+        metrics=not args.no_metrics,
     ).start()
     done = threading.Event()
 

@@ -310,7 +310,8 @@ def test_only_a_vllm_run_under_xdist_has_one_driver() -> None:
 
     assert inflight.one_driver(source("vllm"), 2)  # the server the plugin started
     assert inflight.one_driver(source("vllm", ("http://a/v1",)), 8)
-    assert not inflight.one_driver(source("vllm", ("http://a/v1", "http://b/v1")), 8)  # workers spread over them
+    # A fleet too: the driver spreads the conversations over every server (vllm_fleet).
+    assert inflight.one_driver(source("vllm", ("http://a/v1", "http://b/v1")), 8)
     assert not inflight.one_driver(source("vllm"), 1)
     assert not any(inflight.one_driver(source(kind), 8) for kind in ("scripted", "claude", "api"))
 
@@ -362,7 +363,15 @@ def test_slots_split_the_concurrency_over_the_workers() -> None:
     assert inflight.slots(1, 8) == 1
     from bfcl_eval.constants.eval_config import LOCAL_SERVER_MAX_CONCURRENT_REQUEST
 
-    assert backends.backend("vllm").default_concurrency() == LOCAL_SERVER_MAX_CONCURRENT_REQUEST
+    def given(*urls: str) -> Any:
+        return types.SimpleNamespace(endpoint=urls)  # what default_concurrency reads of a RunConfig
+
+    vllm = backends.backend("vllm")
+    assert vllm.default_concurrency(given()) == LOCAL_SERVER_MAX_CONCURRENT_REQUEST  # the server it starts
+    # --careful-concurrency stays the total; its default is BFCL's per server, for each server of a fleet.
+    for urls in (("http://a/v1",), ("http://a/v1", "http://b/v1"), tuple(f"http://s{n}/v1" for n in range(4))):
+        assert vllm.default_concurrency(given(*urls)) == LOCAL_SERVER_MAX_CONCURRENT_REQUEST * len(urls)
+    assert backends.backend("claude").default_concurrency(given("http://a/v1", "http://b/v1")) == 16
 
 
 # --- progress -------------------------------------------------------------------

@@ -16,12 +16,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from careful_cli import careful_command, filed_once, result_lines
+from loopback_vllm import LoopbackVLLM
 
 pytestmark = [
     pytest.mark.vllm_cpu,
@@ -30,20 +31,8 @@ pytestmark = [
     ),
 ]
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
-
-from careful_cli import careful_command, filed_once, result_lines  # noqa: E402
-from loopback_vllm import LoopbackVLLM  # noqa: E402
-
 HANDLER = "Qwen/Qwen3-8B-FC"
 IDS = [f"multi_turn_base_{i}" for i in range(16)]
-
-
-@pytest.fixture(scope="module")
-def model_dir() -> Path:
-    import loopback_model
-
-    return loopback_model.prepare()
 
 
 def _command(tmp_path: Path, model: Path, server: LoopbackVLLM, *args: str) -> list[str]:
@@ -72,14 +61,16 @@ def _wait_for(condition: Callable[[], bool], timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-def test_one_process_sends_every_request_and_files_what_a_single_process_files(tmp_path: Path, model_dir: Path) -> None:
+def test_one_process_sends_every_request_and_files_what_a_single_process_files(
+    tmp_path: Path, loopback_model_dir: Path
+) -> None:
     filed = {}
     for name, xdist in (("alone", ["-p", "no:xdist"]), ("n2", ["-n", "2"])):
         folder = tmp_path / name
         folder.mkdir()
-        with LoopbackVLLM(latency=0.05, models=[str(model_dir)]) as server:
+        with LoopbackVLLM(latency=0.05, models=[str(loopback_model_dir)]) as server:
             proc = subprocess.run(
-                _command(folder, model_dir, server, *xdist, *IDS),
+                _command(folder, loopback_model_dir, server, *xdist, *IDS),
                 cwd=folder,
                 capture_output=True,
                 text=True,
@@ -95,10 +86,12 @@ def test_one_process_sends_every_request_and_files_what_a_single_process_files(t
     assert filed["n2"] == filed["alone"] and sorted(filed["alone"]) == sorted(IDS)
 
 
-def test_the_driver_killed_mid_run_is_taken_over_and_the_rerun_completes(tmp_path: Path, model_dir: Path) -> None:
-    with LoopbackVLLM(latency=0.3, models=[str(model_dir)]) as server:
+def test_the_driver_killed_mid_run_is_taken_over_and_the_rerun_completes(
+    tmp_path: Path, loopback_model_dir: Path
+) -> None:
+    with LoopbackVLLM(latency=0.3, models=[str(loopback_model_dir)]) as server:
         proc = subprocess.Popen(
-            _command(tmp_path, model_dir, server, "-n", "2", "--careful-concurrency=4", *IDS),
+            _command(tmp_path, loopback_model_dir, server, "-n", "2", "--careful-concurrency=4", *IDS),
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -115,7 +108,10 @@ def test_the_driver_killed_mid_run_is_taken_over_and_the_rerun_completes(tmp_pat
         assert took_over, "nobody took over from the killed driver"
         first = filed_once(tmp_path / "result")  # nothing filed twice, whatever the kill cut
         subprocess.run(
-            _command(tmp_path, model_dir, server, "-n", "2", *IDS), cwd=tmp_path, capture_output=True, timeout=600
+            _command(tmp_path, loopback_model_dir, server, "-n", "2", *IDS),
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=600,
         )
     after = filed_once(tmp_path / "result")
     assert sorted(after) == sorted(IDS)

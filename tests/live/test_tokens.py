@@ -8,6 +8,7 @@ transformers); here, in the lean venv, a tokenizer is trained on the spot with `
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import threading
@@ -141,6 +142,31 @@ def test_bfcls_own_sizing_gets_the_exact_count_wherever_it_decides(tmp_path: Pat
     assert light.tokenizer.exact_loads == (1 if near else 0)
     if near:
         assert {_sent_max_tokens(light, i) for i in ids} - {4096}, "the counts were not decisive"
+
+
+def test_each_server_of_a_fleet_sizes_requests_by_its_own_context(tmp_path: Path) -> None:
+    """A fleet whose servers have different context lengths (vllm_client.station): a conversation on the
+    shorter one gets BFCL's sizing for that context, the same as BFCL's exact tokenizer gives it, while
+    the model's own context still decides elsewhere; the exact tokenizer is loaded once for both."""
+    ids = [f"multi_turn_base_{i}" for i in range(0, 200, 25)]
+    folder = _model(tmp_path / "m", context=40960)
+    exact = Exact(folder)
+    light = _handler(folder, exact)
+    counts = [
+        len(exact.tokenize(light._format_prompt([{"role": "user", "content": "x"}], dataset.get(i).functions)))
+        for i in ids
+    ]
+    short = copy.copy(light)  # the station of a server started with a shorter --max-model-len
+    short.max_context_length = max(counts) + 600
+    short.tokenizer = light.tokenizer.sized_by(lambda: int(short.max_context_length))
+    reference = resolve(KEY, None).build()
+    reference.tokenizer, reference.max_context_length = exact, short.max_context_length
+    reference.model_path_or_id = str(folder)
+    sized = [_sent_max_tokens(short, i) for i in ids]
+    assert sized == [_sent_max_tokens(reference, i) for i in ids]
+    assert set(sized) - {tokens.BFCL_MAX_TOKENS}, "the short context did not decide"
+    assert {_sent_max_tokens(light, i) for i in ids} == {tokens.BFCL_MAX_TOKENS}  # the long one: BFCL's cap
+    assert light.tokenizer.exact_loads == 1  # one load of BFCL's tokenizer, for both
 
 
 def test_a_count_the_light_tokenizer_skips_never_changes_bfcls_request() -> None:

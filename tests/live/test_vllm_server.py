@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from pytest_careful.live import vllm_client, vllm_server
-from pytest_careful.live.vllm_client import Failover
+from pytest_careful.live.vllm_fleet import Failover, FleetClient
 from pytest_careful.live.vllm_server import MODULE, SERVE, BfclServer, ServerDied, ServerPlan, engine_from
 
 # Serves /v1/models like vLLM, after a short load time; argv as vLLM's api_server gets it.
@@ -275,30 +275,60 @@ def _serve(tmp_path: Path, name: str, max_model_len: int = 4096) -> tuple[subpro
     return process, url
 
 
-def test_workers_spread_over_servers_and_move_when_one_dies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fleet(tmp_path: Path, urls: tuple[str, ...], name: str, total: int = 10) -> FleetClient:
+    """A fleet client over ``urls`` whose stations are plain handler copies pointed at each server."""
+
+    def station(handler: object, url: str) -> object:
+        return vllm_client.station(handler, url, name)
+
+    return FleetClient(urls, name, total, tmp_path / "result", station)
+
+
+def _handler(context: int = 32768) -> object:
+    handler = type("Handler", (), {"max_context_length": context, "tokenizer": None})()
+    vllm_client.point_handler(handler, "http://127.0.0.1:9/v1")
+    return handler
+
+
+def test_a_fleet_moves_the_conversations_off_a_server_that_died_and_stops_when_none_is_left(tmp_path: Path) -> None:
     (tmp_path / "model").mkdir()
     name = str(tmp_path / "model")
     servers = [_serve(tmp_path, name) for _ in range(2)]
     urls = tuple(url for _, url in servers)
     try:
-        plan = _plan(tmp_path, sys.executable, endpoints=urls)
-        for worker, expected in (("gw0", urls[0]), ("gw1", urls[1]), ("gw2", urls[0])):
-            monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
-            assert vllm_client.pick(plan, name) == expected
-        handler = type("Handler", (), {})()
-        plan.current = urls[1]
-        vllm_client.point_handler(handler, urls[1])
-        plan.handlers.append(handler)
+        fleet = _fleet(tmp_path, urls, name)
         servers[1][0].kill()
         servers[1][0].wait()
-        moved = vllm_client.classify_error(_connection_error(urls[1]), plan)
-        assert isinstance(moved, Failover) and urls[0] in str(moved)
-        assert plan.current == urls[0] and handler.base_url == urls[0]
-        assert str(handler.client.base_url).rstrip("/") == urls[0]
+        moved = fleet.classify(_connection_error(urls[1]))
+        assert isinstance(moved, Failover) and urls[0] in str(moved) and urls[1] in str(moved)
+        assert [s.url for s in fleet.fleet.live()] == [urls[0]]
+        assert fleet.classify(ValueError("bad output")) is None
         servers[0][0].kill()
         servers[0][0].wait()
-        gone = vllm_client.classify_error(_connection_error(urls[0]), plan)
-        assert isinstance(gone, ServerDied) and "stopped answering" in str(gone)
+        gone = fleet.classify(_connection_error(urls[0]))
+        assert isinstance(gone, ServerDied) and "no --careful-endpoint server is left" in str(gone)
+        assert urls[0] in str(gone) and urls[1] in str(gone) and "stopped answering" in str(gone)
+        with pytest.raises(ServerDied):
+            fleet.seat(("standard", "multi_turn_base_0", 1), lambda: None)
+    finally:
+        for process, _ in servers:
+            process.kill()
+
+
+def test_conversations_in_flight_on_a_dead_server_all_move_and_it_leaves_once(tmp_path: Path) -> None:
+    """Many conversations in flight meet a dead server together: each runs again on the others,
+    none is scored as the model's connection error, and the server leaves the fleet once."""
+    name = str(tmp_path / "model")
+    servers = [_serve(tmp_path, name) for _ in range(3)]
+    urls = tuple(url for _, url in servers)
+    try:
+        fleet = _fleet(tmp_path, urls, name)
+        servers[0][0].kill()
+        servers[0][0].wait()
+        outcomes = [fleet.classify(_connection_error(urls[0])) for _ in range(3)]
+        assert all(isinstance(outcome, Failover) for outcome in outcomes), outcomes
+        assert [s.url for s in fleet.fleet.live()] == list(urls[1:])
+        assert fleet.fleet.servers[urls[0]].down == "stopped answering"
     finally:
         for process, _ in servers:
             process.kill()
@@ -343,8 +373,9 @@ def test_a_bare_server_address_means_its_v1_root_and_bad_urls_are_refused() -> N
 
 
 def test_given_servers_are_checked_once_before_anything_runs(tmp_path: Path) -> None:
-    """None usable: one usage error saying why (not a first conversation failed, the rest skipped);
-    one unusable among others: a warning, and the run goes on."""
+    """A server that cannot run the model is one usage error before any request (not a first
+    conversation failed and the rest skipped), for one server as for a fleet, where every server
+    that cannot gets its own line."""
     name = str(tmp_path / "model")
     good, good_url = _serve(tmp_path, name)
     other, other_url = _serve(tmp_path, "some/other-model")
@@ -354,12 +385,16 @@ def test_given_servers_are_checked_once_before_anything_runs(tmp_path: Path) -> 
         for endpoints, expected in (((dead,), "not answering (["), ((other_url,), "serves ['some/other-model']")):
             problem = vllm_server.start_for_session(_plan(tmp_path, sys.executable, endpoints=endpoints), said.append)
             assert problem is not None and "no --careful-endpoint server can run it" in problem and expected in problem
-        said.clear()
-        assert (
-            vllm_server.start_for_session(_plan(tmp_path, sys.executable, endpoints=(dead, good_url)), said.append)
-            is None
-        )
-        assert [line for line in said if dead in line and "not answering" in line and "warning" in line]
+        fleet = _plan(tmp_path, sys.executable, endpoints=(good_url, dead, other_url))
+        problem = vllm_server.start_for_session(fleet, said.append)
+        assert problem is not None
+        first, *lines = problem.splitlines()
+        assert "2 of the 3 --careful-endpoint servers cannot run it" in first
+        assert len(lines) == 2 and dead in lines[0] and "not answering" in lines[0]
+        assert other_url in lines[1] and "serves ['some/other-model']" in lines[1]
+        assert not [line for line in problem.splitlines() if good_url in line]
+        both = _plan(tmp_path, sys.executable, endpoints=(good_url, good_url.replace("/v1", "/v1/")))
+        assert vllm_server.start_for_session(both, said.append) is None
     finally:
         good.kill()
         other.kill()
@@ -414,45 +449,80 @@ def test_server_flags_the_plugin_sets_or_has_options_for_are_refused(pytester: p
         assert pytester.runpytest_inprocess(option, "--collect-only").ret == pytest.ExitCode.USAGE_ERROR
 
 
-def test_a_conversation_moved_to_another_server_is_sized_to_its_context(tmp_path: Path) -> None:
-    """Failover to a server started with a shorter --max-model-len: requests are sized to it (else 400s)."""
+def test_each_conversation_is_sized_to_the_context_of_the_server_it_runs_on(tmp_path: Path) -> None:
+    """A fleet whose servers were started with different --max-model-len: each conversation's requests
+    are sized to its own server's (else 400s on the shorter one), including after a move."""
     name = str(tmp_path / "model")
     servers = [_serve(tmp_path, name, 8192), _serve(tmp_path, name, 2048)]
-    try:
-        plan = _plan(tmp_path, sys.executable, endpoints=tuple(url for _, url in servers))
-        handler = type("Handler", (), {"max_context_length": 32768})()
-        vllm_client.point_handler(handler, servers[0][1])
-        vllm_client.fit_context(handler, servers[0][1], name)
-        plan.current, plan.handlers = servers[0][1], [handler]
-        assert handler.max_context_length == 8192
-        servers[0][0].kill()
-        servers[0][0].wait()
-        gone = _connection_error(servers[0][1])
-        assert isinstance(vllm_client.classify_error(gone, plan), Failover)
-        assert handler.max_context_length == 2048
-    finally:
-        for process, _ in servers:
-            process.kill()
-
-
-def test_a_request_sent_before_another_moved_the_process_is_run_again_where_it_is_now(tmp_path: Path) -> None:
-    """Many conversations in flight meet a dead server together: the first one moves the process;
-    the others, whose requests went to the dead one, are run again on the new one, not scored as
-    the model's connection errors, and do not move the process again."""
-    name = str(tmp_path / "model")
-    servers = [_serve(tmp_path, name), _serve(tmp_path, name)]
     urls = tuple(url for _, url in servers)
     try:
-        plan = _plan(tmp_path, sys.executable, endpoints=urls)
-        handler = type("Handler", (), {})()
-        vllm_client.point_handler(handler, urls[0])
-        plan.current, plan.handlers = urls[0], [handler]
+        fleet = _fleet(tmp_path, urls, name, total=2)
+        fleet.attach(_handler())
+        seats = [fleet.seat(("standard", f"multi_turn_base_{n}", 1), lambda: None) for n in range(2)]
+        copies = [_handler() for _ in seats]
+        for seat, copy in zip(seats, copies):
+            seat.apply(copy)
+        assert {seat.server: c.max_context_length for seat, c in zip(seats, copies)} == {urls[0]: 8192, urls[1]: 2048}
+        assert {seat.server: str(c.client.base_url).rstrip("/") for seat, c in zip(seats, copies)} == {
+            urls[0]: urls[0],
+            urls[1]: urls[1],
+        }
         servers[0][0].kill()
         servers[0][0].wait()
-        errors = [_connection_error(urls[0]) for _ in range(3)]  # three requests in flight there
-        outcomes = [vllm_client.classify_error(error, plan) for error in errors]
-        assert all(isinstance(outcome, Failover) for outcome in outcomes), outcomes
-        assert plan.current == urls[1] and handler.base_url == urls[1]
+        assert isinstance(fleet.classify(_connection_error(urls[0])), Failover)
+        for seat in seats:
+            seat.leave()
+        again = fleet.seat(("standard", "multi_turn_base_0", 1), lambda: None)
+        moved = _handler()
+        again.apply(moved)
+        assert again.server == urls[1] and moved.max_context_length == 2048
     finally:
         for process, _ in servers:
             process.kill()
+
+
+def test_a_fleets_server_that_hangs_leaves_the_fleet_and_the_last_one_stops_the_run(tmp_path: Path) -> None:
+    """Twice no answer within --careful-request-timeout (faults.ServerHung, which names the server):
+    with others left, the conversation runs again on them; the last server's hang stops the run
+    with the hang's own line."""
+    from pytest_careful.live.faults import ServerHung
+
+    urls = ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
+    fleet = _fleet(tmp_path, urls, str(tmp_path / "model"))
+    moved = fleet.classify(ServerHung("the server at ... did not answer", urls[1]))
+    assert isinstance(moved, Failover) and urls[1] in str(moved) and "request-timeout" in str(moved)
+    assert [s.url for s in fleet.fleet.live()] == [urls[0]]
+    last = ServerHung("the server did not answer within 300 s, twice", urls[0])
+    assert fleet.classify(last) is last
+    assert fleet.classify(ServerHung("a server of no fleet", "http://elsewhere/v1")) is None
+
+
+def test_conversations_waiting_for_room_are_seated_in_the_order_they_asked(tmp_path: Path) -> None:
+    """The flight asks longest first: woken together, waiting conversations must not race for a seat
+    (a long one seated late ends the run late)."""
+    import threading
+
+    urls = ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
+    fleet = _fleet(tmp_path, urls, str(tmp_path / "model"), total=2)
+    held = [fleet.seat(("standard", f"multi_turn_base_{n}", 1), lambda: None) for n in range(2)]
+    seated: list[str] = []
+
+    def wait_for_seat(cid: str) -> None:
+        seat = fleet.seat(("standard", cid, 1), lambda: None)
+        seated.append(cid)
+        seat.leave()
+
+    threads = []
+    for n in range(2, 7):  # five ask, one after another, while both seats are held
+        asked = len(fleet._queue)
+        thread = threading.Thread(target=wait_for_seat, args=(f"multi_turn_base_{n}",))
+        thread.start()
+        threads.append(thread)
+        deadline = time.monotonic() + 10
+        while len(fleet._queue) == asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+    for seat in held:
+        seat.leave()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert seated == [f"multi_turn_base_{n}" for n in range(2, 7)]
