@@ -213,3 +213,15 @@ def test_ci_runs_exactly_the_readme_setup_and_test_commands() -> None:
     ci_lines = [line.strip() for line in (root / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
     assert setup in ci_lines and test in ci_lines
     assert ci_lines.index(setup) < ci_lines.index(test)
+
+
+def test_the_wheel_lists_every_package_of_the_source_tree() -> None:
+    # pyproject names its packages one by one (declarations/ is mapped in under another name), so a
+    # new sub-package that is not listed imports from a checkout and is missing from the wheel.
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join(init.parent.relative_to(root).parts) for init in (root / "pytest_careful").rglob("__init__.py")
+    }
+    assert on_disk - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
