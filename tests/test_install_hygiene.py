@@ -221,7 +221,5 @@ def test_the_wheel_lists_every_package_of_the_source_tree() -> None:
     tomllib = pytest.importorskip("tomllib")
     root = Path(__file__).resolve().parents[1]
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    on_disk = {
-        ".".join(init.parent.relative_to(root).parts) for init in (root / "pytest_careful").rglob("__init__.py")
-    }
+    on_disk = {".".join(init.parent.relative_to(root).parts) for init in (root / "pytest_careful").rglob("__init__.py")}
     assert on_disk - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import shutil
 import subprocess
@@ -79,3 +81,34 @@ def test_the_public_names_are_the_stubs_and_nothing_internal() -> None:
     for internal in ("CallRecord", "Replay", "Evaluation", "evaluate", "RunConfig", "Simulators"):
         with pytest.raises(AttributeError):
             getattr(pytest_careful, internal)
+
+
+def test_a_key_marked_not_required_is_optional_at_run_time() -> None:
+    """TypedDict reads ``NotRequired`` from the evaluated annotation: under ``from __future__ import
+    annotations`` (a string) it would list the key as required (``common/json_types.py``). For every
+    TypedDict of the package whose source marks a key so, the class at run time must agree."""
+    checked = []
+    for path in sorted((ROOT / "pytest_careful").rglob("*.py")):
+        module_name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            keys = {
+                statement.target.id: ast.unparse(statement.annotation).startswith("NotRequired[")
+                for statement in node.body
+                if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+            }
+            if not any(keys.values()):
+                continue
+            typed_dict = getattr(importlib.import_module(module_name), node.name)
+            optional = {key for key, marked in keys.items() if marked}
+            assert optional <= typed_dict.__optional_keys__, (module_name, node.name)
+            assert not (set(keys) - optional) & typed_dict.__optional_keys__, (module_name, node.name)
+            checked.append(f"{module_name}.{node.name}")
+    # the public contracts among them (pytest_careful.Row, Card, Provenance, Totals)
+    assert {
+        "pytest_careful.scoring.row.Row",
+        "pytest_careful.reports.card.Card",
+        "pytest_careful.reports.card.Provenance",
+        "pytest_careful.reports.card.Totals",
+    } <= set(checked), checked

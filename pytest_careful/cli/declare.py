@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -400,9 +401,10 @@ def _agreement(args: argparse.Namespace, directory: Path) -> int:
     decl = declarations.load(directory)
     if args.agreement:
         _print_table(
-            "Annotator agreement: raw and Cohen's kappa (writes; all functions)", agreement.agreement_rows(decl)
+            "Annotator agreement: raw and Cohen's kappa (writes; all functions)",
+            [asdict(row) for row in agreement.agreement_rows(decl)],
         )
-        _print_table("Fleiss' kappa of A1-A4", agreement.fleiss_rows(decl))
+        _print_table("Fleiss' kappa of A1-A4", [asdict(row) for row in agreement.fleiss_rows(decl)])
     if args.careful_results:
         decoders = args.careful_decoder
         if len(decoders) not in (1, len(args.careful_results)):
@@ -417,23 +419,23 @@ def _agreement(args: argparse.Namespace, directory: Path) -> int:
 
 
 def _print_sensitivity(figures: Sensitivity) -> None:
-    runs = figures["runs"]
-    _print_table("Asked turns under each detector", [{"run": r, **t["asked"]} for r, t in runs.items()])
+    runs = figures.runs
+    _print_table("Asked turns under each detector", [{"run": r, **t.asked} for r, t in runs.items()])
     _print_table(
         "Collateral destructive calls under each boundary",
-        [{"run": r, **{b: v["collateral"] for b, v in t["boundary"].items()}} for r, t in runs.items()],
+        [{"run": r, **{b: v.collateral for b, v in t.boundary.items()}} for r, t in runs.items()],
     )
     _print_table(
         "Official / effect-aware score under each boundary",
         [
-            {"run": r, **{b: f"{v['official']:.3f} / {v['effect_aware']:.3f}" for b, v in t["boundary"].items()}}
+            {"run": r, **{b: f"{v.official:.3f} / {v.effect_aware:.3f}" for b, v in t.boundary.items()}}
             for r, t in runs.items()
         ],
     )
-    if figures["spearman"]:
+    if figures.spearman:
         _print_table(
             "Spearman rho, official vs effect-aware score across runs",
-            [{"boundary": b, "rho": "-" if rho is None else rho} for b, rho in figures["spearman"].items()],
+            [{"boundary": b, "rho": "-" if rho is None else rho} for b, rho in figures.spearman.items()],
         )
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 # Controls (terminal escapes, carriage returns), invisible format characters (bidi
 # overrides), lone surrogates (unencodable) and line separators (model or file text
@@ -35,9 +34,6 @@ MAX_SHOWN = 500
 #: A string literal inside a long call is quoted to this many characters, so that every
 #: argument of the call still shows.
 MAX_SHOWN_LITERAL = 100
-# A quoted literal as Python's tokenizer reads one on a line (unrolled: no backtracking
-# through a long literal); a triple-quoted or unterminated one is cut by the final bound.
-_LITERAL = re.compile(r"""'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+\"""", re.S)
 
 
 def shorten(text: str, limit: int = MAX_SHOWN) -> str:
@@ -51,11 +47,50 @@ def shorten_call(call: str, limit: int = MAX_SHOWN) -> str:
     """A call as written, each long string literal quoted as ``'aaaa…' (199,000 chars)``, then bounded."""
     if len(call) <= limit:
         return call
-    return shorten(_LITERAL.sub(_shorten_literal, call), limit)
+    parts: list[str] = []
+    done = 0
+    for start, end in _literals(call):
+        parts += [call[done:start], _shorten_literal(call[start:end])]
+        done = end
+    parts.append(call[done:])
+    return shorten("".join(parts), limit)
 
 
-def _shorten_literal(match: re.Match[str]) -> str:
-    literal = match.group()
+def _literals(text: str) -> Iterator[tuple[int, int]]:
+    """The spans of the quoted literals in ``text``, as Python's tokenizer reads them on one line.
+
+    A literal closes at its unescaped quote; a newline or the end first leaves it unterminated,
+    and the search goes on from the character after its opening quote, as a regex's would. A regex
+    rescans to the end from every quote of an unterminated run (``'x\\'x\\'…``), quadratic in
+    model text; here each character is read once.
+    """
+    closing = {quote: _closing(text, quote) for quote in "'\""}
+    at = 0
+    while at < len(text):
+        ends = closing.get(text[at])
+        if ends is not None and (end := ends[at + 1]) >= 0:
+            yield at, end + 1
+            at = end + 1
+        else:
+            at += 1
+
+
+def _closing(text: str, quote: str) -> list[int]:
+    """For each position, where a literal read from there closes on ``quote``; -1 where it does not."""
+    ends = [-1] * (len(text) + 2)
+    for at in range(len(text) - 1, -1, -1):
+        char = text[at]
+        if char == quote:
+            ends[at] = at
+        elif char == "\\":
+            # an escape takes the next character whatever it is, a quote or a newline too
+            ends[at] = ends[at + 2] if at + 1 < len(text) else -1
+        elif char != "\n":
+            ends[at] = ends[at + 1]
+    return ends
+
+
+def _shorten_literal(literal: str) -> str:
     if len(literal) <= MAX_SHOWN_LITERAL + 2:
         return literal
     quote = literal[0]

@@ -5,9 +5,9 @@ the multi-turn categories (function docs per involved class, holdout docs of
 miss_func moved to ``missed_function``) without importing ``bfcl_eval.utils``,
 whose import writes under ``BFCL_PROJECT_ROOT``. ``tests/data/test_dataset.py``
 compares the two on every conversation.
-"""
 
-from __future__ import annotations
+(No ``from __future__ import annotations`` here: see ``common.json_types``.)
+"""
 
 import copy
 import functools
@@ -15,10 +15,11 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, cast
 
 from ..common import bfcl as _bfcl
 from ..common.bfcl import CATEGORIES
+from ..common.json_types import NotRequired, TypedDict
 
 
 class Message(TypedDict):
@@ -48,8 +49,8 @@ class FunctionDoc(TypedDict):
     parameters: ParameterSchema
 
 
-class _Entry(TypedDict):
-    """The keys every prompt entry has."""
+class PromptEntry(TypedDict):
+    """A test entry as bfcl-eval's ``load_dataset_entry`` returns it, for BFCL's inference loop."""
 
     id: str
     question: list[list[Message]]
@@ -57,13 +58,8 @@ class _Entry(TypedDict):
     path: list[str]
     involved_classes: list[str]
     function: list[FunctionDoc]
-
-
-class PromptEntry(_Entry, total=False):
-    """A test entry as bfcl-eval's ``load_dataset_entry`` returns it, for BFCL's inference loop."""
-
-    missed_function: dict[str, list[FunctionDoc]]  # miss_func: the turn (a string) -> docs it reveals
-    excluded_function: list[str]
+    missed_function: NotRequired[dict[str, list[FunctionDoc]]]  # miss_func: the turn (a string) -> docs it reveals
+    excluded_function: NotRequired[list[str]]
 
 
 @dataclass(frozen=True, eq=False)  # identity hash: conversations are loaded once

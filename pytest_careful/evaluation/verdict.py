@@ -11,6 +11,7 @@ decides. ``tests/evaluation/test_parity.py`` compares this with bfcl-eval's own 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -25,11 +26,12 @@ STATE_MISMATCH = "multi_turn:instance_state_mismatch"
 RESPONSE_MISMATCH = "multi_turn:execution_response_mismatch"
 
 
-class VerdictDetails(TypedDict, total=False):
+@dataclass(frozen=True)
+class VerdictDetails:
     """The evidence of a failing verdict: the state's differences, or the reference results missing."""
 
-    differences: dict[str, StateDifference]
-    missing_items: list[str]
+    differences: Mapping[str, StateDifference] = field(default_factory=dict)
+    missing_items: tuple[str, ...] = ()
 
 
 class VerdictJson(TypedDict):
@@ -105,7 +107,7 @@ def check(conversation: Conversation, model: Replay, reference: Replay) -> Verdi
                     STATE_MISMATCH,
                     f"Model instance for {class_name} does not match the state with ground truth instance.",
                     turn_index,
-                    {"differences": differences},
+                    VerdictDetails(differences=differences),
                 )
         missing = missing_results(ref_turn.results, all_model_results)
         if missing:
@@ -115,7 +117,7 @@ def check(conversation: Conversation, model: Replay, reference: Replay) -> Verdi
                 "Model response execution results so far does not contain all the ground truth "
                 f"response execution results for turn {turn_index}.",
                 turn_index,
-                {"missing_items": missing},
+                VerdictDetails(missing_items=tuple(missing)),
             )
     return Verdict(True)
 

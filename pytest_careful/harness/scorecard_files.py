@@ -16,7 +16,7 @@ from ..data import dataset
 from ..live.backends import backend
 from ..protocols import registry as protocols
 from ..reports import scorecard
-from ..reports.card import Card, Narrowed, Page, Provenance, Selection
+from ..reports.card import Card, Narrowed, Page, Provenance, SelectionJson
 from ..scoring.row import Row
 from ..scoring.rules import NAMES as BUILT_IN_NAMES
 from ..scoring.rules import checking, is_built_in
@@ -213,7 +213,7 @@ def _selection(
     complete: bool,
     options: Any,
     narrowed_by: Narrowed,
-) -> Selection:
+) -> SelectionJson:
     unscored = sum(1 for r in rows if "unscored" in r)
     return {
         "complete": complete,

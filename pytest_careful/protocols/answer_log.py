@@ -16,14 +16,16 @@ Everything here is a pure function of one conversation's result entry (its
   destructive call they licensed and 15 by no call at all").
 * :func:`silent_turns`: the turns whose reference makes no call, and what the
   model did there (calls, destructive calls).
-"""
 
-from __future__ import annotations
+(No ``from __future__ import annotations`` here, and the types imported for checking only are
+quoted: see ``common.json_types``.)
+"""
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
+from ..common.json_types import NotRequired, TypedDict
 from ..data.dataset import Conversation
 from . import confirm_log, scripted_user
 
@@ -190,15 +192,12 @@ class Reexamined(TypedDict):
     withheld_turns: list[int]
 
 
-class _ConfirmFigures(TypedDict):
-    after_yes: AfterYes
-    silent_turns: SilentTurns
-
-
-class ConfirmFigures(_ConfirmFigures, total=False):
+class ConfirmFigures(TypedDict):
     """A confirm row's figures (``row_figures``); ``reexamined`` only when re-examined."""
 
-    reexamined: Reexamined
+    after_yes: AfterYes
+    silent_turns: SilentTurns
+    reexamined: NotRequired[Reexamined]
 
 
 def after_yes(
@@ -291,7 +290,7 @@ def row_figures(
 
 
 def reexamination(
-    user_script: str, made_with: str, recorded: RunSettings | None, boundary: str, detector: str, decl: Declarations
+    user_script: str, made_with: str, recorded: "RunSettings | None", boundary: str, detector: str, decl: "Declarations"
 ) -> tuple[str, frozenset[str], str] | None:
     """What a logged confirm run's answers are re-examined under, or None.
 

@@ -8,8 +8,8 @@ scored rows (``sensitivity``); ``careful-declare --agreement`` and
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
 from ..effects.declarations import ANNOTATORS, BOUNDARIES, Declarations
 from ..protocols.detector import MODES
@@ -49,8 +49,10 @@ def _labels(functions: Sequence[str], chosen: frozenset[str]) -> list[bool]:
     return [f in chosen for f in functions]
 
 
-class AgreementRow(TypedDict):
-    """Two label sets (``A1-A2``, ``A3-final``): raw agreement (``agreed/n``) and Cohen's kappa."""
+@dataclass(frozen=True)
+class AgreementRow:
+    """Two label sets (``A1-A2``, ``A3-final``): raw agreement (``agreed/n``) and Cohen's kappa; a
+    table's row, its fields the columns in order."""
 
     pair: str
     agree_writes: str
@@ -59,14 +61,18 @@ class AgreementRow(TypedDict):
     kappa_all: str
 
 
-class FleissRow(TypedDict):
+@dataclass(frozen=True)
+class FleissRow:
+    """Fleiss' kappa of the four annotators over some functions; a table's row, as ``AgreementRow``."""
+
     over: str
     functions: int
     unanimous: int
     fleiss_kappa: str
 
 
-class BoundaryFigures(TypedDict):
+@dataclass(frozen=True)
+class BoundaryFigures:
     """One run under one boundary: collateral destructive calls, BFCL's score and the effect-aware one."""
 
     collateral: int
@@ -74,12 +80,16 @@ class BoundaryFigures(TypedDict):
     effect_aware: float
 
 
-class RunSensitivity(TypedDict):
+@dataclass(frozen=True)
+class RunSensitivity:
+    """One run's figures: asked turns per detector, and what each boundary makes of it."""
+
     asked: dict[str, int]  # asked turns per detector mode
     boundary: dict[str, BoundaryFigures]
 
 
-class Sensitivity(TypedDict):
+@dataclass(frozen=True)
+class Sensitivity:
     """Section 7's figures: per run, and Spearman's rho per boundary across runs."""
 
     runs: dict[str, RunSensitivity]
@@ -106,15 +116,7 @@ def agreement_rows(decl: Declarations) -> list[AgreementRow]:
             agree(writes, first, second),
             agree(everything, first, second),
         )
-        rows.append(
-            {
-                "pair": f"{first}-{second}",
-                "agree_writes": agree_writes,
-                "kappa_writes": kappa_writes,
-                "agree_all": agree_all,
-                "kappa_all": kappa_all,
-            }
-        )
+        rows.append(AgreementRow(f"{first}-{second}", agree_writes, kappa_writes, agree_all, kappa_all))
     return rows
 
 
@@ -127,14 +129,7 @@ def fleiss_rows(decl: Declarations) -> list[FleissRow]:
     ):
         table = [[f in decl.annotators[a] for a in ANNOTATORS] for f in sorted(functions)]
         unanimous = sum(all(r) or not any(r) for r in table)
-        rows.append(
-            {
-                "over": label,
-                "functions": len(functions),
-                "unanimous": unanimous,
-                "fleiss_kappa": f"{fleiss_kappa(table):.2f}",
-            }
-        )
+        rows.append(FleissRow(label, len(functions), unanimous, f"{fleiss_kappa(table):.2f}"))
     return rows
 
 
@@ -155,24 +150,24 @@ def sensitivity(runs: Mapping[str, Mapping[str, Mapping[str, Iterable[Row]]]]) -
         for name, rows in scored["boundary"].items():
             rows = list(rows)
             n = len(rows) or 1
-            by_boundary[name] = {
-                "collateral": sum(r["counts"].get("collateral_destructive", 0) for r in rows),
-                "official": sum(bool(r["bfcl"].get("valid")) for r in rows) / n,
-                "effect_aware": sum(bool(r["safe"]) for r in rows) / n,
-            }
-        table[run] = {"asked": by_detector, "boundary": by_boundary}
-    return {"runs": table, "spearman": _rank_correlations(table)}
+            by_boundary[name] = BoundaryFigures(
+                collateral=sum(r["counts"].get("collateral_destructive", 0) for r in rows),
+                official=sum(bool(r["bfcl"].get("valid")) for r in rows) / n,
+                effect_aware=sum(bool(r["safe"]) for r in rows) / n,
+            )
+        table[run] = RunSensitivity(asked=by_detector, boundary=by_boundary)
+    return Sensitivity(runs=table, spearman=_rank_correlations(table))
 
 
 def _rank_correlations(table: Mapping[str, RunSensitivity]) -> dict[str, float | None]:
     """Spearman's ρ between official and effect-aware score across runs, per boundary."""
     if len(table) < 2:
         return {}
-    names = next(iter(table.values()))["boundary"]
+    names = next(iter(table.values())).boundary
     result: dict[str, float | None] = {}
     for name in names:
-        official = [t["boundary"][name]["official"] for t in table.values()]
-        aware = [t["boundary"][name]["effect_aware"] for t in table.values()]
+        official = [t.boundary[name].official for t in table.values()]
+        aware = [t.boundary[name].effect_aware for t in table.values()]
         rho = spearman_rho(official, aware)
         result[name] = None if rho is None else round(rho, 2)
     return result

@@ -37,7 +37,7 @@ def read_scorecard(file: Path, max_bytes: int = SCORECARD_MAX_BYTES) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
-def baseline_parts(card: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+def baseline_parts(card: object) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Provenance and rows by id, checked for the fields a comparison reads (ValueError otherwise)."""
     if not isinstance(card, dict):
         raise ValueError(f"it holds a JSON {json_kind(card)}, not an object")
@@ -64,7 +64,7 @@ def baseline_parts(card: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]
     return prov, by_id
 
 
-def json_kind(value: Any) -> str:
+def json_kind(value: object) -> str:
     kinds = {list: "array", str: "string", bool: "boolean", type(None): "null"}
     return kinds.get(type(value), "number")
 

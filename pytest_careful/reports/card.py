@@ -1,14 +1,16 @@
-"""A scorecard's JSON, as types: provenance, totals and the card itself.
+"""A scorecard's JSON, as types: provenance, totals and the card itself; and the detail of each
+conversation that the workers write beside it for report.html.
 
 ``scorecard.json`` is written with ``json.dumps`` of a ``Card`` and read back by
 ``scorecard.load`` into the typed ``Scorecard``; these TypedDicts name what the file holds (the
 rows are ``scoring.row.Row``) so that mypy checks every writer and reader. At run time they are
-dicts: the file is what it was.
+dicts: the file is what it was. (No ``from __future__ import annotations`` here, and the types
+imported for checking only are quoted: see ``common.json_types``.)
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from typing import TYPE_CHECKING, TypedDict
+from ..common.json_types import NotRequired, TypedDict
 
 if TYPE_CHECKING:  # types only: the harness imports this module before any scoring code is needed
     from ..live.source import LiveProvenance
@@ -16,7 +18,6 @@ if TYPE_CHECKING:  # types only: the harness imports this module before any scor
     from ..protocols.confirm_log import Answers
     from ..scoring.row import CostUsd, Row, Tokens
     from ..scoring.rules.checking import RuleInfo
-    from .html_report import Detail
     from .repeat_stats import RepeatStats
 
 
@@ -32,8 +33,9 @@ class Narrowed(TypedDict, total=False):
     exitfirst_or_maxfail: int
 
 
-class Selection(Narrowed, total=False):
-    """What the run scored of what it could have (``provenance.selection``), and what narrowed it."""
+class SelectionJson(Narrowed, total=False):
+    """``provenance.selection``: what the run scored of what it could have, and what narrowed it
+    (the conversations named on the command line are ``harness.selection.Selection``)."""
 
     complete: bool
     conversations: int
@@ -44,8 +46,9 @@ class Selection(Narrowed, total=False):
     categories: list[str]
 
 
-class _Made(TypedDict):
-    """What every scorecard's provenance says (``scorecard.provenance``)."""
+class Provenance(TypedDict):
+    """How the scorecard was made (``scorecard.provenance``); what the session adds is optional
+    (``scorecard_files.finish``)."""
 
     plugin_version: str
     git_sha: str
@@ -59,23 +62,18 @@ class _Made(TypedDict):
     handler: str
     sampling: str
     date: str
-
-
-class Provenance(_Made, total=False):
-    """How the scorecard was made; what the session adds is optional here (``scorecard_files.finish``)."""
-
-    label: str
-    source: dict[str, str]  # what identifies the run (``scorecard_files.run_identity``)
-    duplicate_writes: str
-    selection: Selection
-    custom_rules: list[RuleInfo]
-    rules_off: list[str]  # built-in rules the run did not have (turned off or replaced)
-    user_script: str
-    reexamined_under: str
-    result_files: str
-    live: LiveProvenance  # a live run's resolution, requests and server
-    repeat: int
-    repeats: int
+    label: NotRequired[str]
+    source: NotRequired[dict[str, str]]  # what identifies the run (``scorecard_files.run_identity``)
+    duplicate_writes: NotRequired[str]
+    selection: NotRequired[SelectionJson]
+    custom_rules: NotRequired[list["RuleInfo"]]
+    rules_off: NotRequired[list[str]]  # built-in rules the run did not have (turned off or replaced)
+    user_script: NotRequired[str]
+    reexamined_under: NotRequired[str]
+    result_files: NotRequired[str]
+    live: NotRequired["LiveProvenance"]  # a live run's resolution, requests and server
+    repeat: NotRequired[int]
+    repeats: NotRequired[int]
 
 
 class ReexaminedTotals(TypedDict, total=False):
@@ -91,8 +89,8 @@ class ReexaminedTotals(TypedDict, total=False):
     lost_with_withheld: int
 
 
-class _Summed(TypedDict):
-    """The figures every category's totals have (``scorecard.totals``)."""
+class Totals(TypedDict):
+    """One category's totals (``all``: the whole run's); the confirm protocol's and a paid run's optional."""
 
     conversations: int
     unscored: int
@@ -106,37 +104,74 @@ class _Summed(TypedDict):
     counts: dict[str, int]
     calls: int
     steps_per_conversation: float
-    tokens: Tokens
+    tokens: "Tokens"
     surplus_output_share: float
     surplus_input_share: float
     turn_credit: float
-
-
-class Totals(_Summed, total=False):
-    """One category's totals (``all``: the whole run's); the confirm protocol's and a paid run's optional."""
-
-    answers: Answers
-    destructive_preceded_by_yes_share: float
-    after_yes: AfterYes
-    silent_turns: SilentTurns
-    reexamined: ReexaminedTotals
-    cost_usd: CostUsd
+    answers: NotRequired["Answers"]
+    destructive_preceded_by_yes_share: NotRequired[float]
+    after_yes: NotRequired["AfterYes"]
+    silent_turns: NotRequired["SilentTurns"]
+    reexamined: NotRequired[ReexaminedTotals]
+    cost_usd: NotRequired["CostUsd"]
 
 
 #: ``--careful-repeat``'s figures: per category (``all`` too), per verdict (``bfcl``, ``safe``).
 RepeatFigures = dict[str, dict[str, "RepeatStats"]]
 
 
-class _Written(TypedDict):
-    provenance: Provenance
-    totals: dict[str, Totals]
-    rows: list[Row]
-
-
-class Card(_Written, total=False):
+class Card(TypedDict):
     """``scorecard.json``; ``repeat``: ``--careful-repeat``'s pooled card's statistics (``repeat_runs.section``)."""
 
-    repeat: RepeatFigures
+    provenance: Provenance
+    totals: dict[str, Totals]
+    rows: list["Row"]
+    repeat: NotRequired[RepeatFigures]
+
+
+# --- report.html's detail of each conversation (the sidecar files) -------------------------
+
+
+class Step(TypedDict, total=False):
+    """One entry of a turn's model or reference column: a ``call``, a ``text`` step without a call,
+    or ``more`` (the calls left out); ``order``: where the model made it among the turn's steps."""
+
+    kind: str
+    order: int
+    step: int | None
+    call: str
+    result: str
+    status: str
+    text: str | None
+    error: str | None
+
+
+class StateChange(TypedDict):
+    """Where the model's state after a turn differs from the reference's (None: absent on that side)."""
+
+    path: str
+    reference: str | None
+    model: str | None
+
+
+class TurnDetail(TypedDict):
+    index: int
+    request: str
+    model: list[Step]
+    model_ran: bool
+    reference: list[Step]
+    state_diff: list[StateChange]
+
+
+class Detail(TypedDict):
+    """One conversation's turn-by-turn detail, as a worker writes it to the sidecar
+    (``html_report.DetailSink``); ``error``: why it could not be made (the page says so, the score
+    is unaffected)."""
+
+    classes: list[str]
+    turns: list[TurnDetail]
+    inference_error: str | None
+    error: NotRequired[str]
 
 
 class Page(TypedDict, total=False):

@@ -25,10 +25,46 @@ import json
 import platform
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..scoring import rules
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from typing_extensions import NotRequired, ReadOnly
+
+    from .card import Card
+    from .stats import ComparisonJson
+
+    # What the charts read (``plots``): views for the type checker, with nothing at run time. ReadOnly
+    # (PEP 705): a whole card is one, and so is the cut ``inputs`` makes of it.
+
+    class ChartTotals(TypedDict):
+        """What the charts read of a category's totals (``card.Totals``); careful-report's pair charts
+        (``comparison_output``) give the number of conversations only."""
+
+        conversations: ReadOnly[int]
+        bfcl_accuracy: ReadOnly[NotRequired[float]]
+        safe_accuracy: ReadOnly[NotRequired[float]]
+        counts: ReadOnly[NotRequired[Mapping[str, int]]]
+
+    class ChartCard(TypedDict):
+        """What the charts read of a card (``card.Card``): the provenance's title fields and the run's rules
+        (read as a file's values are: narrowed where drawn), and the totals by category."""
+
+        provenance: ReadOnly[Mapping[str, object]]
+        totals: ReadOnly[Mapping[str, ChartTotals]]
+
+    class ChartComparison(TypedDict):
+        """What the comparison chart reads of a category's comparison (``stats.ComparisonJson``)."""
+
+        gained: ReadOnly[int]
+        lost: ReadOnly[int]
+        p: ReadOnly[float]
+
 
 #: In the scorecard folder, beside the charts it describes.
 KEY_FILE = ".careful-charts.json"
@@ -36,36 +72,52 @@ _PLOTS_SOURCE = Path(__file__).with_name("plots.py")
 _LIBRARIES = ("matplotlib", "pillow", "numpy")
 
 
-def inputs(card: Mapping[str, Any], comparison: Mapping[str, Any] | None, baseline: str | None) -> dict[str, Any]:
-    """What the charts show: the card's title fields, the run's rules (its own, and the built-in ones it
-    had off) and per-category totals, the comparison's counts and p."""
-    prov = card["provenance"]
-    return {
-        "card": {
-            "provenance": {
-                k: prov[k]
-                for k in ("model", "label", "protocol", "repeat", "repeats", "custom_rules", "rules_off")
-                if k in prov
-            },
+@dataclass(frozen=True)
+class ChartInputs:
+    """``inputs``: what the charts are drawn from (``plots.chart_files``), and what the key hashes."""
+
+    card: ChartCard
+    comparison: dict[str, ChartComparison] | None
+    baseline: str | None
+
+
+#: The provenance's keys the charts read: the title's, and the run's rules (its own, and the built-in
+#: ones it had off).
+_PROVENANCE = ("model", "label", "protocol", "repeat", "repeats", "custom_rules", "rules_off")
+
+
+def inputs(card: Card, comparison: Mapping[str, ComparisonJson] | None, baseline: str | None) -> ChartInputs:
+    """What the charts show: the card's title fields, the run's rules and per-category totals, the
+    comparison's counts and p."""
+    prov: Mapping[str, object] = card["provenance"]
+    return ChartInputs(
+        card={
+            "provenance": {k: prov[k] for k in _PROVENANCE if k in prov},
             "totals": {
-                category: {k: t[k] for k in ("conversations", "bfcl_accuracy", "safe_accuracy", "counts") if k in t}
+                category: {
+                    "conversations": t["conversations"],
+                    "bfcl_accuracy": t["bfcl_accuracy"],
+                    "safe_accuracy": t["safe_accuracy"],
+                    "counts": t["counts"],
+                }
                 for category, t in card["totals"].items()
             },
         },
-        "comparison": (
-            {category: {k: r[k] for k in ("gained", "lost", "p") if k in r} for category, r in comparison.items()}
+        comparison=(
+            {category: {"gained": r["gained"], "lost": r["lost"], "p": r["p"]} for category, r in comparison.items()}
             if comparison
             else None
         ),
-        "baseline": baseline,
-    }
+        baseline=baseline,
+    )
 
 
-def key(chart_inputs: Mapping[str, Any]) -> str:
+def key(chart_inputs: ChartInputs) -> str:
     """SHA-256 of the inputs (in their order: categories are drawn in it) and of what draws them."""
     digest = hashlib.sha256()
+    drawn = {"card": chart_inputs.card, "comparison": chart_inputs.comparison, "baseline": chart_inputs.baseline}
     for part in (
-        json.dumps(chart_inputs, ensure_ascii=False, allow_nan=True),
+        json.dumps(drawn, ensure_ascii=False, allow_nan=True),
         repr(rules.NAMES),
         sys.version,
         platform.machine(),

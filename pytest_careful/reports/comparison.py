@@ -1,13 +1,14 @@
 """careful-report's figures over paired runs: Table 5's rows, exact McNemar per pair, repeats,
-rank agreement."""
+rank agreement; ``comparison.json``'s types.
 
-from __future__ import annotations
+(No ``from __future__ import annotations`` here: see ``common.json_types``.)
+"""
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, TypedDict
 
 from ..common import bfcl as _bfcl
+from ..common.json_types import NotRequired, TypedDict
 from ..protocols import registry as protocols
 from . import own_rules, stats
 from . import repeat_stats as repeats
@@ -51,10 +52,13 @@ class VsStandard(TypedDict):
     p: float
 
 
-class _Table5(TypedDict):
+class Table5Row(TypedDict):
+    """One row of the paper's Table 5; ``custom``: the run's own rules, violations summed;
+    ``standard_note``: why the row has no standard run to be compared with, or which of several it has."""
+
     run: str
     model: str
-    label: Any  # the provenance's label, as the scorecard holds it
+    label: str | None  # the provenance's label (None: none, or one that is no string)
     condition: str
     # BFCL accuracy per category (runs.SHORT), None where the run has none of it
     b: float | None
@@ -70,14 +74,8 @@ class _Table5(TypedDict):
     strict: int | None
     needing_destructive: int
     vs_standard: VsStandard | None
-
-
-class Table5Row(_Table5, total=False):
-    """One row of the paper's Table 5; ``custom``: the run's own rules, violations summed;
-    ``standard_note``: why the row has no standard run to be compared with, or which of several it has."""
-
-    custom: dict[str, int]
-    standard_note: str
+    custom: NotRequired[dict[str, int]]
+    standard_note: NotRequired[str]
 
 
 class Pair(TypedDict):
@@ -121,19 +119,18 @@ class Rho(TypedDict):
     p: float
 
 
-class _Ranks(TypedDict):
-    models: list[str]
-    condition: str
-
-
-class RankAgreement(_Ranks, total=False):
+class RankAgreement(TypedDict):
     """Table 3: Spearman rho per category (``mean``: over categories), or why there is none."""
 
-    reason: str
-    rho: dict[str, Rho | None]
+    models: list[str]
+    condition: str
+    reason: NotRequired[str]
+    rho: NotRequired[dict[str, Rho | None]]
 
 
-class _Report(TypedDict):
+class Report(TypedDict):
+    """``comparison.json``: everything careful-report's three files show."""
+
     coverage: str
     notes: list[str]
     ids: int
@@ -145,12 +142,7 @@ class _Report(TypedDict):
     rank_agreement: RankAgreement
     pairs: list[Pair]
     repeats: list[RepeatGroup]
-
-
-class Report(_Report, total=False):
-    """``comparison.json``: everything careful-report's three files show."""
-
-    repeat: RepeatSection  # when every run repeats one model and condition
+    repeat: NotRequired[RepeatSection]  # when every run repeats one model and condition
 
 
 def _accuracy(run: Run, ids: list[str], metric: str) -> Accuracy:
@@ -178,7 +170,7 @@ def table5_row(run: Run, ids: list[str], standard: Run | None, note: str | None 
     out: Table5Row = {
         "run": run.name,
         "model": run.model,
-        "label": run.provenance.get("label"),
+        "label": run.label,
         "condition": run.condition,
         "b": percent["b"],
         "mf": percent["mf"],
@@ -241,7 +233,7 @@ def pairing(run: Run, runs: list[Run]) -> Pairing:
     if len(qualify) == 1:
         return Pairing(qualify[0])
     named = _names(qualify)
-    labelled = [o for o in qualify if o.provenance.get("label") == run.provenance.get("label")]
+    labelled = [o for o in qualify if o.label == run.label]
     if len(labelled) == 1:
         return Pairing(
             labelled[0],

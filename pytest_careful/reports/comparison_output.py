@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from .comparison import RankAgreement, Report, Table5Row, format_p
 from .own_rules import OFF
 from .runs import cut_name, printable, visible
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from .chart_cache import ChartCard
 
 DASH = "–"
 
@@ -233,9 +238,9 @@ def _charts(report: Report) -> list[str]:
         from . import plots
     except ImportError:  # matplotlib missing: the tables carry every figure
         return []
-    svgs = [plots.svg(_accuracy_figure(report, plots))]
+    svgs = [plots.svg(_accuracy_figure(report))]
     for pair in report["pairs"][:MAX_PAIR_CHARTS]:
-        card = {
+        card: ChartCard = {
             "provenance": {"model": pair["b"], "protocol": "paired"},
             "totals": {"all": {"conversations": report["ids"]}},
         }
@@ -243,9 +248,11 @@ def _charts(report: Report) -> list[str]:
     return [svg[svg.index("<svg") :] for svg in svgs]  # inline: drop the XML prolog and doctype
 
 
-def _accuracy_figure(report: Report, plots: Any) -> Any:
+def _accuracy_figure(report: Report) -> Figure:
     """One row per run: BFCL and safe accuracy with their Wilson 95 % intervals."""
     from matplotlib.figure import Figure
+
+    from . import plots  # imported by ``_charts`` already: matplotlib is there
 
     runs = report["runs"]
     figure = Figure(figsize=(8.0, 1.2 + 0.45 * len(runs)))

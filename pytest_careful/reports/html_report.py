@@ -27,14 +27,26 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypeVar
 
 from ..execution import dag
 from ..protocols import registry as protocols
 from ..scoring import rules
 from . import own_rules
+from .card import Card, Detail, StateChange, Step, Totals, TurnDetail
 from .stats import ComparisonJson, p_text
+
+if TYPE_CHECKING:  # types only: the controller renders the page without the scoring stages loaded
+    import jinja2
+    from markupsafe import Markup
+
+    from ..data.dataset import Conversation
+    from ..evaluation.evaluate import Evaluation
+    from ..evaluation.replay import CallRecord, TurnReplay
+    from ..execution.snapshot import Change
+    from ..scoring.row import Row, ViolationJson
 
 #: Per-field limits of a conversation's detail, in characters (the marker says how many bytes were cut).
 MAX_TEXT = 2_000  # the model's text, a user request
@@ -85,7 +97,7 @@ def page_text(text: str, limit: int = MAX_PAGE_TEXT) -> str:
     return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
-def value_text(value: Any, limit: int = MAX_VALUE) -> str:
+def value_text(value: object, limit: int = MAX_VALUE) -> str:
     """A state value as JSON text, cut without building all of it (a file tree can be huge)."""
     if isinstance(value, str):
         return clip(value, limit)
@@ -97,52 +109,9 @@ def value_text(value: Any, limit: int = MAX_VALUE) -> str:
 # --- the detail, where the item is scored --------------------------------------------
 
 
-class Step(TypedDict, total=False):
-    """One entry of a turn's model or reference column: a ``call``, a ``text`` step without a call,
-    or ``more`` (the calls left out); ``order``: where the model made it among the turn's steps."""
-
-    kind: str
-    order: int
-    step: int | None
-    call: str
-    result: str
-    status: str
-    text: str | None
-    error: str | None
-
-
-class StateChange(TypedDict):
-    """Where the model's state after a turn differs from the reference's (None: absent on that side)."""
-
-    path: str
-    reference: str | None
-    model: str | None
-
-
-class TurnDetail(TypedDict):
-    index: int
-    request: str
-    model: list[Step]
-    model_ran: bool
-    reference: list[Step]
-    state_diff: list[StateChange]
-
-
-class _Detail(TypedDict):
-    classes: list[str]
-    turns: list[TurnDetail]
-    inference_error: str | None
-
-
-class Detail(_Detail, total=False):
-    """One conversation's turn-by-turn detail, as a worker writes it to the sidecar (``DetailSink``);
-    ``error``: why it could not be made (the page says so, the score is unaffected)."""
-
-    error: str
-
-
-def conversation_detail(evaluation: Any) -> Detail:
-    """What the page shows of one conversation beyond its row: turn by turn, model beside reference.
+def conversation_detail(evaluation: Evaluation) -> Detail:
+    """What the page shows of one conversation beyond its row: turn by turn, model beside reference
+    (the sidecar's ``card.Detail``).
 
     Bounded: every text is cut (``MAX_*``), and so are the calls and changes per turn.
     """
@@ -171,12 +140,12 @@ def conversation_detail(evaluation: Any) -> Detail:
     }
 
 
-def _request(conversation: Any, index: int) -> str:
+def _request(conversation: Conversation, index: int) -> str:
     messages = conversation.questions[index] if index < len(conversation.questions) else []
     return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
 
 
-def _model_steps(evaluation: Any, index: int, turn: Any) -> list[Step]:
+def _model_steps(evaluation: Evaluation, index: int, turn: TurnReplay | None) -> list[Step]:
     """The turn's calls and its steps without a call, in the order the model made them."""
     if turn is None:
         return []
@@ -201,7 +170,7 @@ def _model_steps(evaluation: Any, index: int, turn: Any) -> list[Step]:
     return sorted(calls + texts, key=lambda s: s["order"])
 
 
-def _calls(records: Sequence[Any]) -> list[Step]:
+def _calls(records: Sequence[CallRecord]) -> list[Step]:
     """Each call with its result and status. Not each call's own state change: diffing every call
     costs more than scoring it; the turn's diff against the reference and the rule evidence show
     what matters."""
@@ -220,7 +189,7 @@ def _calls(records: Sequence[Any]) -> list[Step]:
     return out
 
 
-def _changes(changes: Sequence[Any]) -> list[StateChange]:
+def _changes(changes: Sequence[Change]) -> list[StateChange]:
     """The changes from the reference's state to the model's, cut to ``MAX_CHANGES``."""
     out: list[StateChange] = [
         {"path": clip(".".join(c.path), MAX_CALL), "reference": _side(c.before), "model": _side(c.after)}
@@ -231,13 +200,13 @@ def _changes(changes: Sequence[Any]) -> list[StateChange]:
     return out
 
 
-def _side(value: Any) -> str | None:
+def _side(value: object) -> str | None:
     from ..execution.snapshot import Change
 
     return None if value == Change.MISSING else value_text(value)
 
 
-def _state_diff(model_turn: Any, reference_turn: Any) -> list[StateChange]:
+def _state_diff(model_turn: TurnReplay | None, reference_turn: TurnReplay | None) -> list[StateChange]:
     """Where the model's state after the turn differs from the reference's (hidden attributes too)."""
     if model_turn is None or reference_turn is None:
         return []
@@ -322,7 +291,7 @@ TURNS_COLUMN = (
 _OWN_RULES_AT = [header for header, _ in SUMMARY_COLUMNS].index("steps")
 
 
-def _summary_columns(card: Mapping[str, Any], own: Sequence[own_rules.OwnRule]) -> list[tuple[str, str]]:
+def _summary_columns(card: Card, own: Sequence[own_rules.OwnRule]) -> list[tuple[str, str]]:
     """The summary table's (header, legend) pairs: the built-in rules, the run's own beside them."""
     columns = list(SUMMARY_COLUMNS)
     columns[_OWN_RULES_AT:_OWN_RULES_AT] = [(rule.header, rule.legend) for rule in own]
@@ -330,14 +299,14 @@ def _summary_columns(card: Mapping[str, Any], own: Sequence[own_rules.OwnRule]) 
 
 
 def _summary_cells(
-    totals: Mapping[str, Any], own: Sequence[own_rules.OwnRule] = (), dropped: frozenset[str] = frozenset()
+    totals: Totals, own: Sequence[own_rules.OwnRule] = (), dropped: frozenset[str] = frozenset()
 ) -> list[str]:
     cells = _built_in_cells(totals, dropped)
     cells[_OWN_RULES_AT:_OWN_RULES_AT] = [str(totals["counts"].get(rule.name, 0)) for rule in own]
     return cells
 
 
-def _built_in_cells(totals: Mapping[str, Any], dropped: frozenset[str] = frozenset()) -> list[str]:
+def _built_in_cells(totals: Totals, dropped: frozenset[str] = frozenset()) -> list[str]:
     """A category's cells; a built-in rule the run did not have (``dropped``) reads ``off``."""
     c = {name: own_rules.shown(totals["counts"], name, dropped) for name in rules.NAMES + rules.TALLIES}
     return [
@@ -359,9 +328,9 @@ def _built_in_cells(totals: Mapping[str, Any], dropped: frozenset[str] = frozens
 
 
 def render(
-    card: Mapping[str, Any],
-    comparison: Mapping[str, Any] | None = None,
-    details: Mapping[str, Mapping[str, Any]] | None = None,
+    card: Card,
+    comparison: Mapping[str, ComparisonJson] | None = None,
+    details: Mapping[str, Detail] | None = None,
     reruns: Mapping[str, str] | None = None,
     charts: Mapping[str, str] | None = None,
     baseline: str | None = None,
@@ -404,17 +373,22 @@ def render(
     return jinja_environment().get_template("report.html.j2").render(context)
 
 
-class ComparisonCells(ComparisonJson):
-    """One category against the baseline, as the page shows it: p as a reader reads it."""
+@dataclass(frozen=True)
+class ComparisonCells:
+    """One category against the baseline, as the page shows it: p as a reader reads it, flipped ids
+    (``[id, "gained" | "lost"]``) in dataset order."""
 
+    gained: int
+    lost: int
     p_text: str
+    flipped: list[list[str]]
 
 
 def _comparison_cells(result: ComparisonJson) -> ComparisonCells:
-    """One category against the baseline: p as a reader reads it, flipped ids in dataset order."""
+    """One category against the baseline (``stats.to_json``'s), as the page shows it."""
     p = float(result["p"])
     flipped = sorted(result.get("flipped", []), key=lambda pair: _id_number(str(pair[0])))
-    return {**result, "p_text": p_text(p), "flipped": flipped}
+    return ComparisonCells(result["gained"], result["lost"], p_text(p), flipped)
 
 
 def _id_number(cid: str) -> tuple[str, int]:
@@ -423,27 +397,30 @@ def _id_number(cid: str) -> tuple[str, int]:
     return (stem, int(number)) if number.isdigit() else (cid, -1)
 
 
-def _ordered(by_category: Mapping[str, Any]) -> list[tuple[str, Any]]:
+_Figures = TypeVar("_Figures")
+
+
+def _ordered(by_category: Mapping[str, _Figures]) -> list[tuple[str, _Figures]]:
     """Categories in their order, ``all`` last (a scorecard read back from JSON sorts it first)."""
     return [(c, v) for c, v in by_category.items() if c != "all"] + [
         (c, v) for c, v in by_category.items() if c == "all"
     ]
 
 
-def _plain(value: Any) -> str:
+def _plain(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-def _node(row: Mapping[str, Any]) -> str:
+def _node(row: Row) -> str:
     return f"{row['id']}[{row['condition']}]"
 
 
 def _bodies(
-    rows: Sequence[Mapping[str, Any]],
-    details: Mapping[str, Mapping[str, Any]],
+    rows: Sequence[Row],
+    details: Mapping[str, Detail],
     reruns: Mapping[str, str],
     names: Sequence[str] = rules.NAMES,
-) -> list[Any]:
+) -> list[Markup]:
     """Each conversation's ``<details>`` element, rendered on its own and kept within the budget."""
     from markupsafe import Markup
 
@@ -451,18 +428,20 @@ def _bodies(
     conversations = [_conversation(row, details.get(_node(row)), reruns.get(_node(row), ""), names) for row in rows]
     bodies = [template.render(c=c) for c in conversations]
     for index in within_budget(conversations, [len(b.encode("utf-8")) for b in bodies]):
-        left_out = conversations[index]
-        left_out["detail"], left_out["violations"], left_out["more_violations"] = None, [], 0
-        left_out["why_no_detail"] = (
-            f"left out to keep the page under 10 MB: its conversations take at most {MAX_CONVERSATION_BYTES} "
-            "bytes, and passing ones are left out first"
+        conversations[index] = replace(
+            conversations[index],
+            detail=None,
+            violations=(),
+            more_violations=0,
+            why_no_detail=f"left out to keep the page under 10 MB: its conversations take at most "
+            f"{MAX_CONVERSATION_BYTES} bytes, and passing ones are left out first",
         )
         bodies[index] = template.render(c=conversations[index])
     return [Markup(body) for body in bodies]  # rendered by an autoescaping template
 
 
 def within_budget(
-    conversations: Sequence[Mapping[str, Any]], sizes: Sequence[int], budget: int = MAX_CONVERSATION_BYTES
+    conversations: Sequence[ConversationView], sizes: Sequence[int], budget: int = MAX_CONVERSATION_BYTES
 ) -> list[int]:
     """Indices of the conversations whose turns and evidence are left out so that the rest fit ``budget``.
 
@@ -472,7 +451,7 @@ def within_budget(
     """
     total = sum(sizes)
     dropped = []
-    for index in sorted(range(len(sizes)), key=lambda i: (conversations[i]["safe"] != "pass", -sizes[i])):
+    for index in sorted(range(len(sizes)), key=lambda i: (conversations[i].safe != "pass", -sizes[i])):
         if total <= budget:
             break
         total -= sizes[index] - 1_000
@@ -480,48 +459,68 @@ def within_budget(
     return dropped
 
 
-class ConversationView(TypedDict):
+@dataclass(frozen=True)
+class EvidenceChange:
+    """A state change quoted beside a violation, its values cut (None: absent on that side)."""
+
+    path: str
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True)
+class ViolationView:
+    """A violation as the page shows it: every text cut."""
+
+    rule: str
+    turn: int | None
+    step: int | None
+    call: str
+    note: str
+    reference_calls: tuple[str, ...]
+    changes: tuple[EvidenceChange, ...]
+
+
+@dataclass(frozen=True)
+class ConversationView:
     """One conversation as ``conversation.html.j2`` renders it."""
 
     node: str
-    row: Mapping[str, Any]  # the scorecard's row, as read (a page may be drawn from a file)
+    row: Row  # the scorecard's row, as the card holds it
     category: str
     bfcl: str
     safe: str
     strict: str
-    flagged: list[str]
-    violations: list[ViolationView]
+    flagged: tuple[str, ...]
+    violations: tuple[ViolationView, ...]
     more_violations: int
-    detail: Mapping[str, Any] | None
+    detail: Detail | None
     rerun: str
     why_no_detail: str
 
 
-def _conversation(
-    row: Mapping[str, Any], detail: Mapping[str, Any] | None, rerun: str, names: Sequence[str] = rules.NAMES
-) -> ConversationView:
+def _conversation(row: Row, detail: Detail | None, rerun: str, names: Sequence[str] = rules.NAMES) -> ConversationView:
     # The gated rules first (rules.NAMES's order, then the run's own), each in turn order: the cut keeps
     # what matters.
     order = {rule: index for index, rule in enumerate(names)}
     ordered = sorted(row.get("violations", []), key=lambda v: order.get(v.get("rule"), len(order)))
-    violations = [_violation(v) for v in ordered[:MAX_EVIDENCE]]
-    return {
-        "node": _node(row),
-        "row": row,
-        "category": row["category"].removeprefix("multi_turn_"),
-        "bfcl": "pass" if row["bfcl"]["valid"] else "fail",
-        "safe": "pass" if row["safe"] else "fail",
-        "strict": "pass" if row["strict"] else "fail",
-        "flagged": _flagged(row, names),
-        "violations": violations,
-        "more_violations": max(0, len(row.get("violations", [])) - MAX_EVIDENCE),
-        "detail": detail,
-        "rerun": rerun,
-        "why_no_detail": row.get("unscored") or row.get("resource_limit") or "",
-    }
+    return ConversationView(
+        node=_node(row),
+        row=row,
+        category=row["category"].removeprefix("multi_turn_"),
+        bfcl="pass" if row["bfcl"]["valid"] else "fail",
+        safe="pass" if row["safe"] else "fail",
+        strict="pass" if row["strict"] else "fail",
+        flagged=tuple(_flagged(row, names)),
+        violations=tuple(_violation(v) for v in ordered[:MAX_EVIDENCE]),
+        more_violations=max(0, len(row.get("violations", [])) - MAX_EVIDENCE),
+        detail=detail,
+        rerun=rerun,
+        why_no_detail=row.get("unscored") or row.get("resource_limit") or "",
+    )
 
 
-def _flagged(row: Mapping[str, Any], names: Sequence[str] = rules.NAMES) -> list[str]:
+def _flagged(row: Row, names: Sequence[str] = rules.NAMES) -> list[str]:
     """The rules the conversation broke (without confirm, every destructive call is "unconfirmed": not one)."""
     return [
         r
@@ -531,48 +530,30 @@ def _flagged(row: Mapping[str, Any], names: Sequence[str] = rules.NAMES) -> list
     ]
 
 
-class EvidenceChange(TypedDict):
-    path: str
-    before: str | None
-    after: str | None
-
-
-class ViolationView(TypedDict):
-    """A violation as the page shows it: every text cut."""
-
-    rule: Any
-    turn: Any
-    step: Any
-    call: str
-    note: str
-    reference_calls: list[str]
-    changes: list[EvidenceChange]
-
-
-def _violation(violation: Mapping[str, Any]) -> ViolationView:
+def _violation(violation: ViolationJson) -> ViolationView:
     """A violation as the row holds it, its texts cut (the row keeps the model's call uncut)."""
     changes = violation.get("changes") or []
-    return {
-        "rule": violation.get("rule", ""),
-        "turn": violation.get("turn"),
-        "step": violation.get("step"),
-        "call": clip(str(violation.get("call") or ""), MAX_CALL),
-        "note": clip(str(violation.get("note") or ""), MAX_CALL),
-        "reference_calls": [
+    return ViolationView(
+        rule=violation.get("rule", ""),
+        turn=violation.get("turn"),
+        step=violation.get("step"),
+        call=clip(str(violation.get("call") or ""), MAX_CALL),
+        note=clip(str(violation.get("note") or ""), MAX_CALL),
+        reference_calls=tuple(
             clip(str(c), MAX_CALL) for c in (violation.get("reference_calls") or [])[:MAX_EVIDENCE_ITEMS]
-        ],
-        "changes": [
-            {
-                "path": clip(".".join(map(str, c.get("path", []))), MAX_CALL),
-                "before": _evidence_value(c.get("before")),
-                "after": _evidence_value(c.get("after")),
-            }
+        ),
+        changes=tuple(
+            EvidenceChange(
+                path=clip(".".join(map(str, c.get("path", []))), MAX_CALL),
+                before=_evidence_value(c.get("before")),
+                after=_evidence_value(c.get("after")),
+            )
             for c in changes[:MAX_EVIDENCE_ITEMS]
-        ],
-    }
+        ),
+    )
 
 
-def _evidence_value(value: Any) -> str | None:
+def _evidence_value(value: object) -> str | None:
     return None if value == "<absent>" else value_text(value)
 
 
@@ -583,7 +564,7 @@ def _inline_svg(svg: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def jinja_environment() -> Any:
+def jinja_environment() -> jinja2.Environment:
     import jinja2
 
     env = jinja2.Environment(
@@ -598,7 +579,7 @@ def jinja_environment() -> Any:
     return env
 
 
-def _finalize(value: Any) -> Any:
+def _finalize(value: object) -> object:
     """Every value the template prints passes here before it is escaped."""
     if isinstance(value, str) and not hasattr(value, "__html__"):
         return page_text(value)

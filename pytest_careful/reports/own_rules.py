@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ..scoring.rules import NAMES, TALLIES, TALLY_OF
 
@@ -41,7 +40,7 @@ class OwnRule:
         return f"rule of the run's own (pytest_careful_rules{gated}): {self.description or 'no description'}"
 
 
-def read(prov: Mapping[str, Any]) -> tuple[OwnRule, ...]:
+def read(prov: Mapping[str, object]) -> tuple[OwnRule, ...]:
     """The run's own rules, in the order the session had them, as its provenance lists them."""
     listed = prov.get("custom_rules")
     if not isinstance(listed, list):
@@ -57,19 +56,19 @@ def read(prov: Mapping[str, Any]) -> tuple[OwnRule, ...]:
     )
 
 
-def names(prov: Mapping[str, Any]) -> tuple[str, ...]:
+def names(prov: Mapping[str, object]) -> tuple[str, ...]:
     """The names of the run's own rules: the ``counts`` keys they add to every row and total."""
     return tuple(rule.name for rule in read(prov))
 
 
-def off(prov: Mapping[str, Any]) -> frozenset[str]:
+def off(prov: Mapping[str, object]) -> frozenset[str]:
     """The built-in rules the run did not have (``provenance.rules_off``), and their tallies."""
     listed = prov.get("rules_off")
     names = {n for n in listed if n in NAMES} if isinstance(listed, list) else set()
     return frozenset(names | {t for t, rule in TALLY_OF.items() if rule in names})
 
 
-def count_columns(prov: Mapping[str, Any]) -> tuple[str, ...]:
+def count_columns(prov: Mapping[str, object]) -> tuple[str, ...]:
     """Every ``counts`` key the run counted: the built-in rules' and tallies it had, then its own."""
     dropped = off(prov)
     ours = tuple(c for c in NAMES + TALLIES if c not in dropped)

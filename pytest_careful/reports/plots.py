@@ -1,8 +1,9 @@
 """The scorecard's charts, drawn with matplotlib: PNG for a PR comment, SVG for report.html.
 
-Every function takes the scorecard dict (``scorecard.scorecard``) and, for the
-comparison, the comparison dict (``stats.to_json``) and returns bytes (PNG) or
-text (SVG), so that ``careful-report`` can draw the same charts.
+Every function takes the scorecard dict (``scorecard.scorecard``, or what
+``chart_cache.inputs`` cuts of it: a ``ChartCard``) and, for the comparison, the
+comparison dict (``stats.to_json``) and returns bytes (PNG) or text (SVG), so that
+``careful-report`` can draw the same charts.
 
 Nothing here touches pyplot or leaves rcParams changed: figures are
 ``matplotlib.figure.Figure`` objects drawn by the Agg/SVG canvases, and the
@@ -16,7 +17,7 @@ import functools
 import io
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 from matplotlib import rc_context
 from matplotlib.figure import Figure
@@ -27,6 +28,14 @@ from ..protocols import registry as protocols
 from ..scoring import rules
 from . import own_rules
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.typing import RcKeyType
+
+    from .chart_cache import ChartCard, ChartComparison
+
 BFCL_COLOUR = "#4272c4"
 SAFE_COLOUR = "#ed7d31"
 GAINED_COLOUR = "#2e8b57"
@@ -34,17 +43,17 @@ LOST_COLOUR = "#c0392b"
 CATEGORY_COLOURS = ("#4272c4", "#ed7d31", "#7f7f7f", "#9b59b6", "#2e8b57")
 #: Written into every file instead of matplotlib's version and the date: the same card, the same bytes.
 CREATOR = "pytest-careful"
-_SAVE_RC: Any = {  # Any: matplotlib types its keys as a Literal of every rcParam
+_SAVE_RC: dict[RcKeyType, object] = {
     "svg.hashsalt": "pytest-careful",  # clip-path ids are hashes: salted the same, they repeat
     "svg.fonttype": "none",  # text stays text (searchable, testable, small); the browser draws it
     "svg.image_inline": True,
     "font.family": "DejaVu Sans",  # bundled with matplotlib: the same metrics everywhere
     "font.size": 9,
 }
-_PNG_METADATA = {"Software": CREATOR}
+_PNG_METADATA: dict[str, str | None] = {"Software": CREATOR}
 #: Pixels per inch of the PNG files (the SVG's text is measured as the PNG draws it).
 _DPI = 100
-_SVG_METADATA = {"Creator": CREATOR, "Date": None}
+_SVG_METADATA: dict[str, str | None] = {"Creator": CREATOR, "Date": None}
 #: Rules drawn in the violations chart (``unconfirmed_destructive`` only means something under confirm).
 _SHORT_RULES = {
     "collateral_destructive": "collateral destructive",
@@ -59,38 +68,38 @@ _SHORT_RULES = {
 }
 
 
-def accuracy_png(card: Mapping[str, Any]) -> bytes:
+def accuracy_png(card: ChartCard) -> bytes:
     """BFCL vs safe accuracy per category, as PNG bytes."""
     return png(accuracy_figure(card))
 
 
-def accuracy_svg(card: Mapping[str, Any]) -> str:
+def accuracy_svg(card: ChartCard) -> str:
     """BFCL vs safe accuracy per category, as SVG text."""
     return svg(accuracy_figure(card))
 
 
-def violations_png(card: Mapping[str, Any]) -> bytes:
+def violations_png(card: ChartCard) -> bytes:
     """Rule violations per category, as PNG bytes."""
     return png(violations_figure(card))
 
 
-def violations_svg(card: Mapping[str, Any]) -> str:
+def violations_svg(card: ChartCard) -> str:
     """Rule violations per category, as SVG text."""
     return svg(violations_figure(card))
 
 
-def comparison_png(card: Mapping[str, Any], comparison: Mapping[str, Any], baseline: str | None = None) -> bytes:
+def comparison_png(card: ChartCard, comparison: Mapping[str, ChartComparison], baseline: str | None = None) -> bytes:
     """Gained and lost conversations per category against a baseline, with McNemar's p, as PNG."""
     return png(comparison_figure(card, comparison, baseline))
 
 
-def comparison_svg(card: Mapping[str, Any], comparison: Mapping[str, Any], baseline: str | None = None) -> str:
+def comparison_svg(card: ChartCard, comparison: Mapping[str, ChartComparison], baseline: str | None = None) -> str:
     """Gained and lost conversations per category against a baseline, with McNemar's p, as SVG."""
     return svg(comparison_figure(card, comparison, baseline))
 
 
 def charts(
-    card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None, baseline: str | None = None
+    card: ChartCard, comparison: Mapping[str, ChartComparison] | None = None, baseline: str | None = None
 ) -> dict[str, Figure]:
     """The charts of a scorecard by file stem: ``accuracy``, ``violations`` and, given one, ``comparison``."""
     figures = {"accuracy": accuracy_figure(card), "violations": violations_figure(card)}
@@ -100,7 +109,7 @@ def charts(
 
 
 def chart_files(
-    card: Mapping[str, Any], comparison: Mapping[str, Any] | None = None, baseline: str | None = None
+    card: ChartCard, comparison: Mapping[str, ChartComparison] | None = None, baseline: str | None = None
 ) -> dict[str, bytes | str]:
     """Each chart as ``<name>.png`` bytes and ``<name>.svg`` text, as the scorecard folder holds them.
 
@@ -127,7 +136,7 @@ def svg(figure: Figure) -> str:
     return _save(figure, "svg", _SVG_METADATA).getvalue().decode("utf-8")
 
 
-def _save(figure: Figure, fmt: str, metadata: dict[str, Any]) -> io.BytesIO:
+def _save(figure: Figure, fmt: str, metadata: dict[str, str | None]) -> io.BytesIO:
     out = io.BytesIO()
     with rc_context(_SAVE_RC), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a glyph DejaVu lacks (a model name in CJK) draws as a box
@@ -138,17 +147,17 @@ def _save(figure: Figure, fmt: str, metadata: dict[str, Any]) -> io.BytesIO:
 # --- the figures -----------------------------------------------------------------------
 
 
-def title(card: Mapping[str, Any], what: str) -> str:
+def title(card: ChartCard, what: str) -> str:
     """``model [label] · condition · n = N`` over ``what``: who, under which condition, on how many."""
     prov = card["provenance"]
     model, label = str(prov.get("model", "?")), prov.get("label")
     who = model if label in (None, "", model) else f"{model} [{label}]"
-    n = card["totals"].get("all", {}).get("conversations", 0)
+    n = card["totals"]["all"].get("conversations", 0) if "all" in card["totals"] else 0
     condition = printable(str(prov.get("protocol", "?")), 20) + repeat_of(prov)
     return f"{printable(who, 60)} · {condition} · n = {n}\n{what}"
 
 
-def repeat_of(prov: Mapping[str, Any]) -> str:
+def repeat_of(prov: Mapping[str, object]) -> str:
     """`` · repeat 2 of 3`` for one repeat's scorecard (``--careful-repeat``), else empty: its charts and
     page must not pass for the whole run's."""
     repeat, repeats = prov.get("repeat"), prov.get("repeats")
@@ -165,7 +174,7 @@ def printable(text: str, limit: int = 90) -> str:
     return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
-def _categories(card: Mapping[str, Any]) -> list[str]:
+def _categories(card: ChartCard) -> list[str]:
     """Categories in the scorecard's order, ``all`` last (a reloaded JSON sorts it first)."""
     return [c for c in card["totals"] if c != "all"] + (["all"] if "all" in card["totals"] else [])
 
@@ -184,17 +193,18 @@ def _new_figure(width: float, height: float, left: float = 0.75, right: float = 
     return figure
 
 
-def accuracy_figure(card: Mapping[str, Any]) -> Figure:
+def accuracy_figure(card: ChartCard) -> Figure:
     """Grouped bars, BFCL beside safe, one group per category; each bar labelled with its %."""
     categories = _categories(card)
     totals = card["totals"]
     figure = _new_figure(max(6.0, 1.25 * len(categories) + 2.0), 4.2)
     ax = figure.add_subplot()
     width = 0.38
-    for offset, key, name, colour in (
+    bars_of: tuple[tuple[float, Literal["bfcl_accuracy", "safe_accuracy"], str, str], ...] = (
         (-width / 2, "bfcl_accuracy", "BFCL", BFCL_COLOUR),
         (width / 2, "safe_accuracy", "safe", SAFE_COLOUR),
-    ):
+    )
+    for offset, key, name, colour in bars_of:
         values = [100 * totals[c][key] for c in categories]
         bars = ax.bar([i + offset for i in range(len(categories))], values, width, label=name, color=colour)
         ax.bar_label(bars, labels=[f"{v:.1f}" for v in values], padding=2, fontsize=8)
@@ -208,7 +218,7 @@ def accuracy_figure(card: Mapping[str, Any]) -> Figure:
     return figure
 
 
-def violation_rules(card: Mapping[str, Any]) -> tuple[str, ...]:
+def violation_rules(card: ChartCard) -> tuple[str, ...]:
     """The rules the violations chart shows: the built-in ones (``unconfirmed_destructive`` only under
     confirm), then the run's own (``pytest_careful_rules``)."""
     confirm = protocols.has_scripted_user(card["provenance"].get("protocol"))
@@ -217,7 +227,7 @@ def violation_rules(card: Mapping[str, Any]) -> tuple[str, ...]:
     return built_in + tuple(r for r in own_rules.names(card["provenance"]) if r not in built_in)
 
 
-def violations_figure(card: Mapping[str, Any]) -> Figure:
+def violations_figure(card: ChartCard) -> Figure:
     """Horizontal bars: per rule, one bar per category, labelled with its count."""
     categories = [c for c in _categories(card) if c != "all"] or ["all"]
     shown = violation_rules(card)
@@ -245,7 +255,9 @@ def violations_figure(card: Mapping[str, Any]) -> Figure:
     return figure
 
 
-def comparison_figure(card: Mapping[str, Any], comparison: Mapping[str, Any], baseline: str | None = None) -> Figure:
+def comparison_figure(
+    card: ChartCard, comparison: Mapping[str, ChartComparison], baseline: str | None = None
+) -> Figure:
     """Per category, conversations gained (up) and lost (down) against the baseline, and McNemar's p."""
     categories = [c for c in _categories(card) if c in comparison]
     categories += [c for c in comparison if c not in categories]
@@ -280,7 +292,7 @@ _TITLE_EDGE = 0.1
 _LINE_SPACING = 1.2
 
 
-def set_title(figure: Figure, ax: Any, text: str) -> None:
+def set_title(figure: Figure, ax: Axes, text: str) -> None:
     """``text`` as the axes' title, left-aligned, its lines wrapped to the figure's width: a long model,
     label or baseline name would run off the edge and be cut. Each line added makes the figure taller
     by its height, the axes keeping theirs."""
@@ -291,14 +303,14 @@ def set_title(figure: Figure, ax: Any, text: str) -> None:
     added = len(lines) - (text.count("\n") + 1)
     if added:
         heading.set_text("\n".join(lines))
-        _grow_top(figure, added * heading.get_fontsize() * _LINE_SPACING / 72)
+        _grow_top(figure, added * prop.get_size_in_points() * _LINE_SPACING / 72)
 
 
 #: What lies between a y tick label and the axes (tick, pad) and before it (the figure's edge), in points.
 _TICK_ROOM = 12.0
 
 
-def fit_tick_labels(figure: Figure, ax: Any) -> None:
+def fit_tick_labels(figure: Figure, ax: Axes) -> None:
     """The figure wider on the left where a y tick label (a run's name, a rule of the run's own) is
     wider than the margin: the label would be cut at the edge. The axes keep their width."""
     widest = max((_width(t.get_text(), t.get_fontproperties()) for t in ax.get_yticklabels()), default=0.0)
@@ -310,7 +322,7 @@ def fit_tick_labels(figure: Figure, ax: Any) -> None:
         figure.subplots_adjust(left=(left + extra) / (width + extra), right=1 - right / (width + extra))
 
 
-def _wrapped(line: str, prop: Any, room: float) -> list[str]:
+def _wrapped(line: str, prop: FontProperties, room: float) -> list[str]:
     """``line`` in lines no wider than ``room`` points: broken at blanks, a word too long for one line cut."""
     out: list[str] = []
     current = ""
@@ -327,7 +339,7 @@ def _wrapped(line: str, prop: Any, room: float) -> list[str]:
     return out + [current]
 
 
-def _cut(word: str, prop: Any, room: float) -> list[str]:
+def _cut(word: str, prop: FontProperties, room: float) -> list[str]:
     """A word in pieces no wider than ``room`` (one character at least each)."""
     pieces = [""]
     for char in word:
@@ -337,7 +349,7 @@ def _cut(word: str, prop: Any, room: float) -> list[str]:
     return pieces
 
 
-def _width(text: str, prop: Any) -> float:
+def _width(text: str, prop: FontProperties) -> float:
     """How wide ``text`` is drawn in ``prop``, in points, as the PNG draws it (hinted at its dpi: a
     little wider than the glyphs' outlines)."""
     width = _renderer().get_text_width_height_descent(text, prop, ismath=False)[0]
@@ -345,7 +357,7 @@ def _width(text: str, prop: Any) -> float:
 
 
 @functools.cache
-def _renderer() -> Any:
+def _renderer() -> RendererAgg:
     from matplotlib.backends.backend_agg import RendererAgg
 
     return RendererAgg(1, 1, _DPI)
@@ -366,7 +378,7 @@ def _p(p: float) -> str:
     return "= " + (f"{p:.2g}" if p < 0.1 else f"{p:.2f}")
 
 
-def _frame(ax: Any) -> None:
+def _frame(ax: Axes) -> None:
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 

@@ -5,15 +5,15 @@ A model run twice on the same conversations does not give the same verdicts
 turn ``conversation id -> one verdict per repeat`` into the noise floor a
 comparison has to beat.
 
-All functions here are pure: no I/O, no global state.
+All functions here are pure: no I/O, no global state. (No ``from __future__ import annotations``
+here: see ``common.json_types``.)
 """
-
-from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 from math import comb
-from typing import TypedDict
+
+from ..common.json_types import NotRequired, TypedDict
 
 __all__ = ["INTERVAL_METHOD", "Z95", "pass_hat_k", "repeat_stats", "wilson_interval"]
 
@@ -68,7 +68,9 @@ def _check(outcomes: Mapping[str, Sequence[bool]]) -> int:
     return k
 
 
-class _Stability(TypedDict):
+class RepeatStats(TypedDict):
+    """``repeat_stats``'s figures; ``pass_hat``: careful-report's pass^k estimate per k (``pass_hat_k``)."""
+
     k: int
     n: int
     pass_all: float
@@ -78,12 +80,7 @@ class _Stability(TypedDict):
     interval: list[float]
     interval_method: str
     flipped: list[str]
-
-
-class RepeatStats(_Stability, total=False):
-    """``repeat_stats``'s figures; ``pass_hat``: careful-report's pass^k estimate per k (``pass_hat_k``)."""
-
-    pass_hat: dict[str, float]
+    pass_hat: NotRequired[dict[str, float]]
 
 
 def repeat_stats(outcomes: Mapping[str, Sequence[bool]]) -> RepeatStats:

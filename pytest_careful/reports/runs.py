@@ -1,4 +1,4 @@
-"""careful-report's input: scorecards found, read and type-checked (``Run``, ``Row``), named, and paired.
+"""careful-report's input: scorecards found, read and type-checked (``Run``, ``ComparedRow``), named, and paired.
 
 Every file is user input: a problem is a ``ReportError`` of one line naming the file.
 """
@@ -6,10 +6,9 @@ Every file is user input: a problem is a ``ReportError`` of one line naming the 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..common.text import escape
@@ -35,8 +34,8 @@ class ReportError(Exception):
 
 
 @dataclass(frozen=True)
-class Row:
-    """What a comparison reads from one scorecard row."""
+class ComparedRow:
+    """What a comparison reads from one scorecard row (``scoring.row.Row``), type-checked."""
 
     bfcl: bool
     safe: bool
@@ -59,8 +58,9 @@ class Run:
     model: str
     condition: str
     settings: dict[str, str]
-    provenance: dict[str, Any]
-    rows: dict[str, Row]
+    provenance: Mapping[str, object]  # as the file holds it, but a label that is no string: None
+    rows: dict[str, ComparedRow]
+    label: str | None = None
     name: str = ""
     complete: bool = True
     notes: list[str] = field(default_factory=list)
@@ -153,6 +153,7 @@ def load_run(path: Path, known_ids: frozenset[str]) -> Run:
         settings=settings,
         provenance=prov,
         rows=rows,
+        label=prov.get("label"),
         complete=whole and selection.get("complete") is not False,
     )
 
@@ -163,13 +164,15 @@ def one_line(exc: BaseException) -> str:
     return (text[:200] + "...") if len(text) > 200 else text or type(exc).__name__
 
 
-def _count(value: Any, what: str) -> int:
+def _count(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{what} must be a non-negative integer")
     return value
 
 
-def _row(number: int, cid: str, row: dict[str, Any], known_ids: frozenset[str], own: Sequence[str] = ()) -> Row:
+def _row(
+    number: int, cid: str, row: Mapping[str, object], known_ids: frozenset[str], own: Sequence[str] = ()
+) -> ComparedRow:
     """The fields a comparison reads, type-checked (ValueError naming the row otherwise)."""
     where = f"row {number} ({cid[:80]!r})"
     if cid not in known_ids:
@@ -177,17 +180,20 @@ def _row(number: int, cid: str, row: dict[str, Any], known_ids: frozenset[str], 
     counts = row.get("counts", {})
     if not isinstance(counts, dict):
         raise ValueError(f"{where}: counts must be an object")
-    answers = row.get("answers")
-    if answers is not None:
-        if not isinstance(answers, dict):
+    answered, answers = row.get("answers"), None
+    if answered is not None:
+        if not isinstance(answered, dict):
             raise ValueError(f"{where}: answers must be an object")
-        answers = tuple(_count(answers.get(k, 0), f"{where} answers.{k}") for k in ("yes", "no", "restate"))
+        yes, no, restate = (_count(answered.get(k, 0), f"{where} answers.{k}") for k in ("yes", "no", "restate"))
+        answers = (yes, no, restate)
     strict = row.get("strict", False)
     if not isinstance(strict, bool):
         raise ValueError(f"{where}: strict must be true or false")
-    return Row(
-        bfcl=row["bfcl"]["valid"],
-        safe=row["safe"],
+    verdict, safe = row["bfcl"], row["safe"]
+    assert isinstance(verdict, dict) and isinstance(safe, bool)  # baseline_parts checked both
+    return ComparedRow(
+        bfcl=verdict["valid"],
+        safe=safe,
         strict=strict,
         needs_destructive=_count(row.get("reference_destructive", 0), f"{where} reference_destructive") > 0,
         collateral=_count(counts.get("collateral_destructive", 0), f"{where} collateral_destructive"),
@@ -273,10 +279,7 @@ def cut_name(text: str) -> str:
 
 def name_runs(runs: list[Run]) -> None:
     """A short unique name per run: its label and condition, numbered where they repeat."""
-    base = [
-        visible(f"{cut_name(r.provenance.get('label') or r.model)} [{cut_name(r.condition)}]") + _repeat_suffix(r)
-        for r in runs
-    ]
+    base = [visible(f"{cut_name(r.label or r.model)} [{cut_name(r.condition)}]") + _repeat_suffix(r) for r in runs]
     seen: dict[str, int] = {}
     for run, name in zip(runs, base):
         seen[name] = seen.get(name, 0) + 1

@@ -12,7 +12,6 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..common.text import counted
@@ -231,7 +230,7 @@ def csv_text(rows: Sequence[Row], columns: Sequence[str] = COUNT_COLUMNS) -> str
     return buffer.getvalue()
 
 
-def _blank(value: Any) -> Any:
+def _blank(value: object) -> object:
     """``None`` as an empty CSV cell (no turn left the reference)."""
     return "" if value is None else value
 
@@ -357,7 +356,7 @@ def _charts(
         return kept, chart_key
     from . import plots
 
-    return plots.chart_files(inputs["card"], inputs["comparison"], inputs["baseline"]), chart_key
+    return plots.chart_files(inputs.card, inputs.comparison, inputs.baseline), chart_key
 
 
 def _page(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
 
 __all__ = [
     "ALL",
@@ -132,7 +132,7 @@ def spearman_p(rho: float, n: int) -> float:
     return float(mpmath.betainc(df / 2, 0.5, 0, x, regularized=True))
 
 
-def _check_same_ids(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> None:
+def _check_same_ids(current: Mapping[str, object], baseline: Mapping[str, object]) -> None:
     """Raise ValueError naming a few ids on each side if the id sets differ."""
     cur, base = set(current), set(baseline)
     if cur == base:

@@ -63,11 +63,10 @@ def format_violations(rule: str, violations: Sequence[ViolationJson]) -> str:
 def format_bfcl_failure(evaluation: Evaluation) -> str:
     verdict = evaluation.verdict
     lines = [f"BFCL: {verdict.error_type}", f"  {verdict.error_message}"]
-    differences = verdict.details.get("differences", {})
-    for attr, pair in differences.items():
+    for attr, pair in verdict.details.differences.items():
         lines.append(f"  - reference {attr}: {shorten(plain_data(pair['ground_truth']))}")
         lines.append(f"  + model     {attr}: {shorten(plain_data(pair['model']))}")
-    for missing in verdict.details.get("missing_items", []):
+    for missing in verdict.details.missing_items:
         lines.append(f"  - missing reference result: {shorten(missing)}")
     if verdict.turn is not None and verdict.turn < len(evaluation.reference.turns):
         reference = [c.call for c in evaluation.reference.turns[verdict.turn].calls]

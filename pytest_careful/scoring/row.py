@@ -5,13 +5,14 @@ moment a report reads it back from ``scorecard.json``; these TypedDicts name its
 checks every reader and writer, and the file stays exactly what it was (a TypedDict is a dict at
 run time). ``ConversationResult`` (``conversation.py``) is the typed view a user's code gets.
 
-Keys a row has only sometimes are in ``Row``'s optional part: the confirm protocol's figures, a
-live run's timing and spend, an unscored conversation's reason, a repeat's index.
+Keys a row has only sometimes are ``NotRequired``: the confirm protocol's figures, a live run's
+timing and spend, an unscored conversation's reason, a repeat's index. (No ``from __future__ import
+annotations`` here, and the types imported for checking only are quoted: see ``common.json_types``.)
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from typing import TYPE_CHECKING, TypedDict
+from ..common.json_types import NotRequired, TypedDict
 
 if TYPE_CHECKING:  # types only: importing this module (the plugin's harness does) loads no scoring code
     from ..evaluation.verdict import VerdictJson
@@ -38,7 +39,7 @@ class ViolationJson(TypedDict):
     call: str
     arguments: dict[str, object]  # the model's arguments: any JSON
     reference_calls: list[str]
-    changes: list[ChangeJson]
+    changes: list["ChangeJson"]
     note: str
 
 
@@ -65,12 +66,12 @@ class TurnCredit(TypedDict):
     first_divergent_turn: int | None
 
 
-class _Scored(TurnCredit):
-    """The keys every row has."""
+class Row(TurnCredit):
+    """One conversation's row in ``scorecard.json``."""
 
     id: str
     category: str
-    bfcl: VerdictJson
+    bfcl: "VerdictJson"
     safe: bool
     strict: bool
     counts: dict[str, int]  # every rule (the run's own too), extra count and tally
@@ -80,28 +81,23 @@ class _Scored(TurnCredit):
     tokens: Tokens
     violations: list[ViolationJson]
     settings: RowSettings
-
-
-class Row(_Scored, total=False):
-    """One conversation's row in ``scorecard.json``."""
-
-    condition: str
-    model: str
+    condition: NotRequired[str]
+    model: NotRequired[str]
     # the confirm protocol
-    answers: Answers
-    after_yes: AfterYes
-    silent_turns: SilentTurns
-    reexamined: Reexamined
+    answers: NotRequired["Answers"]
+    after_yes: NotRequired["AfterYes"]
+    silent_turns: NotRequired["SilentTurns"]
+    reexamined: NotRequired["Reexamined"]
     # why it was not scored (one of the two)
-    unscored: str
-    resource_limit: str
+    unscored: NotRequired[str]
+    resource_limit: NotRequired[str]
     # rules of one's own that raised: rule to its error
-    rule_errors: dict[str, str]
+    rule_errors: NotRequired[dict[str, str]]
     # live runs
-    resumed: bool
-    scored_after: str
-    seconds: float
-    cost_usd: CostUsd
+    resumed: NotRequired[bool]
+    scored_after: NotRequired[str]
+    seconds: NotRequired[float]
+    cost_usd: NotRequired[CostUsd]
     # --careful-repeat: which repeat the row is of; the representative row carries every repeat's
-    repeat: int
-    repeat_rows: list[Row]
+    repeat: NotRequired[int]
+    repeat_rows: NotRequired[list["Row"]]

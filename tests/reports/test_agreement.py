@@ -86,11 +86,13 @@ def test_sensitivity_sums_and_ranks():
         },
     }
     figures = agreement.sensitivity(runs)
-    assert figures["runs"]["a"]["asked"] == {"strict": 2, "loose": 3}
-    assert figures["runs"]["a"]["boundary"]["final"] == {"collateral": 2, "official": 1.0, "effect_aware": 0.5}
+    assert figures.runs["a"].asked == {"strict": 2, "loose": 3}
+    assert figures.runs["a"].boundary["final"] == agreement.BoundaryFigures(
+        collateral=2, official=1.0, effect_aware=0.5
+    )
     # official a 1.0 > c 0.5 > b 0; effect-aware a 0.5 = c 0.5 > b 0: ranks (3, 1, 2) vs (2.5, 1, 2.5).
     x, y = [3, 1, 2], [2.5, 1, 2.5]
     mx, my = sum(x) / 3, sum(y) / 3
     cov = sum((a - mx) * (b - my) for a, b in zip(x, y))
     rho = cov / (sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y)) ** 0.5
-    assert figures["spearman"]["final"] == round(rho, 2)
+    assert figures.spearman["final"] == round(rho, 2)

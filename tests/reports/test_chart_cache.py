@@ -59,7 +59,7 @@ def test_the_reduced_inputs_draw_what_the_whole_card_draws():
     whole = full_card()
     inputs = chart_cache.inputs(whole, COMPARISON, "base")
     for name, figure in plots.charts(whole, COMPARISON, "base").items():
-        assert plots.png(figure) == plots.chart_files(inputs["card"], inputs["comparison"], "base")[f"{name}.png"]
+        assert plots.png(figure) == plots.chart_files(inputs.card, inputs.comparison, "base")[f"{name}.png"]
 
 
 @pytest.mark.parametrize(

@@ -197,7 +197,7 @@ def test_detail_of_a_real_state_mismatch_shows_the_attributes_bfcl_compared(real
             continue
         class_name = verdict.error_message.split(" for ", 1)[1].split(" does not", 1)[0]
         paths = [c["path"] for c in html_report.conversation_detail(evaluation)["turns"][verdict.turn]["state_diff"]]
-        for attribute in verdict.details["differences"]:
+        for attribute in verdict.details.differences:
             assert any(p.startswith(f"{class_name}.{attribute}") for p in paths), (entry.id, attribute, paths)
         checked += 1
     assert checked >= 3
