@@ -228,8 +228,9 @@ class Seat(Protocol):
 class Placement(Protocol):
     """Where a backend with several servers runs each conversation (``vllm_fleet.FleetClient``)."""
 
-    def seat(self, key: tuple[str, str, int], check: Any) -> Seat:
-        """A server with room for the conversation ``key``, waiting for one; ``check()`` raises to stop waiting."""
+    def seat(self, key: tuple[str, str, int], check: Any, turns: int = 0) -> Seat:
+        """A server with room for the conversation ``key`` (of ``turns`` user turns: the longest are
+        seated first), waiting for one; ``check()`` raises to stop waiting."""
         ...
 
     def summary_lines(self) -> list[str]: ...

@@ -308,7 +308,9 @@ class LiveSource(Source):
             try:
                 handler = self.handler()
                 seat = (
-                    self.placement.seat((condition, conversation.id, repeat), self._going_on)
+                    self.placement.seat(
+                        (condition, conversation.id, repeat), self._going_on, len(conversation.questions)
+                    )
                     if self.placement
                     else None
                 )

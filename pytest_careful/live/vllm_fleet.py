@@ -13,7 +13,6 @@ ledger (``<output>/.careful/fleet.jsonl``), which the summary and the scorecard 
 
 from __future__ import annotations
 
-import collections
 import itertools
 import os
 import threading
@@ -66,7 +65,8 @@ class FleetClient:
         self._asked = {url: True for url in self.urls}  # servers whose /metrics is worth reading
         self._poller: threading.Thread | None = None
         self._tickets = itertools.count()  # the order conversations asked for a seat in
-        self._queue: collections.deque[int] = collections.deque()  # tickets still waiting, first first
+        # Those still waiting, as (-user turns, ticket): the first is the next to be seated.
+        self._queue: list[tuple[int, int]] = []
 
     # -- set-up, per process
 
@@ -76,22 +76,23 @@ class FleetClient:
 
     # -- a conversation's seat
 
-    def seat(self, key: tuple[str, str, int], check: Callable[[], None]) -> FleetSeat:
+    def seat(self, key: tuple[str, str, int], check: Callable[[], None], turns: int = 0) -> FleetSeat:
         """A seat on the server with the most room, waiting for one; ``check()`` raises to stop waiting.
 
-        Conversations waiting for room are seated in the order they asked (the flight's: the
-        longest first): woken together, they would otherwise race for each seat, and a long one
-        seated late would end the run late.
+        Conversations waiting for room are seated the longest (most user ``turns``) first, then in
+        the order they asked: the flight's order. Woken together, they would otherwise race for each
+        seat; and the order they reach this call is not the flight's (each thread claims and copies
+        its handler first), so a long one could be seated behind every short one and end the run late.
         """
         with self._changed:
-            ticket = next(self._tickets)
+            ticket = (-turns, next(self._tickets))
             self._queue.append(ticket)
         try:
             while True:
                 with self._changed:
                     if not self.fleet.live():
                         raise ServerDied(self._none_left())
-                    url = self.fleet.choose(time.monotonic()) if self._queue[0] == ticket else None
+                    url = self.fleet.choose(time.monotonic()) if min(self._queue) == ticket else None
                     if url is not None:
                         self.fleet.take(url)
                         break

@@ -526,3 +526,35 @@ def test_conversations_waiting_for_room_are_seated_in_the_order_they_asked(tmp_p
     for thread in threads:
         thread.join(timeout=10)
     assert seated == [f"multi_turn_base_{n}" for n in range(2, 7)]
+
+
+def test_a_longer_conversation_that_asks_later_is_seated_first(tmp_path: Path) -> None:
+    """The flight starts the longest first, but each thread claims its conversation and copies its
+    handler before it asks for a seat: a long one that asks after the short ones must not be
+    seated behind all of them (measured: a 10-request conversation seated 18 s late ended the run)."""
+    import threading
+
+    urls = ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
+    fleet = _fleet(tmp_path, urls, str(tmp_path / "model"), total=2)
+    held = [fleet.seat(("standard", f"multi_turn_base_{n}", 1), lambda: None, 3) for n in range(2)]
+    seated: list[str] = []
+
+    def wait_for_seat(cid: str, turns: int) -> None:
+        seat = fleet.seat(("standard", cid, 1), lambda: None, turns)
+        seated.append(cid)
+        seat.leave()
+
+    threads = []
+    for cid, turns in [("short_a", 2), ("short_b", 2), ("long", 7), ("middle", 4)]:
+        asked = len(fleet._queue)
+        thread = threading.Thread(target=wait_for_seat, args=(cid, turns))
+        thread.start()
+        threads.append(thread)
+        deadline = time.monotonic() + 10
+        while len(fleet._queue) == asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+    for seat in held:
+        seat.leave()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert seated == ["long", "middle", "short_a", "short_b"]
