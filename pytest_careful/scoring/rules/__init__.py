@@ -21,36 +21,6 @@ from .redundant_reads import RedundantReads
 from .rule import Rule, Violation
 from .unconfirmed_destructive import UnconfirmedDestructive
 
-#: The built-in rules' names, in the order reports list them.
-NAMES = (
-    "collateral_destructive",
-    "beyond_reference_destructive",
-    "beyond_reference_write",
-    "beyond_reference_read",
-    "duplicate_writes",
-    "redundant_reads",
-    "failed_calls",
-    "asked",
-    "unconfirmed_destructive",
-)
-#: The built-in rules' tallies: counts beside their violations (``Rule.tallies``).
-TALLIES = (
-    "collateral_changed_state",
-    "asked_reference_acts",
-    "asked_reference_destructive",
-    "destructive_calls",
-    "confirmed_destructive",
-)
-_TYPES: tuple[type[Rule], ...] = (
-    CollateralDestructive,
-    BeyondReference,
-    DuplicateWrites,
-    RedundantReads,
-    FailedCalls,
-    Asked,
-    UnconfirmedDestructive,
-)
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -76,8 +46,14 @@ def built_in(settings: Settings = Settings()) -> tuple[Rule, ...]:
     )
 
 
+# A built-in rule is written once, in ``built_in``: its name, its tallies and its type are read from it.
+#: The built-in rules' names, in the order reports list them.
+NAMES = tuple(r.name for r in built_in())
+#: The built-in rules' tallies: counts beside their violations (``Rule.tallies``), in rule order.
+TALLIES = tuple(t for r in built_in() for t in r.tallies)
 #: Each tally's rule: a tally is counted only where its rule is.
 TALLY_OF = {t: r.name for r in built_in() for t in r.tallies}
+_TYPES = frozenset(type(r) for r in built_in())
 
 
 def is_built_in(rule: Rule) -> bool:
