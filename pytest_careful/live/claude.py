@@ -59,11 +59,12 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..data.dataset import Conversation
 from ..execution.decoding import close_clients, import_handler_class, registry_entry
 from ..sources.run_config import RunConfig, SourceError
+from .backend_setup import BackendSetup, ModelSpec
 from .budget import (
     BOUND_BYTES_PER_TOKEN,
     PER_TOKENS,
@@ -78,9 +79,6 @@ from .budget import (
 )
 from .errors import NotRun, StopRun
 from .ratelimit import MAX_WAIT, SharedLimiter, limiter_file, retry_after
-
-if TYPE_CHECKING:
-    from .source import LiveSource
 
 MAX_RETRIES = 6  # backoff 0.5 s doubling to 8 s: ~30 s of retries, longer with retry-after
 INITIAL_RETRY_DELAY = 0.5  # the SDK's figures
@@ -458,35 +456,37 @@ def run_id(worker: bool = False) -> str:
     return value
 
 
-def configure_source(source: LiveSource, options: RunConfig) -> None:
-    """Per-process set-up of a Claude source (``backends.configure``, every process); ``SourceError`` for
-    a model without a price or a bad run id."""
+def configure(handle: ModelSpec, options: RunConfig, concurrency: int) -> BackendSetup:
+    """Per-process set-up of a Claude run (``backends.Claude.configure``, every process); ``SourceError``
+    for a model without a price or a bad run id."""
     prices = Prices.load()
     try:
-        prices.lookup(source.model_handle.registry_key)
+        prices.lookup(handle.registry_key)
     except UnknownPrice as exc:
         raise SourceError(f"--careful-model={options.model}: {exc}") from None
     try:
-        run = run_id(getattr(options, "worker", False))
+        run = run_id(options.worker)
     except StopRun as exc:
         raise SourceError(str(exc)) from None
     ledger = SpendLedger(ledger_file(options.output), options.budget_usd, session=run)
     # The run's concurrency is the most the limiter lets out; a 429 halves what it lets.
-    limiter = SharedLimiter(limiter_file(options.output), maximum=source.concurrency)
-    bfcl_max = _bfcl_max_tokens(source.model_handle.registry_key)
+    limiter = SharedLimiter(limiter_file(options.output), maximum=concurrency)
+    bfcl_max = _bfcl_max_tokens(handle.registry_key)
     max_output_tokens = options.max_output_tokens or bfcl_max or DEFAULT_MAX_OUTPUT_TOKENS
-    source.spend_ledger = ledger  # for the summary: ledger.totals()
-    # What every request carries, exactly: no temperature (recorded as none).
-    source.backend_settings = {"max_output_tokens": max_output_tokens, "temperature": None}
-    source.sent = {
-        "model": source.model_handle.probe().careful_model_id,
-        "max_tokens": max_output_tokens,
-        "temperature": None,
-        "timeout_s": BFCL_TIMEOUT,
-    }
-    source.differences = differences(max_output_tokens, bfcl_max, source.model_handle.temperature)
-    source.setup = lambda handler: handler.careful_configure(
-        max_output_tokens=max_output_tokens, ledger=ledger, prices=prices, limiter=limiter
+    return BackendSetup(
+        spend_ledger=ledger,  # for the summary: ledger.totals()
+        # What every request carries, exactly: no temperature (recorded as none).
+        backend_settings={"max_output_tokens": max_output_tokens, "temperature": None},
+        sent={
+            "model": handle.probe().careful_model_id,
+            "max_tokens": max_output_tokens,
+            "temperature": None,
+            "timeout_s": BFCL_TIMEOUT,
+        },
+        differences=differences(max_output_tokens, bfcl_max, handle.temperature),
+        setup=lambda handler: handler.careful_configure(
+            max_output_tokens=max_output_tokens, ledger=ledger, prices=prices, limiter=limiter
+        ),
     )
 
 

@@ -19,25 +19,22 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..execution.decoding import registry_entry
 from ..sources.run_config import RunConfig
 from . import hub, tokens
+from .backend_setup import BackendSetup, ModelSpec
 from .errors import NotRun, StopRun
 from .vllm_fleet import FleetClient
 from .vllm_server import ENDPOINT_ENV, BfclServer, ServerDied, ServerPlan, log_tail_of, served, unusable
-
-if TYPE_CHECKING:
-    from .source import LiveSource
 
 #: Answers that mean "send it later", as the Anthropic API and gateways in front of vLLM give them.
 RATE_LIMITED = (429, 529)
 
 
-def configure_source(source: LiveSource, options: RunConfig) -> None:
+def configure(handle: ModelSpec, options: RunConfig, concurrency: int) -> BackendSetup:
     """Plan the server (controller) and set up each process's handler against it."""
-    handle = source.model_handle
     model = handle.model_path or _hub_id(handle)
     plan = ServerPlan(
         model=model,
@@ -49,45 +46,46 @@ def configure_source(source: LiveSource, options: RunConfig) -> None:
         bfcl=BfclServer(dtype=handler_dtype(handle)),
         log_path=Path(options.output).resolve() / ".careful" / "vllm-server.log",
     )
-    source.server_plan = plan
+    made = BackendSetup(server_plan=plan)
     cap = options.max_output_tokens
-    source.differences = plan.differences() + (
+    made.differences = plan.differences() + (
         [f"max_tokens at most {cap} (--careful-max-output-tokens); bfcl generate: up to 4096, the context left"]
         if cap is not None
         else []
     )
     bfcl_size = "min(4096, context length - prompt tokens - 2), as BFCL's handler sizes it"
-    source.sent = {
+    made.sent = {
         "model": model,
         "temperature": handle.temperature,
         "max_tokens": bfcl_size if cap is None else f"{bfcl_size}, at most {cap} (--careful-max-output-tokens)",
     }
     if cap is not None:  # recorded beside the result files: a resume under another cap is refused
-        source.backend_settings = {**source.backend_settings, "max_output_tokens": cap}
+        made.backend_settings = {"max_output_tokens": cap}
     fleet = None
     if len(plan.endpoints) > 1:  # a fleet: each conversation on one of them (vllm_fleet)
         fleet = FleetClient(
             tuple(url.rstrip("/") for url in plan.endpoints),
             model,
-            source.concurrency,
+            concurrency,
             Path(options.output),
             lambda handler, url: station(handler, url, model),
             lambda: log_tail_of(plan),
         )
-        source.placement = fleet
-    source.setup = lambda handler: setup_handler(handler, plan, model, cap, fleet)
-    source.classify_error = fleet.classify if fleet is not None else lambda exc: classify_error(exc, plan)
+        made.placement = fleet
+    made.setup = lambda handler: setup_handler(handler, plan, model, cap, fleet)
+    made.classify_error = fleet.classify if fleet is not None else lambda exc: classify_error(exc, plan)
     # A fault, or the server gone: the one the request went to (after a failover, maybe not the current one).
-    source.alive = lambda url: unusable((url or endpoint_of(plan)).rstrip("/"), plan.model) is None
+    made.alive = lambda url: unusable((url or endpoint_of(plan)).rstrip("/"), plan.model) is None
+    return made
 
 
-def _hub_id(handle: Any) -> str:
+def _hub_id(handle: ModelSpec) -> str:
     """The hub id BFCL's handler sends as the model name (some drop a "-FC" from the registry's)."""
     name = getattr(handle.probe(), "model_name_huggingface", None)
     return str(name) if name else registry_entry(handle.registry_key).model_name
 
 
-def handler_dtype(handle: Any) -> str:
+def handler_dtype(handle: ModelSpec) -> str:
     """The dtype BFCL's handler passes to ``vllm serve`` (its ``dtype`` attribute)."""
     return str(getattr(handle.probe(), "dtype", None) or BfclServer.dtype)
 

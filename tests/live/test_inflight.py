@@ -304,16 +304,11 @@ def test_a_driver_cut_short_is_not_taken_over_an_item_runs_only_its_own(tmp_path
 
 
 def test_only_a_vllm_run_under_xdist_has_one_driver() -> None:
-    def source(kind: str, endpoints: tuple[str, ...] = ()) -> Any:
-        plan = types.SimpleNamespace(endpoints=endpoints)
-        return types.SimpleNamespace(handle=types.SimpleNamespace(kind=kind), server_plan=plan)
-
-    assert inflight.one_driver(source("vllm"), 2)  # the server the plugin started
-    assert inflight.one_driver(source("vllm", ("http://a/v1",)), 8)
-    # A fleet too: the driver spreads the conversations over every server (vllm_fleet).
-    assert inflight.one_driver(source("vllm", ("http://a/v1", "http://b/v1")), 8)
-    assert not inflight.one_driver(source("vllm"), 1)
-    assert not any(inflight.one_driver(source(kind), 8) for kind in ("scripted", "claude", "api"))
+    # One server or a fleet alike: the driver spreads the conversations over every server (vllm_fleet).
+    assert inflight.one_driver("vllm", 2)
+    assert inflight.one_driver("vllm", 8)
+    assert not inflight.one_driver("vllm", 1)
+    assert not any(inflight.one_driver(kind, 8) for kind in ("scripted", "claude", "api"))
 
 
 def test_a_conversation_whose_process_died_is_run_by_the_item_that_needs_it(tmp_path: Path) -> None:
