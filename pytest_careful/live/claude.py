@@ -52,6 +52,7 @@ handler before BFCL's loop and ``careful_end()`` after it; the keys
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import random
@@ -130,6 +131,7 @@ class Tally:
 
 def _client() -> Any:
     """The SDK client, its own retries off: ``generate_with_backoff`` retries, pricing each attempt."""
+    # the Anthropic SDK on first use: only a Claude run needs it
     from anthropic import Anthropic
 
     # Explicit: ANTHROPIC_BASE_URL (a proxy, or the tests' loopback server).
@@ -170,6 +172,7 @@ def retry_delay(exc: BaseException, retries_taken: int) -> float | None:
     ``retry-after``, capped at :data:`MAX_RETRY_AFTER` (the SDK would wait any
     length), else 0.5 s doubling to 8 s, less up to a quarter of jitter.
     """
+    # the Anthropic SDK on first use: only a Claude run needs it
     from anthropic import APIConnectionError, APIStatusError
 
     if isinstance(exc, APIStatusError):
@@ -211,6 +214,7 @@ def account_problem(exc: BaseException, model_id: str) -> StopRun | None:
     limits"), a model id the API does not know (404: retired or mistyped), a key
     refused (401, 403). Sending the next conversations would only repeat it.
     """
+    # the Anthropic SDK on first use: only a Claude run needs it
     import anthropic
 
     if not isinstance(exc, anthropic.APIStatusError):
@@ -236,6 +240,7 @@ def account_problem(exc: BaseException, model_id: str) -> StopRun | None:
 
 
 def _rate_limited(exc: BaseException) -> bool:
+    # the Anthropic SDK on first use: only a Claude run needs it
     from anthropic import APIStatusError
 
     return isinstance(exc, APIStatusError) and exc.status_code in RATE_LIMITED
@@ -259,6 +264,7 @@ def _account_failure(ledger: SpendLedger, reservation: str, exc: BaseException) 
     interrupt mid-request) may have reached a server that completed and billed
     it: the bound stays spent.
     """
+    # the Anthropic SDK on first use: only a Claude run needs it
     from anthropic import APIStatusError
 
     if isinstance(exc, APIStatusError):
@@ -522,8 +528,6 @@ EST_TOOL_PROMPT_TOKENS = 350  # the API's tool-use system prompt
 
 
 def _tokens(value: Any) -> int:
-    import json
-
     return math.ceil(len(json.dumps(value, ensure_ascii=False).encode("utf-8")) / EST_BYTES_PER_TOKEN)
 
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import random
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +40,7 @@ import httpx2
 import openai
 from openai._constants import DEFAULT_CONNECTION_LIMITS
 
-from .errors import DEFAULT_REQUEST_TIMEOUT, ServerError, ServerStopped
+from .errors import DEFAULT_REQUEST_TIMEOUT, NotRun, ServerError, ServerStopped
 
 #: Connecting is bounded apart: a server that does not take the connection is not busy, it is gone.
 CONNECT_TIMEOUT = 10.0
@@ -318,9 +320,6 @@ def _raised_in_sdk(exc: BaseException) -> bool:
 
 def answers(url: str, timeout: float = 5.0) -> bool:
     """Whether a server answers anything at ``url``/models (any HTTP status: an API without the key says 401)."""
-    import urllib.error
-    import urllib.request
-
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/models", timeout=timeout):
             return True
@@ -336,8 +335,6 @@ def classify(exc: BaseException, alive: Callable[[str | None], bool]) -> BaseExc
     Rate limited still: not run (a rerun sends it). A connection failure with the server gone:
     the run stops. Anything else: None (the model's, scored as BFCL scores it).
     """
-    from .errors import NotRun
-
     if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
         return NotRun(f"not run: the server answered {exc.status_code} (rate limited) after every retry")
     url = _sent_to(exc)

@@ -34,6 +34,7 @@ from ..execution.decoding import (
 )
 from . import scripted
 from .backends import backend
+from .scripted import POLICIES, PREFIX
 
 #: BFCL's default sampling temperature (``bfcl generate --temperature``).
 BFCL_TEMPERATURE = 0.001
@@ -263,8 +264,6 @@ def _spelling(key: str, keys: tuple[str, ...]) -> str:
 
 
 def _close(name: str, keys: tuple[str, ...]) -> str:
-    from .scripted import POLICIES, PREFIX
-
     return close_models(name, (*keys, "reference", *(PREFIX + p for p in POLICIES)))
 
 

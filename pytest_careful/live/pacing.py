@@ -26,6 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import openai
+
+from .faults import Deadline
 from .ratelimit import MAX_WAIT, retry_after
 
 #: Answers that pause everyone (the same as ``vllm_client.RATE_LIMITED``).
@@ -100,10 +103,6 @@ def share(handler: Any) -> None:
     client = getattr(handler, "client", None)
     if pause is None:
         return
-    try:
-        import openai
-    except ImportError:
-        return
     if not isinstance(client, openai.OpenAI) or getattr(client, "_careful_pause", None) is pause:
         return
 
@@ -119,8 +118,6 @@ def share(handler: Any) -> None:
     if seconds is None:
         http = openai.DefaultHttpxClient(event_hooks=hooks)
     else:
-        from .faults import Deadline
-
         http = openai.DefaultHttpxClient(event_hooks=hooks, transport=Deadline(seconds))
     shared = client.with_options(http_client=http)
     shared._careful_pause = pause  # type: ignore[attr-defined]  # marks it done (a failover re-points it)

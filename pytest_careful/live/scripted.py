@@ -36,6 +36,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common import bfcl as _bfcl
 from ..common.text import did_you_mean
 from ..data import dataset
 from ..data.dataset import Conversation
@@ -198,8 +199,6 @@ def keyword_call(call: str, involved_classes: tuple[str, ...] | list[str]) -> st
 
 
 def _parameters(function: str, involved_classes: tuple[str, ...] | list[str]) -> list[str]:
-    from ..common import bfcl as _bfcl
-
     for class_name in reversed(list(involved_classes)):  # later classes win, as in BFCL
         method = getattr(_bfcl.simulator_class(class_name), function, None)
         if method is not None:
@@ -208,9 +207,8 @@ def _parameters(function: str, involved_classes: tuple[str, ...] | list[str]) ->
 
 
 def _base_handler() -> type:
-    from ..common import bfcl as _bfcl
-
     _bfcl.contain_project_root()
+    # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
     from bfcl_eval.model_handler.base_handler import BaseHandler
 
     return BaseHandler
@@ -230,6 +228,7 @@ def _handler_class() -> type:
     if _CLASS:
         return _CLASS[0]
     base = _base_handler()
+    # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
     from bfcl_eval.model_handler.utils import convert_to_function_call, default_decode_execute_prompting
 
     class ScriptedHandler(base):  # type: ignore[valid-type,misc]

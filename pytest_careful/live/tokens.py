@@ -33,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .errors import StopRun
+
 #: How far the light count may be from the exact one before the request would change:
 #: within it, a prompt this far from the context's end gets BFCL's 4096 either way.
 MARGIN = 0.25
@@ -187,6 +189,7 @@ class LightTokenizer:
     def __init__(
         self, path: Path, exact: Callable[[], Any], context: Callable[[], int], sizing_only: bool = False
     ) -> None:
+        # the vllm extra's tokenizer: only a local model run loads it
         from tokenizers import Tokenizer
 
         self._backend = Tokenizer.from_file(str(path))
@@ -230,8 +233,6 @@ class LightTokenizer:
                 try:
                     root._exact = root._load_exact()
                 except Exception as exc:  # BFCL would have refused at set-up: the run stops, nothing is filed
-                    from .errors import StopRun
-
                     raise StopRun(
                         f"cannot load the model's tokenizer as BFCL does (transformers' AutoTokenizer), which "
                         f"this prompt's count needs: {type(exc).__name__}: {exc}"
@@ -273,6 +274,7 @@ def tokenizer_spec(path: Path) -> dict[str, Any]:
 
 def bfcl_sizing(handler: Any) -> bool:
     """Whether the handler counts tokens only where BFCL's ``OSSHandler._query_prompting`` does."""
+    # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
     from bfcl_eval.model_handler.local_inference.base_oss_handler import OSSHandler
 
     return getattr(type(handler), "_query_prompting", None) is OSSHandler._query_prompting
@@ -282,6 +284,7 @@ def exact_loader(folder: Path) -> Callable[[], Any]:
     """BFCL's own load of the tokenizer (``spin_up_local_server``'s AutoTokenizer call) from ``folder``."""
 
     def load() -> Any:
+        # the vllm extra's libraries: only a local model run loads them (seconds, hundreds of MB)
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(

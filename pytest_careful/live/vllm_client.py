@@ -21,11 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
+from openai import OpenAI
+
 from ..execution.decoding import registry_entry
 from ..sources.run_config import RunConfig
 from . import hub, tokens
 from .backend_setup import BackendSetup, ModelSpec
 from .errors import NotRun, StopRun
+from .pacing import share
 from .vllm_fleet import FleetClient
 from .vllm_server import ENDPOINT_ENV, BfclServer, ServerDied, ServerPlan, log_tail_of, served, unusable
 
@@ -120,12 +124,8 @@ def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
 
 
 def point_handler(handler: Any, url: str) -> None:
-    from openai import OpenAI
-
     handler.base_url = url
     handler.client = OpenAI(base_url=url, api_key=os.environ.get("REMOTE_OPENAI_API_KEY", "EMPTY"))
-    from .pacing import share
-
     share(handler)  # a failover's new client waits out the same rate limits
 
 
@@ -216,10 +216,6 @@ def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None
     """The session's one server: a connection failure with it gone, or a 404 with the model gone
     from it (restarted with another), ends the run; rate limited past the SDK's retries: not run
     (NotRun), the next run sends it. (A fleet's: ``vllm_fleet.FleetClient.classify``.)"""
-    try:
-        import openai
-    except ImportError:
-        return None
     if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
         # A gateway in front of the server said "later" past the SDK's retries: not the model's failure.
         return NotRun(

@@ -24,8 +24,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import openai
+
 from .errors import NotRun, RunAgain
+from .faults import ServerGone, ServerHung
 from .fleet import Fleet, FleetProvenance, Ledger, Visit, queue_of, served_by, summary_lines, visit_key
+from .runner import QUERIES
 from .stops import SESSION_ENV
 from .vllm_server import ServerDied, unusable
 
@@ -110,10 +114,6 @@ class FleetClient:
         """A server gone (connection refused, hung, the model gone from it): the conversation runs
         again on another (``Failover``), or, with none left, the run stops; rate limited past the
         SDK's retries: not run. Anything else is not the fleet's (None)."""
-        import openai
-
-        from .faults import ServerGone, ServerHung
-
         url = self._server_of(exc)
         if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
             return NotRun(
@@ -219,8 +219,6 @@ class FleetSeat:
 
     def apply(self, handler: Any) -> None:
         """Point the conversation's handler copy at the server, and time its requests."""
-        from .runner import QUERIES
-
         station = self.client._stations[self.server]
         for name in ("client", "base_url", "max_context_length", "tokenizer"):
             if hasattr(station, name):
@@ -231,8 +229,6 @@ class FleetSeat:
                 setattr(handler, name, self._timed(query))
 
     def _timed(self, query: Callable[..., Any]) -> Callable[..., Any]:
-        import openai
-
         fleet, changed, url = self.client.fleet, self.client._changed, self.server
 
         def timed(*args: Any, **kwargs: Any) -> Any:

@@ -27,6 +27,8 @@ each handler loads its tokenizer from the fetched snapshot folder.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import importlib.util
 import json
 import os
 import signal
@@ -256,6 +258,7 @@ def _config_file(model: str) -> Path | None:
     if local.is_file():
         return local
     try:
+        # huggingface_hub on first use: not a dependency of the plugin (a vLLM machine has it)
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return None
@@ -381,8 +384,6 @@ def tail(path: Path, lines: int = 20) -> str:
 def missing_modules(plan: ServerPlan) -> list[str]:
     """What a session on vLLM needs and lacks: transformers (BFCL's local handlers tokenize
     every prompt, even against a running server) and the engine (unless a server is given)."""
-    import importlib.util
-
     wanted = ["transformers"] + ([] if plan.endpoints else ["vllm"])
     return [m for m in wanted if importlib.util.find_spec(m) is None]
 
@@ -497,8 +498,6 @@ def _stop_on_sigterm(plan: ServerPlan) -> None:
 def _die_with_parent() -> None:
     """In the server's process, before exec: SIGTERM when pytest dies, even by SIGKILL (Linux)."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
