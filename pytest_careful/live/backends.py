@@ -46,7 +46,7 @@ class Backend(Protocol):
     @property
     def guarded(self) -> bool:
         """Requests go to a server (vLLM, an OpenAI-compatible API): its faults are never the model's
-        (``faults.Guard``), and one rate limit pauses every conversation in flight (``pacing``)."""
+        (``faults.ServerGuard``), and one rate limit pauses every conversation in flight (``pacing``)."""
         ...
 
     @property

@@ -5,7 +5,7 @@ BFCL's loop scores whatever its handler returns or raises: an exception there be
 "Error during inference" entry, a failure of the model. But a 500, a body that is not JSON,
 half a body, a reset connection or a server that never answers says nothing about the model.
 So every request of a live run on vLLM or an OpenAI-compatible API goes through a
-:class:`Guard`, around the handler's ``_query_FC`` / ``_query_prompting``:
+:class:`ServerGuard`, around the handler's ``_query_FC`` / ``_query_prompting``:
 
 * **A server fault** (5xx other than 529, a connection reset or cut short by a server that
   still answers ``/models``, a body that does not parse, a completion without choices) is
@@ -74,7 +74,7 @@ class RequestTimedOut(openai.APITimeoutError):
     """One attempt ran past ``--careful-request-timeout``.
 
     An ``OpenAIError``: the SDK passes those on without retrying (its own retries would
-    wait the time-out three times over), so the :class:`Guard` decides: once more, then stop.
+    wait the time-out three times over), so the :class:`ServerGuard` decides: once more, then stop.
     """
 
     def __init__(self, request: httpx2.Request, seconds: float) -> None:
@@ -193,7 +193,7 @@ def malformed(answer: Any) -> str | None:
 _ABSENT = object()
 
 
-class Guard:
+class ServerGuard:
     """Sends each request of one process's conversations, telling the server's faults from the model's answers."""
 
     def __init__(

@@ -4,7 +4,7 @@ With ``--careful-endpoint=URL,URL,...`` every conversation of a live run is assi
 server when it starts and keeps all of its requests there: every request re-sends the whole
 conversation, and vLLM's automatic prefix caching pays only when the next request lands where
 the last one did. This module holds the decision, as a pure object (:class:`Fleet`: no threads,
-no HTTP, the time passed in), and the record of what each server served (:class:`Ledger`);
+no HTTP, the time passed in), and the record of what each server served (:class:`FleetLedger`);
 :mod:`.vllm_fleet` wires it to the handler's clients and to the servers' ``/metrics``.
 
 The rule. Each server has a share of ``--careful-concurrency`` (the run's total), in proportion
@@ -269,7 +269,7 @@ def visit_key(key: tuple[str, str, int]) -> str:
     return f"{condition}.{repeat}.{conversation_id}"
 
 
-class Ledger:
+class FleetLedger:
     """``<output>/.careful/fleet.jsonl``: what each server of a fleet served, across sessions.
 
     One line per conversation's time on one server, appended (one short write: lines of

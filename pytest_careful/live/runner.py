@@ -23,11 +23,11 @@ from . import bridge, confirm
 from .errors import SetupFailed
 
 if TYPE_CHECKING:
-    from .faults import Guard
+    from .faults import ServerGuard
 
 
 @dataclass(frozen=True)
-class Protocol:
+class RunProtocol:
     """How one condition runs: the scripted user's settings for confirm."""
 
     condition: str
@@ -56,7 +56,7 @@ class LiveRun:
     seconds: float
 
 
-def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, Any]:
+def prompt_entry(conversation: Conversation, protocol: RunProtocol) -> dict[str, Any]:
     """The test entry BFCL's loop receives under ``protocol`` (hints: hinted docs only).
 
     As ``bfcl generate`` loads it: ``load_dataset_entry``'s default adds the
@@ -80,10 +80,10 @@ QUERIES = ("_query_FC", "_query_prompting")
 def run(
     handler: Any,
     conversation: Conversation,
-    protocol: Protocol,
+    protocol: RunProtocol,
     repeat: int = 1,
     before_request: Callable[[], None] | None = None,
-    guard: Guard | None = None,
+    guard: ServerGuard | None = None,
     after_answer: Callable[[], None] | None = None,
     place: Callable[[Any], None] | None = None,
 ) -> LiveRun:

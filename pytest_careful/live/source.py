@@ -45,7 +45,7 @@ from .backend_setup import BackendSettings, BackendSetup, Handler, Sent
 from .backends import SERVER_OPTIONS, backend
 from .budget import SpendLedger
 from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
-from .faults import Guard, Retry, answers, classify
+from .faults import Retry, ServerGuard, answers, classify
 from .filing import ResultFolders
 from .fleet import FleetProvenance, Placement, Seat
 from .handles import HandleError, ModelHandle, Resolution, resolution, resolve
@@ -84,7 +84,7 @@ class LiveSource(Source):
     setup: Callable[[Handler], None] | None = None  # called once per process with the new handler (backend set-up)
     classify_error: Callable[[BaseException], BaseException | None] | None = None  # what ends the run
     alive: Callable[[str | None], bool] | None = None  # (url) -> whether that server still answers; None: server_alive
-    guard: Guard | None = None  # vLLM and OpenAI-compatible servers: server faults are not the model's (faults)
+    guard: ServerGuard | None = None  # vLLM and OpenAI-compatible servers: server faults are not the model's (faults)
     server_plan: ServerPlan | None = None  # vLLM: the session's server
     placement: Placement | None = None  # several servers: where each conversation runs (vllm_fleet)
     backend_settings: BackendSettings = field(default_factory=lambda: BackendSettings())  # in careful_settings.json
@@ -128,9 +128,9 @@ class LiveSource(Source):
             raise RuntimeError("a LiveSource without a model handle")
         return self.handle
 
-    def protocol(self, condition: str) -> runner.Protocol:
+    def protocol(self, condition: str) -> runner.RunProtocol:
         assert self.declarations is not None
-        return runner.Protocol(condition, self.declarations, self.boundary, self.script, self.detector)
+        return runner.RunProtocol(condition, self.declarations, self.boundary, self.script, self.detector)
 
     def settings(self, condition: str) -> RunSettings:
         """How this run makes entries: protocol settings and what each request carries.
@@ -437,7 +437,7 @@ def open_live(options: RunConfig) -> LiveSource:
             raise SourceError(f"--careful-model={options.model}: {problem}")
     if backend(handle.kind).guarded:
         alive = source.alive or source.server_alive
-        source.guard = Guard(Retry(timeout=options.request_timeout), alive=alive)
+        source.guard = ServerGuard(Retry(timeout=options.request_timeout), alive=alive)
         if source.classify_error is None:  # an OpenAI-compatible API: rate limits and a server gone
             source.classify_error = lambda exc: classify(exc, alive)
     if not options.worker and not options.collect_only:

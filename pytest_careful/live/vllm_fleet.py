@@ -28,7 +28,7 @@ import openai
 
 from .errors import NotRun, RunAgain
 from .faults import ServerGone, ServerHung
-from .fleet import Fleet, FleetProvenance, Ledger, Visit, queue_of, served_by, summary_lines, visit_key
+from .fleet import Fleet, FleetLedger, FleetProvenance, Visit, queue_of, served_by, summary_lines, visit_key
 from .runner import QUERIES
 from .stops import SESSION_ENV
 from .vllm_server import ServerDied, unusable
@@ -62,7 +62,7 @@ class FleetClient:
         self.urls = tuple(urls)
         self.model = model
         self.fleet = Fleet(self.urls, total)
-        self.ledger = Ledger(output)
+        self.ledger = FleetLedger(output)
         self._station = station  # (handler, url) -> a copy of the handler pointed at url
         self._log_tail = log_tail
         self._stations: dict[str, Any] = {}

@@ -114,7 +114,7 @@ def configured(tmp_path: Path, budget_usd: float | None = None) -> tuple[Any, Li
 
 
 def run(handler: Any, conversation_id: str = CONVERSATION) -> runner.LiveRun:
-    protocol = runner.Protocol("standard", declarations.load())
+    protocol = runner.RunProtocol("standard", declarations.load())
     return runner.run(handler, dataset.get(conversation_id), protocol)
 
 
