@@ -38,7 +38,7 @@ from ..data.run_settings import DECODER_KEY, RunSettings
 from ..effects import declarations
 from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder, close_clients, decoder
-from ..sources.reference_logged import Source
+from ..sources.reference_logged import LiveDetails, Source
 from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
 from .backend_setup import BackendSettings, BackendSetup, Handler, Sent
@@ -120,6 +120,29 @@ class LiveSource(Source):
     @property
     def is_reference(self) -> bool:
         return False
+
+    @property
+    def backend_kind(self) -> str | None:
+        return self.handle.kind if self.handle is not None else None
+
+    def sampling(self) -> str:
+        handle = self.handle
+        if handle is None:
+            return super().sampling()
+        if not backend(handle.kind).remote:
+            return "live: scripted model (deterministic)"
+        temperature = self.sent.get("temperature", handle.temperature) if self.sent else handle.temperature
+        said = "no temperature sent" if temperature is None else f"temperature {temperature}"
+        return f"live: BFCL handler {handle.registry_key}, {said}"
+
+    def live_details(self, key: tuple[str, str, int]) -> LiveDetails:
+        return LiveDetails(key in self.resumed, self.runs.get(key))
+
+    def spend_lines(self) -> list[str]:
+        return self.spend_ledger.summary() if self.spend_ledger is not None else []  # this session, then the folder
+
+    def result_folder(self) -> Path:
+        return self.output
 
     @property
     def model_handle(self) -> ModelHandle:
