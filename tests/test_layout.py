@@ -253,3 +253,40 @@ def duplicate_class_names(paths: list[Path]) -> list[str]:
 def test_no_class_name_is_defined_twice() -> None:
     found = duplicate_class_names(sorted((ROOT / PACKAGE).rglob("*.py")))
     assert not found, "class names defined more than once (one name, one concept):\n" + "\n".join(found)
+
+
+def getattr_probes(paths: list[Path], base: Path = ROOT) -> list[str]:
+    """``getattr(<...>source, "name", ...)``: an attribute asked of a source outside its declared interface."""
+    out = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"):
+                continue
+            if len(node.args) < 2 or not isinstance(node.args[1], ast.Constant):
+                continue
+            target = ast.unparse(node.args[0])
+            if target == "source" or target.endswith(".source"):
+                out.append(f"{path.relative_to(base)}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_the_probe_check_finds_a_probe(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "def f(state, source, handler):\n"
+        "    a = getattr(state.source, 'handle', None)\n"
+        "    b = getattr(source, 'runs', None)\n"
+        "    c = getattr(handler, 'client', None)\n"
+        "    return state.source.warnings\n"
+    )
+    assert getattr_probes([sample], base=tmp_path) == [
+        "sample.py:2: getattr(state.source, 'handle', None)",
+        "sample.py:3: getattr(source, 'runs', None)",
+    ]
+
+
+def test_a_source_is_asked_only_through_its_declared_interface() -> None:
+    """What the harness asks of a source is declared on ``sources.reference_logged.Source``
+    (a logged run's plain answers; ``live.source.LiveSource`` gives its run's), never probed."""
+    found = getattr_probes(sorted((ROOT / PACKAGE).rglob("*.py")))
+    assert not found, "attributes probed on a source:\n" + "\n".join(found)

@@ -18,7 +18,7 @@ from typing import Protocol
 from ..execution.decoding import import_handler_class, registry_entry
 from ..sources.run_config import RunConfig
 from . import claude, scripted, vllm_client
-from .backend_setup import BackendSetup, Handler, ModelSpec
+from .backend_setup import BackendSetup, Handler, ModelSpec, Share
 from .vllm_server import missing_message, missing_modules
 
 #: Conversations in flight by default, all processes together, for backends other than
@@ -82,8 +82,9 @@ class Backend(Protocol):
         """A fresh BFCL handler for ``handle``, in this process (``ModelHandle.build``)."""
         ...
 
-    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int) -> BackendSetup:
-        """This process's set-up of a run of ``handle`` with ``concurrency`` conversations in flight."""
+    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
+        """This process's set-up of a run of ``handle`` with ``concurrency`` conversations in flight;
+        ``share``: what each new OpenAI client of a handler goes through (``pacing.share``)."""
         ...
 
     def preflight(self, handle: ModelSpec, made: BackendSetup) -> str | None:
@@ -129,7 +130,7 @@ class Scripted:
     def build(self, handle: ModelSpec) -> Handler:
         return scripted.make_handler(handle.registry_key)
 
-    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int) -> BackendSetup:
+    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
         return BackendSetup()
 
     def preflight(self, handle: ModelSpec, made: BackendSetup) -> str | None:
@@ -168,8 +169,8 @@ class Vllm:
     def build(self, handle: ModelSpec) -> Handler:
         return _registered_handler(handle)
 
-    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int) -> BackendSetup:
-        return vllm_client.configure(handle, options, concurrency)
+    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
+        return vllm_client.configure(handle, options, concurrency, share)
 
     def preflight(self, handle: ModelSpec, made: BackendSetup) -> str | None:
         assert made.server_plan is not None  # configure plans it
@@ -197,7 +198,7 @@ class Claude:
     def build(self, handle: ModelSpec) -> Handler:
         return _registered_handler(handle, wrap=claude.careful_claude_class)
 
-    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int) -> BackendSetup:
+    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
         return claude.configure(handle, options, concurrency)
 
     def preflight(self, handle: ModelSpec, made: BackendSetup) -> str | None:
@@ -224,7 +225,7 @@ class Api:
     def build(self, handle: ModelSpec) -> Handler:
         return _registered_handler(handle)
 
-    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int) -> BackendSetup:
+    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
         return BackendSetup()
 
     def preflight(self, handle: ModelSpec, made: BackendSetup) -> str | None:

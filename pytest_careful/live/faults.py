@@ -40,34 +40,12 @@ import httpx2
 import openai
 from openai._constants import DEFAULT_CONNECTION_LIMITS
 
-from .errors import DEFAULT_REQUEST_TIMEOUT, NotRun, ServerError, ServerStopped
+from .errors import DEFAULT_REQUEST_TIMEOUT, NotRun, ServerError, ServerGone, ServerHung, ServerStopped
 
 #: Connecting is bounded apart: a server that does not take the connection is not busy, it is gone.
 CONNECT_TIMEOUT = 10.0
 #: Rate-limited answers: not faults (``pacing`` and the SDK handle them).
 RATE_LIMITED = (429, 529)
-
-
-class ServerHung(ServerStopped):
-    """The server did not answer a request twice within ``--careful-request-timeout``.
-
-    ``url``: that server's, where known (a fleet's server that hangs leaves the fleet: ``vllm_fleet``).
-    """
-
-    def __init__(self, message: str, url: str | None = None) -> None:
-        super().__init__(message)
-        self.url = url
-
-
-class ServerGone(ServerStopped):
-    """The server answered an error status and then stopped answering (``/models``): it is going or gone.
-
-    ``url``: that server's (a fleet's server that is gone leaves the fleet: ``vllm_fleet``).
-    """
-
-    def __init__(self, message: str, url: str | None = None) -> None:
-        super().__init__(message)
-        self.url = url
 
 
 class RequestTimedOut(openai.APITimeoutError):

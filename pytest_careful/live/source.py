@@ -452,7 +452,7 @@ def open_live(options: RunConfig) -> LiveSource:
         repeats=options.repeat,
         concurrency=options.concurrency or backend(handle.kind).default_concurrency(options),
     )
-    made = backend(handle.kind).configure(handle, options, source.concurrency)
+    made = backend(handle.kind).configure(handle, options, source.concurrency, share)
     source.take_in(made)
     if not options.worker and not options.collect_only:  # on the controller, once
         problem = backend(handle.kind).preflight(handle, made)

@@ -21,15 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import openai
-from openai import OpenAI
-
 from ..execution.decoding import registry_entry
 from ..sources.run_config import RunConfig
 from . import hub, tokens
-from .backend_setup import BackendSetup, ModelSpec
+from .backend_setup import BackendSetup, ModelSpec, Share
 from .errors import NotRun, StopRun
-from .pacing import share
 from .vllm_fleet import FleetClient
 from .vllm_server import ENDPOINT_ENV, BfclServer, ServerDied, ServerPlan, log_tail_of, served, unusable
 
@@ -37,8 +33,9 @@ from .vllm_server import ENDPOINT_ENV, BfclServer, ServerDied, ServerPlan, log_t
 RATE_LIMITED = (429, 529)
 
 
-def configure(handle: ModelSpec, options: RunConfig, concurrency: int) -> BackendSetup:
-    """Plan the server (controller) and set up each process's handler against it."""
+def configure(handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
+    """Plan the server (controller) and set up each process's handler against it; ``share``: what
+    each new OpenAI client of a handler goes through (``pacing.share``)."""
     model = handle.model_path or _hub_id(handle)
     plan = ServerPlan(
         model=model,
@@ -72,11 +69,11 @@ def configure(handle: ModelSpec, options: RunConfig, concurrency: int) -> Backen
             model,
             concurrency,
             Path(options.output),
-            lambda handler, url: station(handler, url, model),
+            lambda handler, url: station(handler, url, model, share),
             lambda: log_tail_of(plan),
         )
         made.placement = fleet
-    made.setup = lambda handler: setup_handler(handler, plan, model, cap, fleet)
+    made.setup = lambda handler: setup_handler(handler, plan, model, share, cap, fleet)
     made.classify_error = fleet.classify if fleet is not None else lambda exc: classify_error(exc, plan)
     # A fault, or the server gone: the one the request went to (after a failover, maybe not the current one).
     made.alive = lambda url: unusable((url or endpoint_of(plan)).rstrip("/"), plan.model) is None
@@ -123,20 +120,28 @@ def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
     raise ServerDied("no vLLM server to use: " + "; ".join(why or [f"{exclude} stopped answering"]) + log_tail_of(plan))
 
 
-def point_handler(handler: Any, url: str) -> None:
+def point_handler(handler: Any, url: str, share: Share) -> None:
+    # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+    from openai import OpenAI
+
     handler.base_url = url
     handler.client = OpenAI(base_url=url, api_key=os.environ.get("REMOTE_OPENAI_API_KEY", "EMPTY"))
     share(handler)  # a failover's new client waits out the same rate limits
 
 
 def setup_handler(
-    handler: Any, plan: ServerPlan, model: str, max_tokens: int | None = None, fleet: FleetClient | None = None
+    handler: Any,
+    plan: ServerPlan,
+    model: str,
+    share: Share,
+    max_tokens: int | None = None,
+    fleet: FleetClient | None = None,
 ) -> None:
     """Point BFCL's OSS handler at a server, with the tokenizer and context length BFCL's would load;
     with a ``fleet``, each conversation's copy is pointed at its own server (``station``)."""
     handler.careful_max_tokens = max_tokens  # pacing.share caps each request's max_tokens with it
     endpoint = plan.current or pick(plan, model)
-    point_handler(handler, endpoint)
+    point_handler(handler, endpoint, share)
     local = model if Path(model).is_dir() else None
     with contextlib.redirect_stdout(io.StringIO()), _tokenizer_from_cache(endpoint, local or model):
         # The files' own tokenizer and context length, without transformers (and torch) where
@@ -153,11 +158,11 @@ def setup_handler(
     plan.handlers.append(handler)
 
 
-def station(handler: Any, url: str, model: str) -> Any:
+def station(handler: Any, url: str, model: str, share: Share) -> Any:
     """A copy of the set-up ``handler`` for one server of a fleet: its client, its context length,
     and a tokenizer that sizes each request by that length (as BFCL sizes it for that server)."""
     own = copy.copy(handler)
-    point_handler(own, url)
+    point_handler(own, url, share)
     fit_context(own, url, model)
     if isinstance(own.tokenizer, tokens.LightTokenizer):
         own.tokenizer = own.tokenizer.sized_by(lambda: int(own.max_context_length))
@@ -216,6 +221,9 @@ def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None
     """The session's one server: a connection failure with it gone, or a 404 with the model gone
     from it (restarted with another), ends the run; rate limited past the SDK's retries: not run
     (NotRun), the next run sends it. (A fleet's: ``vllm_fleet.FleetClient.classify``.)"""
+    # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+    import openai
+
     if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
         # A gateway in front of the server said "later" past the SDK's retries: not the model's failure.
         return NotRun(

@@ -24,10 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import openai
-
-from .errors import NotRun, RunAgain
-from .faults import ServerGone, ServerHung
+from .errors import NotRun, RunAgain, ServerGone, ServerHung
 from .fleet import Fleet, FleetLedger, FleetProvenance, Visit, queue_of, served_by, summary_lines, visit_key
 from .runner import QUERIES
 from .stops import SESSION_ENV
@@ -114,6 +111,9 @@ class FleetClient:
         """A server gone (connection refused, hung, the model gone from it): the conversation runs
         again on another (``Failover``), or, with none left, the run stops; rate limited past the
         SDK's retries: not run. Anything else is not the fleet's (None)."""
+        # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+        import openai
+
         url = self._server_of(exc)
         if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
             return NotRun(
@@ -229,6 +229,9 @@ class FleetSeat:
                 setattr(handler, name, self._timed(query))
 
     def _timed(self, query: Callable[..., Any]) -> Callable[..., Any]:
+        # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+        import openai
+
         fleet, changed, url = self.client.fleet, self.client._changed, self.server
 
         def timed(*args: Any, **kwargs: Any) -> Any:

@@ -18,8 +18,8 @@ import openai
 import pytest
 
 from pytest_careful.live import faults
-from pytest_careful.live.errors import NotRun, ServerError, ServerStopped
-from pytest_careful.live.faults import Retry, ServerGuard, ServerHung
+from pytest_careful.live.errors import NotRun, ServerError, ServerHung, ServerStopped
+from pytest_careful.live.faults import Retry, ServerGuard
 
 URL = "http://127.0.0.1:9/v1"
 REQUEST = httpx2.Request("POST", f"{URL}/completions")
