@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypedDict
 
 from .budget import SpendLedger
 from .fleet import Placement
+from .handler import Handler
 from .vllm_server import ServerPlan
 
-#: A BFCL handler (``BaseHandler``), with the attributes the plugin adds (``careful_*``): bfcl-eval
-#: is imported on first use only, and the handlers' own classes are untyped.
-Handler = Any
 #: What each new OpenAI client of a handler goes through: the run's rate-limit pause and each
 #: attempt's deadline (``pacing.share``). The source passes it: the backends never import the SDK.
 Share = Callable[[Handler], None]

@@ -18,7 +18,8 @@ from typing import Protocol
 from ..execution.decoding import import_handler_class, registry_entry
 from ..sources.run_config import RunConfig
 from . import claude, scripted, vllm_client
-from .backend_setup import BackendSetup, Handler, ModelSpec, Share
+from .backend_setup import BackendSetup, ModelSpec, Share
+from .handler import Handler
 from .vllm_server import missing_message, missing_modules
 
 #: Conversations in flight by default, all processes together, for backends other than
@@ -207,7 +208,7 @@ class Claude:
 
 @dataclass(frozen=True)
 class Api:
-    """Any other registered API handler, as BFCL builds it (an OpenAI-compatible gateway too)."""
+    """Every other registered API handler, as BFCL builds it (an OpenAI-compatible gateway too)."""
 
     name: str = "api"
     label: str = "the vendor's hosted API"

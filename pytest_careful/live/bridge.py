@@ -115,7 +115,7 @@ def install() -> None:
 _PRINTED: contextvars.ContextVar[IO[str] | None] = contextvars.ContextVar("careful_printed", default=None)
 
 
-def _print(*args: Any, file: IO[str] | None = None, **kwargs: Any) -> None:
+def _print(*args: object, file: IO[str] | None = None, **kwargs: Any) -> None:
     """``print`` for bfcl-eval's loop: to the running conversation's log, else as ``print``."""
     target = _PRINTED.get()
     if target is not None and (file is None or file is sys.stdout):

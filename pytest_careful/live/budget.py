@@ -60,7 +60,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import yaml
 
@@ -113,7 +113,7 @@ class Usage:
         )
 
     @classmethod
-    def from_api(cls, usage: Any) -> Usage:
+    def from_api(cls, usage: object) -> Usage:
         """From an SDK ``Usage`` (absent or null counts are 0)."""
 
         def get(name: str) -> int:
@@ -208,26 +208,26 @@ class Prices:
 # ----------------------------------------------------------------- bound
 
 
-def prompt_bytes(system: Any, tools: Any, messages: Any) -> int:
+def prompt_bytes(system: object, tools: object, messages: object) -> int:
     """UTF-8 bytes of the prompt as JSON (SDK content blocks dumped as sent)."""
     text = json.dumps([system, tools, messages], default=_jsonable, ensure_ascii=False)
     return len(text.encode("utf-8"))
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     dump = getattr(value, "model_dump", None)  # pydantic: SDK blocks in the history
     if callable(dump):
         return dump(exclude_none=True)
     return str(value)
 
 
-def bound_tokens(system: Any, tools: Any, messages: Any) -> int:
+def bound_tokens(system: object, tools: object, messages: object) -> int:
     """The prompt-token figure the bound uses (see the module docstring)."""
     tokens = math.ceil(prompt_bytes(system, tools, messages) / BOUND_BYTES_PER_TOKEN)
     return tokens + (TOOL_PROMPT_TOKENS if tools else 0)
 
 
-def request_bound(price: ModelPrice, *, system: Any, tools: Any, messages: Any, max_tokens: int) -> float:
+def request_bound(price: ModelPrice, *, system: object, tools: object, messages: object, max_tokens: int) -> float:
     """The most this request can cost, in USD, before it is sent."""
     return (bound_tokens(system, tools, messages) * price.prompt_token_max + max_tokens * price.output) / PER_TOKENS
 
@@ -465,7 +465,7 @@ def flocked(path: Path) -> Iterator[None]:
         os.close(lock)  # closing releases the flock
 
 
-def write_json(path: Path, state: Mapping[str, Any]) -> None:
+def write_json(path: Path, state: Mapping[str, object]) -> None:
     """Replace ``path`` atomically and durably: a reader never sees half a file, a crash never loses it."""
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(temporary, "w", encoding="utf-8") as handle:
@@ -481,7 +481,7 @@ def ledger_file(output: Path) -> Path:
     return Path(output) / ".careful" / "spend.json"
 
 
-def _number(value: Any, what: str) -> float:
+def _number(value: object, what: str) -> float:
     """A finite, non-negative figure (NaN would make every comparison with the cap false)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{what} is {value!r}, not a non-negative number")
@@ -532,7 +532,7 @@ def _sweep_dead(state: LedgerFile) -> None:
             counters["unconfirmed_usd"] += float(reservation["bound"])
 
 
-def _alive(pid: Any) -> bool:
+def _alive(pid: object) -> bool:
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return True  # unknown: keep counting it as in flight
     try:

@@ -60,7 +60,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..data.dataset import Conversation
 from ..execution.decoding import close_clients, import_handler_class, registry_entry
@@ -79,7 +79,11 @@ from .budget import (
     request_bound,
 )
 from .errors import NotRun, StopRun
-from .ratelimit import MAX_WAIT, SharedLimiter, limiter_file, retry_after
+from .handler import BfclDict
+
+if TYPE_CHECKING:  # the SDK is imported on first use (an optional heavy dependency)
+    from anthropic import Anthropic
+from .ratelimit import MAX_WAIT, Headers, SharedLimiter, limiter_file, retry_after
 
 MAX_RETRIES = 6  # backoff 0.5 s doubling to 8 s: ~30 s of retries, longer with retry-after
 INITIAL_RETRY_DELAY = 0.5  # the SDK's figures
@@ -125,11 +129,11 @@ class Tally:
         self.cost += cost
         self.requests.append({"usage": usage.as_dict(1), "cost_usd": cost.as_dict()})
 
-    def entry_keys(self) -> dict[str, Any]:
+    def entry_keys(self) -> BfclDict:
         return {"careful_cost_usd": self.cost.as_dict(), "careful_usage": self.usage.as_dict(len(self.requests))}
 
 
-def _client() -> Any:
+def _client() -> Anthropic:
     """The SDK client, its own retries off: ``generate_with_backoff`` retries, pricing each attempt."""
     # the Anthropic SDK on first use: only a Claude run needs it
     from anthropic import Anthropic
@@ -142,7 +146,7 @@ def _client() -> Any:
     )
 
 
-def _has_credentials(client: Any) -> bool:
+def _has_credentials(client: object) -> bool:
     return bool(
         getattr(client, "api_key", None) or getattr(client, "auth_token", None) or getattr(client, "credentials", None)
     )
@@ -193,7 +197,7 @@ def _should_retry(response: Any) -> bool:
     return response.status_code in (408, 409, 429) or response.status_code >= 500
 
 
-def _retry_after(headers: Any) -> float | None:
+def _retry_after(headers: Headers) -> float | None:
     """The server's requested wait in seconds (at most :data:`MAX_RETRY_AFTER`), when positive."""
     return retry_after(headers, MAX_RETRY_AFTER)
 
@@ -343,7 +347,7 @@ def careful_claude_class(base: type) -> type:
         def careful_begin(self) -> None:
             self.careful_tally = Tally()
 
-        def careful_end(self) -> dict[str, Any]:
+        def careful_end(self) -> BfclDict:
             tally, self.careful_tally = self.careful_tally, None
             return tally.entry_keys() if tally is not None else {}
 
@@ -421,13 +425,13 @@ def careful_claude_class(base: type) -> type:
                 self.careful_tally.add(usage, cost)
             return response
 
-        def _parse_query_response_FC(self, api_response: Any) -> dict[str, Any]:
-            data: dict[str, Any] = super()._parse_query_response_FC(api_response)
+        def _parse_query_response_FC(self, api_response: Any) -> BfclDict:
+            data: BfclDict = super()._parse_query_response_FC(api_response)
             data["input_token"] = Usage.from_api(api_response.usage).prompt
             return data
 
-        def _parse_query_response_prompting(self, api_response: Any) -> dict[str, Any]:
-            data: dict[str, Any] = super()._parse_query_response_prompting(api_response)
+        def _parse_query_response_prompting(self, api_response: Any) -> BfclDict:
+            data: BfclDict = super()._parse_query_response_prompting(api_response)
             data["input_token"] = Usage.from_api(api_response.usage).prompt
             return data
 
@@ -527,7 +531,7 @@ EST_TOOL_RESULT_TOKENS = 100  # per call step's tool results
 EST_TOOL_PROMPT_TOKENS = 350  # the API's tool-use system prompt
 
 
-def _tokens(value: Any) -> int:
+def _tokens(value: object) -> int:
     return math.ceil(len(json.dumps(value, ensure_ascii=False).encode("utf-8")) / EST_BYTES_PER_TOKEN)
 
 

@@ -34,7 +34,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import httpx2
 import openai
@@ -46,6 +46,9 @@ from .errors import DEFAULT_REQUEST_TIMEOUT, NotRun, ServerError, ServerGone, Se
 CONNECT_TIMEOUT = 10.0
 #: Rate-limited answers: not faults (``pacing`` and the SDK handle them).
 RATE_LIMITED = (429, 529)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class RequestTimedOut(openai.APITimeoutError):
@@ -188,24 +191,24 @@ class ServerGuard:
         self.sleep = sleep
 
     def wrap(
-        self, query: Callable[..., Any], before: Callable[[], None], after: Callable[[], None] | None = None
-    ) -> Callable[..., Any]:
+        self, query: Callable[P, R], before: Callable[[], None], after: Callable[[], None] | None = None
+    ) -> Callable[P, R]:
         """``query`` sent through the guard; ``before`` runs before every attempt (it raises to send
         nothing more: the run stopped or was interrupted), ``after`` after every answer."""
 
-        def guarded(*args: Any, **kwargs: Any) -> Any:
+        def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             return self.send(query, before, after, *args, **kwargs)
 
         return guarded
 
     def send(
         self,
-        query: Callable[..., Any],
+        query: Callable[P, R],
         before: Callable[[], None],
         after: Callable[[], None] | None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
         faults: list[Fault] = []
         timeouts = 0
         started = time.monotonic()

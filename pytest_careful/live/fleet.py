@@ -31,10 +31,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypedDict
+
+from .handler import Handler
 
 #: Conversations a server takes before it has answered: enough to fill a small server, few
 #: enough that a fleet's speeds are known before most of the run is committed to one of them.
@@ -218,7 +220,7 @@ class Seat(Protocol):
     @property
     def server(self) -> str: ...
 
-    def apply(self, handler: Any) -> None:
+    def apply(self, handler: Handler) -> None:
         """Point the conversation's copy of the handler at the server (client, context length, counts)."""
         ...
 
@@ -228,7 +230,7 @@ class Seat(Protocol):
 class Placement(Protocol):
     """Where a backend with several servers runs each conversation (``vllm_fleet.FleetClient``)."""
 
-    def seat(self, key: tuple[str, str, int], check: Any) -> Seat:
+    def seat(self, key: tuple[str, str, int], check: Callable[[], None]) -> Seat:
         """A server with room for the conversation ``key``, waiting for one; ``check()`` raises to stop waiting."""
         ...
 

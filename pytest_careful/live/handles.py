@@ -20,7 +20,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from ..common import bfcl as _bfcl
 from ..execution.decoding import (
@@ -34,6 +34,7 @@ from ..execution.decoding import (
 )
 from . import scripted
 from .backends import backend
+from .handler import Handler
 from .scripted import POLICIES, PREFIX
 
 #: BFCL's default sampling temperature (``bfcl generate --temperature``).
@@ -68,13 +69,13 @@ class ModelHandle:
             return f"{Path(self.model_path).name}-{digest}"
         return self.registry_key.replace("/", "_").replace(":", "_")
 
-    def build(self) -> Any:
+    def build(self) -> Handler:
         """A fresh BFCL handler for this process (model-specific setup is the caller's)."""
         handler = backend(self.kind).build(self)
         shadow_eval(type(handler))  # the loop decodes with the handler's own decoder
         return handler
 
-    def probe(self) -> Any:
+    def probe(self) -> Handler:
         """A handler built to read what it would send (model id, dtype), its API clients closed at once:
         one left open to the interpreter's exit prints a traceback from the SDK's ``__del__``."""
         handler = self.build()
@@ -142,7 +143,7 @@ def registry_key(name: str, local_only: bool = False) -> str:
 def _unsuffixed_key(name: str, found: list[str]) -> str | None:
     """BFCL's own naming for a name without a mode: ``Qwen/Qwen3-8B`` is the prompting key and
     ``Qwen/Qwen3-8B-FC`` its FC sibling, so ``Qwen3-8B`` is the former, as ``bfcl generate --model``
-    reads it (not a guess; the resolution line names the FC sibling). Any other mix stays ambiguous."""
+    reads it (not a guess; the resolution line names the FC sibling). Every other mix stays ambiguous."""
     if _MODE_SUFFIX.search(name) or _DISPLAY_MODE.search(name):
         return None
     plain = [k for k in found if not k.endswith("-FC")]

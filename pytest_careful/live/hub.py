@@ -87,7 +87,7 @@ def fetch(repo: str, weights: bool) -> Path:
 
 
 def cached(repo: str, weights: bool = False) -> Path:
-    """Any process, after :func:`fetch`: the repo's snapshot folder, from the cache only."""
+    """In any process, after :func:`fetch`: the repo's snapshot folder, from the cache only."""
     # huggingface_hub on first use: not a dependency of the plugin (a vLLM machine has it)
     from huggingface_hub import snapshot_download
 

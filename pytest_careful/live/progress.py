@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+from _pytest.capture import CaptureManager
+
 #: Between two plain progress lines (CI logs).
 PLAIN_SECONDS = 30.0
 #: Between two redraws of the terminal's status row.
@@ -143,7 +146,11 @@ class Display:
     """The controller's progress display of one live run (:meth:`start`, :meth:`between_items`, :meth:`stop`)."""
 
     def __init__(
-        self, folder: Path, reporter: Any, stopped: Callable[[], str | None] | None = None, capture: Any = None
+        self,
+        folder: Path,
+        reporter: pytest.TerminalReporter | None,
+        stopped: Callable[[], str | None] | None = None,
+        capture: CaptureManager | None = None,
     ) -> None:
         self.folder = folder
         self.reporter = reporter
@@ -193,6 +200,8 @@ class Display:
         """A line of its own, even after a row of progress dots (which ``write_line`` may not end)."""
         # Without xdist the main thread is inside an item, with output captured: suspend it for the line,
         # as pytest's own live logging does for a record logged on any thread.
+        if self.reporter is None:  # nowhere to write it (the callers check first)
+            return
         disabled = getattr(self.capture, "global_and_fixture_disabled", None)
         with disabled() if disabled is not None else contextlib.nullcontext():
             writer = getattr(self.reporter, "_tw", None)

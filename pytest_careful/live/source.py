@@ -29,10 +29,10 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from ..data.dataset import Conversation, get
-from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
+from ..data.result_files import InputProblem, LoggedEntry, LoggedResult, parse_raw_line
 from ..data.result_store import ResultStore, is_complete, serialise
 from ..data.run_settings import DECODER_KEY, RunSettings
 from ..effects import declarations
@@ -41,13 +41,14 @@ from ..execution.decoding import Decoder, close_clients, decoder
 from ..sources.reference_logged import LiveDetails, Source
 from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
-from .backend_setup import BackendSettings, BackendSetup, Handler, Sent
+from .backend_setup import BackendSettings, BackendSetup, Sent
 from .backends import SERVER_OPTIONS, backend
 from .budget import SpendLedger
 from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
 from .faults import Retry, ServerGuard, answers, classify
 from .filing import ResultFolders
 from .fleet import FleetProvenance, Placement, Seat
+from .handler import Handler
 from .handles import HandleError, ModelHandle, Resolution, resolution, resolve
 from .pacing import Pause, share
 from .stops import Stops, unwritable
@@ -91,7 +92,7 @@ class LiveSource(Source):
     sent: Sent = field(default_factory=lambda: Sent())  # what each request carries (provenance)
     differences: list[str] = field(default_factory=list)  # settings that differ from BFCL's own run
     _reruns: dict[str, int] = field(default_factory=dict)
-    _handler: Any = None
+    _handler: Handler = None
     _decoder: Decoder | None = None
     repeats: int = 1  # --careful-repeat
     #: keyed by (condition, conversation id, repeat)
@@ -165,11 +166,11 @@ class LiveSource(Source):
         made[DECODER_KEY] = handle.registry_key  # a rescore of the folder needs no --careful-decoder
         return RunSettings.from_json({k: v for k, v in made.items() if v is not None})
 
-    def handler(self) -> Any:
+    def handler(self) -> Handler:
         with self._handler_lock:  # a flight's threads ask at once: one handler per process
             return self._built_handler()
 
-    def _built_handler(self) -> Any:
+    def _built_handler(self) -> Handler:
         if self._handler is None:
             assert self.handle is not None
             try:
@@ -200,7 +201,9 @@ class LiveSource(Source):
             self._decoder = decoder(self.decoder_key)  # built as bfcl evaluate builds it, no key needed
         return self._decoder
 
-    def result(self, condition: str, conversation: Conversation, repeat: int = 1) -> tuple[Any, LoggedEntry | None]:
+    def result(
+        self, condition: str, conversation: Conversation, repeat: int = 1
+    ) -> tuple[LoggedResult, LoggedEntry | None]:
         store = self.folders.store(condition, repeat)
         done = self.folders.done(condition, conversation.category, repeat)
         entry = done.get(conversation.id)
@@ -308,7 +311,7 @@ class LiveSource(Source):
 
     def _run(
         self, store: ResultStore, condition: str, conversation: Conversation, repeat: int = 1
-    ) -> tuple[dict[str, Any], runner.LiveRun]:
+    ) -> tuple[dict[str, object], runner.LiveRun]:
         if self.stops.is_stopped():
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
         seat: Seat | None = None  # a fleet's server: left once the failure is classified (moved or not)
@@ -368,7 +371,7 @@ class LiveSource(Source):
         self._reruns[conversation.id] = reruns + 1
         return reruns < MAX_RERUNS
 
-    def _append(self, store: ResultStore, conversation: Conversation, entry: dict[str, Any]) -> None:
+    def _append(self, store: ResultStore, conversation: Conversation, entry: dict[str, object]) -> None:
         """File ``entry``; an output that cannot take it stops the run at once (nothing more is sent)."""
         try:
             store.append(conversation.category, entry)
@@ -411,9 +414,9 @@ class LiveSource(Source):
             out["fleet"] = self.placement.provenance(keys, condition)
         return out
 
-    def _record_error(self, store: ResultStore, conversation: Conversation, exc: BaseException) -> dict[str, Any]:
+    def _record_error(self, store: ResultStore, conversation: Conversation, exc: BaseException) -> dict[str, object]:
         # BFCL's own error form (a string result), marked so a rerun retries it.
-        data = {
+        data: dict[str, object] = {
             "id": conversation.id,
             "result": f"Error during inference: {exc}",
             "error": type(exc).__name__,
@@ -425,8 +428,8 @@ class LiveSource(Source):
         return data
 
     @staticmethod
-    def _logged(store: ResultStore, data: dict[str, Any]) -> LoggedEntry | None:
-        category = data["id"].rsplit("_", 1)[0]
+    def _logged(store: ResultStore, data: dict[str, object]) -> LoggedEntry | None:
+        category = str(data["id"]).rsplit("_", 1)[0]
         entry, _ = parse_raw_line(str(store.path(category)), 0, serialise(data), category)
         return entry
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import StopRun
+from .handler import Handler
 
 #: How far the light count may be from the exact one before the request would change:
 #: within it, a prompt this far from the context's end gets BFCL's 4096 either way.
@@ -272,7 +273,7 @@ def tokenizer_spec(path: Path) -> dict[str, Any]:
     return {**spec, "added_tokens": [*(spec.get("added_tokens") or []), *more]}
 
 
-def bfcl_sizing(handler: Any) -> bool:
+def bfcl_sizing(handler: Handler) -> bool:
     """Whether the handler counts tokens only where BFCL's ``OSSHandler._query_prompting`` does."""
     # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
     from bfcl_eval.model_handler.local_inference.base_oss_handler import OSSHandler
@@ -294,7 +295,7 @@ def exact_loader(folder: Path) -> Callable[[], Any]:
     return load
 
 
-def light_setup(handler: Any, local_model_path: str | None) -> bool:
+def light_setup(handler: Handler, local_model_path: str | None) -> bool:
     """Set up ``handler`` as ``spin_up_local_server(skip_server_setup=True)`` does, from the files;
     False (nothing changed) where they do not allow it: BFCL's own set-up must run."""
     model_id = local_model_path if local_model_path is not None else handler.model_name_huggingface

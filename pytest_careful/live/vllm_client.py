@@ -19,13 +19,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from ..execution.decoding import registry_entry
 from ..sources.run_config import RunConfig
 from . import hub, tokens
 from .backend_setup import BackendSetup, ModelSpec, Share
 from .errors import NotRun, StopRun
+from .handler import Handler
 from .vllm_fleet import FleetClient
 from .vllm_server import ENDPOINT_ENV, BfclServer, ServerDied, ServerPlan, log_tail_of, served, unusable
 
@@ -120,7 +120,7 @@ def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
     raise ServerDied("no vLLM server to use: " + "; ".join(why or [f"{exclude} stopped answering"]) + log_tail_of(plan))
 
 
-def point_handler(handler: Any, url: str, share: Share) -> None:
+def point_handler(handler: Handler, url: str, share: Share) -> None:
     # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
     from openai import OpenAI
 
@@ -130,7 +130,7 @@ def point_handler(handler: Any, url: str, share: Share) -> None:
 
 
 def setup_handler(
-    handler: Any,
+    handler: Handler,
     plan: ServerPlan,
     model: str,
     share: Share,
@@ -158,7 +158,7 @@ def setup_handler(
     plan.handlers.append(handler)
 
 
-def station(handler: Any, url: str, model: str, share: Share) -> Any:
+def station(handler: Handler, url: str, model: str, share: Share) -> Handler:
     """A copy of the set-up ``handler`` for one server of a fleet: its client, its context length,
     and a tokenizer that sizes each request by that length (as BFCL sizes it for that server)."""
     own = copy.copy(handler)
@@ -169,7 +169,7 @@ def station(handler: Any, url: str, model: str, share: Share) -> Any:
     return own
 
 
-def fit_context(handler: Any, endpoint: str, model: str) -> None:
+def fit_context(handler: Handler, endpoint: str, model: str) -> None:
     """Size requests to the server's context length where it is shorter than the model's own.
 
     BFCL sizes each request's ``max_tokens`` from the model's config; a server started

@@ -41,10 +41,12 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from . import hub
 from .errors import ServerStopped
+from .handler import Handler
 
 if TYPE_CHECKING:
     pass
@@ -160,7 +162,7 @@ class ServerPlan:
     engine: Engine | None = None  # detected on first use
     version: str | None = None  # what the running server says (/version)
     current: str | None = None  # the server this process uses now
-    handlers: list[Any] = field(default_factory=list, repr=False)  # re-pointed on failover
+    handlers: list[Handler] = field(default_factory=list, repr=False)  # re-pointed on failover
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -487,7 +489,7 @@ def forget_session() -> None:
 def _stop_on_sigterm(plan: ServerPlan) -> None:
     previous = signal.getsignal(signal.SIGTERM)
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         stop(plan)
         signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
