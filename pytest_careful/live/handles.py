@@ -20,7 +20,6 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
 from ..common import bfcl as _bfcl
 from ..execution.decoding import (
@@ -35,6 +34,7 @@ from ..execution.decoding import (
 from . import scripted
 from .backends import backend
 from .handler import Handler
+from .provenance import Resolution
 from .scripted import POLICIES, PREFIX
 
 #: BFCL's default sampling temperature (``bfcl generate --temperature``).
@@ -273,22 +273,6 @@ def describe(key: str) -> str:
     entry = registry_entry(key)
     mode = "FC" if entry.is_fc_model else "prompting"
     return f"handler {entry.handler_class}, {mode}, {backend(_kind(entry)).label}"
-
-
-class _Resolved(TypedDict):
-    typed: str
-    registry_key: str
-    handler_class: str | None
-    mode: str
-    backend: str
-
-
-class Resolution(_Resolved, total=False):
-    """What ``--careful-model`` resolved to (the scorecard's ``provenance.live.resolution``):
-    the name as typed, the registry key, the handler's dotted class (None: a scripted policy), FC or
-    prompting, the backend; ``model_path``: a local model's weights."""
-
-    model_path: str
 
 
 def resolution(handle: ModelHandle) -> Resolution:

@@ -29,7 +29,6 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
 
 from ..data.dataset import Conversation, get
 from ..data.result_files import InputProblem, LoggedEntry, LoggedResult, parse_raw_line
@@ -47,31 +46,18 @@ from .budget import SpendLedger
 from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
 from .faults import Retry, ServerGuard, answers, classify
 from .filing import ResultFolders
-from .fleet import FleetProvenance, Placement, Seat
+from .fleet import Placement, Seat
 from .handler import Handler
-from .handles import HandleError, ModelHandle, Resolution, resolution, resolve
+from .handles import HandleError, ModelHandle, resolution, resolve
 from .pacing import Pause, share
+from .provenance import LiveProvenance
 from .stops import Stops, unwritable
-from .vllm_server import ServerPlan, ServerProvenance
+from .vllm_server import ServerPlan
 
 #: How often one conversation moves to another server before it counts as failed.
 MAX_RERUNS = 3
 LOG_LINES = 100  # of BFCL's printed loop, what an item's report shows
 LOCK_FILE = "run.lock"  # in <output>/.careful: held by the run writing the folder (one at a time)
-
-
-class _Made(TypedDict):
-    resolution: Resolution
-    sent: Sent
-    differs_from_bfcl: list[str]
-
-
-class LiveProvenance(_Made, total=False):
-    """A live run in its scorecard's provenance (``live``); ``server``: a vLLM server's; ``fleet``:
-    the servers of ``--careful-endpoint=URL,URL,...`` and which one served each conversation."""
-
-    server: ServerProvenance
-    fleet: FleetProvenance
 
 
 @dataclass
