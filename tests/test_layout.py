@@ -242,12 +242,19 @@ def _class_names(path: Path) -> list[tuple[str, int]]:
     return [(node.name, node.lineno) for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
 
 
-def duplicate_class_names(paths: list[Path]) -> list[str]:
+def duplicate_class_names(paths: list[Path], base: Path = ROOT) -> list[str]:
     where: dict[str, list[str]] = {}
     for path in paths:
         for name, line in _class_names(path):
-            where.setdefault(name, []).append(f"{path.relative_to(ROOT)}:{line}")
+            where.setdefault(name, []).append(f"{path.relative_to(base)}:{line}")
     return [f"{name}: {', '.join(places)}" for name, places in sorted(where.items()) if len(places) > 1]
+
+
+def test_the_duplicate_check_finds_a_nested_class_too(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("class Totals:\n    pass\n\n\nclass Meter:\n    pass\n")
+    (tmp_path / "b.py").write_text("def f():\n    class Totals:\n        pass\n")
+    found = duplicate_class_names([tmp_path / "a.py", tmp_path / "b.py"], base=tmp_path)
+    assert found == ["Totals: a.py:1, b.py:2"]
 
 
 def test_no_class_name_is_defined_twice() -> None:
