@@ -162,7 +162,7 @@ class Vllm:
 
     def default_concurrency(self, options: RunConfig) -> int:
         """What ``bfcl generate`` keeps in flight against a local server, for each server of the run."""
-        # bfcl-eval on first use (its constants import the handler registry's modules)
+        # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
         from bfcl_eval.constants.eval_config import LOCAL_SERVER_MAX_CONCURRENT_REQUEST
 
         return int(LOCAL_SERVER_MAX_CONCURRENT_REQUEST) * max(1, len(options.endpoint or ()))

@@ -103,7 +103,7 @@ def install() -> None:
     with _LOCK:
         if _INSTALLED:
             return
-        # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
+        # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
         from bfcl_eval.model_handler import base_handler
 
         base_handler.execute_multi_turn_func_call = careful_execute_multi_turn_func_call  # type: ignore[assignment]

@@ -95,7 +95,7 @@ def exit_points(function: ast.FunctionDef) -> list[tuple[list[ast.stmt], int]]:
 
 def loop_tree(name: str) -> ast.FunctionDef:
     """bfcl-eval's own source of a loop, parsed (decorators dropped)."""
-    # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.model_handler.base_handler import BaseHandler
 
     source = textwrap.dedent(inspect.getsource(getattr(BaseHandler, name)))
@@ -116,7 +116,7 @@ def patch_tree(function: ast.FunctionDef, add_user: str) -> ast.FunctionDef:
 @functools.cache
 def patched_loop(name: str) -> Callable[..., Any]:
     """The patched loop ``name``, compiled in ``base_handler``'s globals."""
-    # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.model_handler import base_handler
 
     module = ast.Module(body=[patch_tree(loop_tree(name), LOOPS[name])], type_ignores=[])

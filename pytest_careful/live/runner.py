@@ -68,7 +68,7 @@ def prompt_entry(conversation: Conversation, protocol: RunProtocol) -> BfclDict:
     to the docs of ``function`` (not to miss_func's held-out docs), with
     bfcl-eval's own function.
     """
-    # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.utils import add_language_specific_hint_to_function_doc
 
     [entry] = add_language_specific_hint_to_function_doc([conversation.prompt_entry()])

@@ -209,7 +209,7 @@ def _parameters(function: str, involved_classes: tuple[str, ...] | list[str]) ->
 
 def _base_handler() -> type:
     _bfcl.contain_project_root()
-    # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.model_handler.base_handler import BaseHandler
 
     return BaseHandler
@@ -229,7 +229,7 @@ def _handler_class() -> type:
     if _CLASS:
         return _CLASS[0]
     base = _base_handler()
-    # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.model_handler.utils import convert_to_function_call, default_decode_execute_prompting
 
     class ScriptedHandler(base):  # type: ignore[valid-type,misc]

@@ -275,7 +275,7 @@ def tokenizer_spec(path: Path) -> dict[str, Any]:
 
 def bfcl_sizing(handler: Handler) -> bool:
     """Whether the handler counts tokens only where BFCL's ``OSSHandler._query_prompting`` does."""
-    # bfcl-eval on first use: its handler modules pull in vendor SDKs (tests/test_install_hygiene.py)
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.model_handler.local_inference.base_oss_handler import OSSHandler
 
     return getattr(type(handler), "_query_prompting", None) is OSSHandler._query_prompting
