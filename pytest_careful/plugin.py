@@ -79,7 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
             categories_from_node_ids=True,
         )
     state = start(config, options)
-    kind = getattr(getattr(state.source, "handle", None), "kind", None)
+    kind = state.source.backend_kind
     if kind is not None and not options.worker:
         from .live.inflight import cap_workers
 

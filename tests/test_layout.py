@@ -2,8 +2,11 @@
 
 * no private name (``_x``) of one module is imported or used by another, in the package or
   the tests: what another module needs is public in its stage;
-* no import circle among the package's modules, counting imports made inside functions
-  (they hide a circle, they do not break it); ``if TYPE_CHECKING:`` imports do not count.
+* no import circle of any kind among the package's modules: imports made inside functions and
+  ``if TYPE_CHECKING:`` imports count (they hide a circle, they do not break it);
+* an import inside a function only for an optional heavy dependency (``LAZY_OK``), with a comment
+  on its line or the line above that says why; every other import is at the module's top;
+* no class name defined twice in the package.
 
 The layer order between stages is import-linter's contract (pyproject.toml, ``lint-imports``).
 """
@@ -37,24 +40,11 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    """ids of the nodes under ``if TYPE_CHECKING:``."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            for child in node.body:
-                out.update(id(n) for n in ast.walk(child))
-    return out
-
-
 def _imports(module: str, path: Path, modules: dict[str, Path]) -> list[tuple[int, str, str | None]]:
     """(line, imported module, imported name or None) for each import of a package module."""
     tree = ast.parse(path.read_text(), str(path))
-    skip = _type_checking_nodes(tree)
     out: list[tuple[int, str, str | None]] = []
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name, None) for a in node.names if a.name.startswith(PACKAGE)]
         elif isinstance(node, ast.ImportFrom):
@@ -162,6 +152,148 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 
 def test_no_import_circles() -> None:
     circles = _cycles(_graph())
-    assert not circles, "import circles (imports inside functions included):\n" + "\n".join(
+    assert not circles, "import circles (imports inside functions and under TYPE_CHECKING included):\n" + "\n".join(
         " <-> ".join(c) for c in circles
     )
+
+
+#: Top-level packages an import inside a function may load: optional or heavy dependencies whose
+#: import a default path must not pay for (seconds, hundreds of MB, or bfcl-eval's handler registry,
+#: which imports dozens of vendor SDKs: tests/test_install_hygiene.py). Everything else is imported
+#: at the module's top, so that a file's top shows what it depends on.
+LAZY_OK = frozenset(
+    {
+        "vllm",
+        "anthropic",
+        "openai",
+        "matplotlib",
+        "transformers",
+        "tokenizers",
+        "torch",
+        "huggingface_hub",
+        "scipy",
+        "mpmath",
+        "bfcl_eval",
+    }
+)
+
+
+def _function_imports(path: Path) -> list[tuple[int, ast.Import | ast.ImportFrom]]:
+    """(line, node) for each import statement inside a function (at any depth) of ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: dict[int, ast.Import | ast.ImportFrom] = {}
+    for func in ast.walk(tree):
+        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(func):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    found[id(node)] = node
+    return sorted(((n.lineno, n) for n in found.values()), key=lambda x: x[0])
+
+
+def _top_packages(node: ast.Import | ast.ImportFrom) -> set[str]:
+    if isinstance(node, ast.ImportFrom):
+        return {"." if node.level else (node.module or "").split(".")[0]}
+    return {alias.name.split(".")[0] for alias in node.names}
+
+
+def _has_reason(lines: list[str], lineno: int) -> bool:
+    """A ``#`` comment on the import's line or on the line just above it."""
+    here = lines[lineno - 1]
+    above = lines[lineno - 2].strip() if lineno >= 2 else ""
+    return "#" in here or above.startswith("#")
+
+
+def function_import_offenders(paths: list[Path], base: Path = ROOT) -> list[str]:
+    out = []
+    for path in paths:
+        lines = path.read_text().splitlines()
+        for lineno, node in _function_imports(path):
+            text = lines[node.lineno - 1].strip()
+            where = f"{path.relative_to(base)}:{lineno}: {text}"
+            if not _top_packages(node) <= LAZY_OK:
+                out.append(f"{where}  (not an optional heavy dependency: import it at the module's top)")
+            elif not _has_reason(lines, node.lineno):
+                out.append(f"{where}  (no comment on the line or above it says why it is imported here)")
+    return out
+
+
+def test_the_function_import_check_tells_each_kind(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import json\n\n\ndef f():\n    from .x import y\n    import sys\n\n\n"
+        "def g():\n    # heavy: only a live run loads it\n    import torch\n    from openai import OpenAI\n"
+        "    import vllm  # the engine, a GPU machine's extra\n"
+    )
+    found = function_import_offenders([sample], base=tmp_path)
+    assert [f.split("  (")[0] for f in found] == [
+        "sample.py:5: from .x import y",
+        "sample.py:6: import sys",
+        "sample.py:12: from openai import OpenAI",
+    ]
+
+
+def test_imports_inside_functions_only_for_optional_heavy_dependencies() -> None:
+    found = function_import_offenders(sorted((ROOT / PACKAGE).rglob("*.py")))
+    assert not found, f"{len(found)} imports inside functions:\n" + "\n".join(found)
+
+
+def _class_names(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [(node.name, node.lineno) for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+
+
+def duplicate_class_names(paths: list[Path], base: Path = ROOT) -> list[str]:
+    where: dict[str, list[str]] = {}
+    for path in paths:
+        for name, line in _class_names(path):
+            where.setdefault(name, []).append(f"{path.relative_to(base)}:{line}")
+    return [f"{name}: {', '.join(places)}" for name, places in sorted(where.items()) if len(places) > 1]
+
+
+def test_the_duplicate_check_finds_a_nested_class_too(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("class Totals:\n    pass\n\n\nclass Meter:\n    pass\n")
+    (tmp_path / "b.py").write_text("def f():\n    class Totals:\n        pass\n")
+    found = duplicate_class_names([tmp_path / "a.py", tmp_path / "b.py"], base=tmp_path)
+    assert found == ["Totals: a.py:1, b.py:2"]
+
+
+def test_no_class_name_is_defined_twice() -> None:
+    found = duplicate_class_names(sorted((ROOT / PACKAGE).rglob("*.py")))
+    assert not found, "class names defined more than once (one name, one concept):\n" + "\n".join(found)
+
+
+def getattr_probes(paths: list[Path], base: Path = ROOT) -> list[str]:
+    """``getattr(<...>source, "name", ...)``: an attribute asked of a source outside its declared interface."""
+    out = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"):
+                continue
+            if len(node.args) < 2 or not isinstance(node.args[1], ast.Constant):
+                continue
+            target = ast.unparse(node.args[0])
+            if target == "source" or target.endswith(".source"):
+                out.append(f"{path.relative_to(base)}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_the_probe_check_finds_a_probe(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "def f(state, source, handler):\n"
+        "    a = getattr(state.source, 'handle', None)\n"
+        "    b = getattr(source, 'runs', None)\n"
+        "    c = getattr(handler, 'client', None)\n"
+        "    return state.source.warnings\n"
+    )
+    assert getattr_probes([sample], base=tmp_path) == [
+        "sample.py:2: getattr(state.source, 'handle', None)",
+        "sample.py:3: getattr(source, 'runs', None)",
+    ]
+
+
+def test_a_source_is_asked_only_through_its_declared_interface() -> None:
+    """What the harness asks of a source is declared on ``sources.reference_logged.Source``
+    (a logged run's plain answers; ``live.source.LiveSource`` gives its run's), never probed."""
+    found = getattr_probes(sorted((ROOT / PACKAGE).rglob("*.py")))
+    assert not found, "attributes probed on a source:\n" + "\n".join(found)

@@ -100,6 +100,7 @@ def contain_project_root() -> Path:
 @functools.cache
 def simulator_class(class_name: str) -> type:
     """The simulator class ``class_name`` as bfcl-eval defines it."""
+    # bfcl-eval on first use: a session that scores nothing imports none of it (start-up time)
     from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 
     module = importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name])
@@ -107,12 +108,14 @@ def simulator_class(class_name: str) -> type:
 
 
 def stateless_classes() -> frozenset[str]:
+    # bfcl-eval on first use: a session that scores nothing imports none of it (start-up time)
     from bfcl_eval.constants.executable_backend_config import STATELESS_CLASSES
 
     return frozenset(STATELESS_CLASSES)
 
 
 def func_doc_file(class_name: str) -> Path:
+    # bfcl-eval on first use: a session that scores nothing imports none of it (start-up time)
     from bfcl_eval.constants.executable_backend_config import (
         MULTI_TURN_FUNC_DOC_FILE_MAPPING,
     )

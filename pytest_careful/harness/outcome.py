@@ -21,6 +21,7 @@ from ..scoring.conversation import SERVER_ERROR as SERVER_ERROR  # the items' na
 from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
 from ..scoring.row import CostUsd, Row
 from ..scoring.rules import Rule, checking, is_built_in
+from ..sources.reference_logged import Source
 from .state import SESSION_KEY
 
 ROW_KEY = pytest.StashKey[str]()
@@ -211,14 +212,13 @@ def call_sections(item: pytest.Item) -> list[tuple[str, str]]:
     return [(f"Captured {key} call", content) for key, content in item.stash.get(SECTIONS_KEY, [])]
 
 
-def live_details(source: Any, item: Any, row: Row) -> None:
+def live_details(source: Source, item: Any, row: Row) -> None:
     """Live runs: whether the row was resumed from the result file, the loop's log."""
-    runs = getattr(source, "runs", None)
-    if runs is None:
+    details = source.live_details((item.condition, item.conversation_id, item.repeat))
+    if details is None:
         return
-    key = (item.condition, item.conversation_id, item.repeat)
-    row["resumed"] = key in source.resumed
-    run = runs.get(key)
+    row["resumed"] = details.resumed
+    run = details.run
     if run is not None:
         row["seconds"] = round(run.seconds, 3)
         cost = _cost(run.entry.get("careful_cost_usd"))

@@ -13,7 +13,6 @@ from typing import Any
 
 from ..common import bfcl as _bfcl
 from ..data import dataset
-from ..live.backends import backend
 from ..protocols import registry as protocols
 from ..reports import scorecard
 from ..reports.card import Card, Narrowed, Page, Provenance, SelectionJson
@@ -203,7 +202,7 @@ def _run_categories(state: CarefulState) -> tuple[str, ...]:
     options = state.options
     if not options.categories_from_node_ids:
         return options.categories
-    return getattr(state.source, "run_categories", ()) or _bfcl.CATEGORIES
+    return state.source.run_categories or _bfcl.CATEGORIES
 
 
 def _selection(
@@ -332,14 +331,4 @@ def _digest(identity: dict[str, str]) -> str:
 
 
 def _sampling(state: CarefulState) -> str:
-    if state.source.is_reference:
-        return "reference trajectories"
-    handle = getattr(state.source, "handle", None)
-    if handle is None:
-        return "rescored from a logged run"
-    if not backend(handle.kind).remote:
-        return "live: scripted model (deterministic)"
-    sent = getattr(state.source, "sent", {})
-    temperature = sent.get("temperature", handle.temperature) if sent else handle.temperature
-    said = "no temperature sent" if temperature is None else f"temperature {temperature}"
-    return f"live: BFCL handler {handle.registry_key}, {said}"
+    return state.source.sampling()

@@ -429,7 +429,7 @@ class CarefulPlugin:
             f"{', '.join(c.removeprefix('multi_turn_') for c in options.categories)}; "
             f"{', '.join(options.protocols)}; gate {options.gate}"
         ]
-        return lines + [f"careful: warning: {w}" for w in getattr(source, "warnings", [])]
+        return lines + [f"careful: warning: {w}" for w in source.warnings]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or self.config.getoption("collectonly"):

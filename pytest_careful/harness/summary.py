@@ -49,8 +49,7 @@ def summary_text(state: CarefulState, width: int) -> str:
         for condition, comparison in state.comparisons.items():
             console.print(_comparison_table(condition, comparison, Table))
         _print_notable(state, console)
-    summary_lines = getattr(state.source, "summary_lines", None)
-    for line in summary_lines() if summary_lines is not None else []:  # live: BFCL differences, not run
+    for line in state.source.summary_lines():  # live: BFCL differences, not run
         say(line)
     _print_problems(state, say)
     for folder in dict.fromkeys(str(Path(w).parent) for w in state.written):
@@ -112,7 +111,7 @@ def _unscored_causes(rows: list[Row]) -> str:
 
 
 def _print_problems(state: CarefulState, say: Any) -> None:
-    for warning in getattr(state.source, "warnings", []):
+    for warning in state.source.warnings:
         say(f"warning: {warning}")
     for problem in state.source.problems:
         say(f"input problem: {problem}")
@@ -232,10 +231,8 @@ def _condition_notes(state: CarefulState) -> list[str]:
             lines.append(
                 f"[{condition}] {resumed} of {len(card['rows'])} {runs} read back from earlier result files (not rerun)"
             )
-    ledger = getattr(state.source, "spend_ledger", None)
-    if ledger is not None:
-        lines.extend(ledger.summary())  # this session, then the output folder against the cap
-    output = getattr(state.source, "output", None)
+    lines.extend(state.source.spend_lines())  # this session, then the output folder against the cap
+    output = state.source.result_folder()
     if output is not None:
         layout = "repeat-<k>/<protocol>" if state.options.repeat > 1 else "<protocol>"
         lines.append(f"result files (bfcl generate layout): {output}/{layout}/")

@@ -1,23 +1,26 @@
 """The backends a live model runs on, as objects behind one Protocol: what each one is and does.
 
 A model handle's ``kind`` (``handles.ModelHandle``) names one of ``BACKENDS``; every stage asks the
-backend (``backend(kind).guarded``) instead of comparing its name. Each backend sets up a live source
-in every process (``configure``) and, on the controller, checks once, before any item runs, what
-would fail every conversation alike (``preflight``): a missing engine or library, a missing API
-key. Such a problem is one ``SourceError`` (the harness prints it once, exit 4), not a failure per
+backend (``backend(kind).guarded``) instead of comparing its name. Each backend sets up a run in
+every process (``configure``: from the model handle, the run's settings and its concurrency, a
+``backend_setup.BackendSetup`` that the live source takes in; no backend sees the source) and, on
+the controller, checks once, before any item runs, what would fail every conversation alike
+(``preflight``): a missing engine or library, a missing API key. Such a problem is one ``SourceError`` (the harness prints it once, exit 4), not a failure per
 item. ``--collect-only`` runs nothing, so it is not checked there (a Claude cost estimate needs no key).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
-from ..sources.run_config import RunConfig, SourceError
-
-if TYPE_CHECKING:
-    from .handles import ModelHandle
-    from .source import LiveSource
+from ..execution.decoding import import_handler_class, registry_entry
+from ..sources.run_config import RunConfig
+from . import claude, scripted, vllm_client
+from .backend_setup import BackendSetup, ModelSpec, Share
+from .handler import Handler
+from .vllm_server import missing_message, missing_modules
 
 #: Conversations in flight by default, all processes together, for backends other than
 #: vLLM (BFCL's own count for a local server) and Claude (under the shared rate limiter).
@@ -44,7 +47,7 @@ class Backend(Protocol):
     @property
     def guarded(self) -> bool:
         """Requests go to a server (vLLM, an OpenAI-compatible API): its faults are never the model's
-        (``faults.Guard``), and one rate limit pauses every conversation in flight (``pacing``)."""
+        (``faults.ServerGuard``), and one rate limit pauses every conversation in flight (``pacing``)."""
         ...
 
     @property
@@ -76,19 +79,22 @@ class Backend(Protocol):
         """Conversations in flight when ``--careful-concurrency`` is not given, all processes together."""
         ...
 
-    def build(self, handle: ModelHandle) -> Any:
+    def build(self, handle: ModelSpec) -> Handler:
         """A fresh BFCL handler for ``handle``, in this process (``ModelHandle.build``)."""
         ...
 
-    def configure(self, source: LiveSource, options: RunConfig) -> None: ...
+    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
+        """This process's set-up of a run of ``handle`` with ``concurrency`` conversations in flight;
+        ``share``: what each new OpenAI client of a handler goes through (``pacing.share``)."""
+        ...
 
-    def preflight(self, source: LiveSource) -> str | None: ...
+    def preflight(self, handle: ModelSpec, made: BackendSetup) -> str | None:
+        """Controller: what would fail every conversation of the run, or None."""
+        ...
 
 
-def _registered_handler(handle: ModelHandle, wrap: Any = None) -> Any:
+def _registered_handler(handle: ModelSpec, wrap: Callable[[type], type] | None = None) -> Handler:
     """The handler BFCL's registry names for ``handle``, built as ``bfcl generate`` builds it."""
-    from ..execution.decoding import import_handler_class, registry_entry
-
     entry = registry_entry(handle.registry_key)
     cls = import_handler_class(entry)
     if wrap is not None:
@@ -122,15 +128,13 @@ class Scripted:
     def default_concurrency(self, options: RunConfig) -> int:
         return DEFAULT_CONCURRENCY
 
-    def build(self, handle: ModelHandle) -> Any:
-        from . import scripted
-
+    def build(self, handle: ModelSpec) -> Handler:
         return scripted.make_handler(handle.registry_key)
 
-    def configure(self, source: LiveSource, options: RunConfig) -> None:
-        return None
+    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
+        return BackendSetup()
 
-    def preflight(self, source: LiveSource) -> str | None:
+    def preflight(self, handle: ModelSpec, made: BackendSetup) -> str | None:
         return None
 
 
@@ -158,23 +162,21 @@ class Vllm:
 
     def default_concurrency(self, options: RunConfig) -> int:
         """What ``bfcl generate`` keeps in flight against a local server, for each server of the run."""
+        # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
         from bfcl_eval.constants.eval_config import LOCAL_SERVER_MAX_CONCURRENT_REQUEST
 
         return int(LOCAL_SERVER_MAX_CONCURRENT_REQUEST) * max(1, len(options.endpoint or ()))
 
-    def build(self, handle: ModelHandle) -> Any:
+    def build(self, handle: ModelSpec) -> Handler:
         return _registered_handler(handle)
 
-    def configure(self, source: LiveSource, options: RunConfig) -> None:
-        from .vllm_client import configure_source
+    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
+        return vllm_client.configure(handle, options, concurrency, share)
 
-        configure_source(source, options)
-
-    def preflight(self, source: LiveSource) -> str | None:
-        from .vllm_server import missing_message, missing_modules
-
-        missing = missing_modules(source.server_plan)
-        return missing_message(source.server_plan, missing) if missing else None
+    def preflight(self, handle: ModelSpec, made: BackendSetup) -> str | None:
+        assert made.server_plan is not None  # configure plans it
+        missing = missing_modules(made.server_plan)
+        return missing_message(made.server_plan, missing) if missing else None
 
 
 @dataclass(frozen=True)
@@ -194,25 +196,19 @@ class Claude:
     def default_concurrency(self, options: RunConfig) -> int:
         return CLAUDE_CONCURRENCY
 
-    def build(self, handle: ModelHandle) -> Any:
-        from .claude import careful_claude_class
+    def build(self, handle: ModelSpec) -> Handler:
+        return _registered_handler(handle, wrap=claude.careful_claude_class)
 
-        return _registered_handler(handle, wrap=careful_claude_class)
+    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
+        return claude.configure(handle, options, concurrency)
 
-    def configure(self, source: LiveSource, options: RunConfig) -> None:
-        from .claude import configure_source
-
-        configure_source(source, options)
-
-    def preflight(self, source: LiveSource) -> str | None:
-        from .claude import missing_credentials
-
-        return missing_credentials()
+    def preflight(self, handle: ModelSpec, made: BackendSetup) -> str | None:
+        return claude.missing_credentials()
 
 
 @dataclass(frozen=True)
 class Api:
-    """Any other registered API handler, as BFCL builds it (an OpenAI-compatible gateway too)."""
+    """Every other registered API handler, as BFCL builds it (an OpenAI-compatible gateway too)."""
 
     name: str = "api"
     label: str = "the vendor's hosted API"
@@ -227,14 +223,14 @@ class Api:
     def default_concurrency(self, options: RunConfig) -> int:
         return DEFAULT_CONCURRENCY
 
-    def build(self, handle: ModelHandle) -> Any:
+    def build(self, handle: ModelSpec) -> Handler:
         return _registered_handler(handle)
 
-    def configure(self, source: LiveSource, options: RunConfig) -> None:
-        return None
+    def configure(self, handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
+        return BackendSetup()
 
-    def preflight(self, source: LiveSource) -> str | None:
-        return _unbuildable(source.model_handle)
+    def preflight(self, handle: ModelSpec, made: BackendSetup) -> str | None:
+        return _unbuildable(handle)
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (Vllm(), Claude(), Api(), Scripted())}
@@ -245,22 +241,7 @@ def backend(kind: str) -> Backend:
     return BACKENDS[kind]
 
 
-def configure(source: LiveSource, options: RunConfig) -> None:
-    """The backend's per-process set-up of ``source``, and on the controller its preflight check."""
-    chosen = backend(source.model_handle.kind)
-    chosen.configure(source, options)
-    if not options.worker and not options.collect_only:
-        problem = chosen.preflight(source)
-        if problem:
-            raise SourceError(f"--careful-model={options.model}: {problem}")
-
-
-def preflight(source: LiveSource) -> str | None:
-    """Controller: what would fail every conversation of this backend, or None."""
-    return backend(source.model_handle.kind).preflight(source)
-
-
-def _unbuildable(handle: ModelHandle) -> str | None:
+def _unbuildable(handle: ModelSpec) -> str | None:
     """Other API handlers build their client, key included, when constructed (no request is sent)."""
     try:
         handle.probe()

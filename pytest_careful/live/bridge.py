@@ -103,6 +103,7 @@ def install() -> None:
     with _LOCK:
         if _INSTALLED:
             return
+        # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
         from bfcl_eval.model_handler import base_handler
 
         base_handler.execute_multi_turn_func_call = careful_execute_multi_turn_func_call  # type: ignore[assignment]
@@ -114,7 +115,7 @@ def install() -> None:
 _PRINTED: contextvars.ContextVar[IO[str] | None] = contextvars.ContextVar("careful_printed", default=None)
 
 
-def _print(*args: Any, file: IO[str] | None = None, **kwargs: Any) -> None:
+def _print(*args: object, file: IO[str] | None = None, **kwargs: Any) -> None:
     """``print`` for bfcl-eval's loop: to the running conversation's log, else as ``print``."""
     target = _PRINTED.get()
     if target is not None and (file is None or file is sys.stdout):

@@ -60,7 +60,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import yaml
 
@@ -113,7 +113,7 @@ class Usage:
         )
 
     @classmethod
-    def from_api(cls, usage: Any) -> Usage:
+    def from_api(cls, usage: object) -> Usage:
         """From an SDK ``Usage`` (absent or null counts are 0)."""
 
         def get(name: str) -> int:
@@ -208,26 +208,26 @@ class Prices:
 # ----------------------------------------------------------------- bound
 
 
-def prompt_bytes(system: Any, tools: Any, messages: Any) -> int:
+def prompt_bytes(system: object, tools: object, messages: object) -> int:
     """UTF-8 bytes of the prompt as JSON (SDK content blocks dumped as sent)."""
     text = json.dumps([system, tools, messages], default=_jsonable, ensure_ascii=False)
     return len(text.encode("utf-8"))
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     dump = getattr(value, "model_dump", None)  # pydantic: SDK blocks in the history
     if callable(dump):
         return dump(exclude_none=True)
     return str(value)
 
 
-def bound_tokens(system: Any, tools: Any, messages: Any) -> int:
+def bound_tokens(system: object, tools: object, messages: object) -> int:
     """The prompt-token figure the bound uses (see the module docstring)."""
     tokens = math.ceil(prompt_bytes(system, tools, messages) / BOUND_BYTES_PER_TOKEN)
     return tokens + (TOOL_PROMPT_TOKENS if tools else 0)
 
 
-def request_bound(price: ModelPrice, *, system: Any, tools: Any, messages: Any, max_tokens: int) -> float:
+def request_bound(price: ModelPrice, *, system: object, tools: object, messages: object, max_tokens: int) -> float:
     """The most this request can cost, in USD, before it is sent."""
     return (bound_tokens(system, tools, messages) * price.prompt_token_max + max_tokens * price.output) / PER_TOKENS
 
@@ -250,7 +250,7 @@ class Reservation(TypedDict):
 Counters = dict[str, float]
 
 
-class Ledger(TypedDict):
+class LedgerFile(TypedDict):
     """The spend ledger's file (``version`` 2), as ``SpendLedger`` reads, checks and writes it."""
 
     version: int
@@ -263,7 +263,7 @@ COUNTERS = ("spent_list", "spent_conservative", "requests", "attempts", "errors"
 
 
 @dataclass(frozen=True)
-class Totals:
+class SpendTotals:
     """What a scope (the output folder, or one session) has spent and holds reserved.
 
     Attributes:
@@ -360,7 +360,7 @@ class SpendLedger:
             counters["unconfirmed"] += 1
             counters["unconfirmed_usd"] += bound
 
-    def totals(self, session: bool = False) -> Totals:
+    def totals(self, session: bool = False) -> SpendTotals:
         """The folder's totals, or this session's (``session=True``)."""
         with self._state(write=False) as state:
             _sweep_dead(state)
@@ -381,24 +381,24 @@ class SpendLedger:
 
     # -- internals -------------------------------------------------------------------
 
-    def _cap(self, state: Ledger) -> float | None:
+    def _cap(self, state: LedgerFile) -> float | None:
         """This session's cap, else the last one given in this folder (a rerun without the
         option cannot lift it by forgetting it)."""
         return self.cap_usd if self.cap_usd is not None else state.get("cap_usd")
 
-    def _session(self, state: Ledger) -> Counters:
+    def _session(self, state: LedgerFile) -> Counters:
         sessions = state["sessions"]
         if self.session not in sessions:
             sessions[self.session] = {"started": time.time(), **{k: 0 for k in COUNTERS}}
         return sessions[self.session]
 
-    def _finish(self, state: Ledger, reservation_id: str, counted: bool = True) -> Counters:
+    def _finish(self, state: LedgerFile, reservation_id: str, counted: bool = True) -> Counters:
         state["reservations"].pop(reservation_id, None)
         counters = self._session(state)
         counters["attempts"] += int(counted)
         return counters
 
-    def _refusal(self, state: Ledger, folder: Totals, bound_usd: float) -> str:
+    def _refusal(self, state: LedgerFile, folder: SpendTotals, bound_usd: float) -> str:
         mine = _totals(state, folder.cap_usd, self.session)
         earlier = folder.charged - mine.charged
         given = (
@@ -421,7 +421,7 @@ class SpendLedger:
         )
 
     @contextlib.contextmanager
-    def _state(self, write: bool = True) -> Iterator[Ledger]:
+    def _state(self, write: bool = True) -> Iterator[LedgerFile]:
         """The file's state under the folder's lock; written back (atomically) on success."""
         with flocked(self.path):
             state = self._read()
@@ -431,7 +431,7 @@ class SpendLedger:
                     state["cap_usd"] = self.cap_usd
                 write_json(self.path, state)
 
-    def _read(self) -> Ledger:
+    def _read(self) -> LedgerFile:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -465,7 +465,7 @@ def flocked(path: Path) -> Iterator[None]:
         os.close(lock)  # closing releases the flock
 
 
-def write_json(path: Path, state: Mapping[str, Any]) -> None:
+def write_json(path: Path, state: Mapping[str, object]) -> None:
     """Replace ``path`` atomically and durably: a reader never sees half a file, a crash never loses it."""
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(temporary, "w", encoding="utf-8") as handle:
@@ -481,14 +481,14 @@ def ledger_file(output: Path) -> Path:
     return Path(output) / ".careful" / "spend.json"
 
 
-def _number(value: Any, what: str) -> float:
+def _number(value: object, what: str) -> float:
     """A finite, non-negative figure (NaN would make every comparison with the cap false)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{what} is {value!r}, not a non-negative number")
     return float(value)
 
 
-def _checked(parsed: object) -> Ledger:
+def _checked(parsed: object) -> LedgerFile:
     """The parsed file if it has the shape the ledger writes; ValueError otherwise."""
     if not isinstance(parsed, dict) or parsed.get("version") != LEDGER_VERSION:
         version = parsed.get("version") if isinstance(parsed, dict) else None
@@ -510,12 +510,12 @@ def _checked(parsed: object) -> Ledger:
     return parsed  # type: ignore[return-value]  # its shape was checked above
 
 
-def _bound(state: Ledger, reservation_id: str) -> float:
+def _bound(state: LedgerFile, reservation_id: str) -> float:
     reservation = state["reservations"].get(reservation_id)
     return float(reservation["bound"]) if reservation else 0.0
 
 
-def _sweep_dead(state: Ledger) -> None:
+def _sweep_dead(state: LedgerFile) -> None:
     """Reservations of processes of this host that died: unconfirmed, their bound stays spent.
 
     A process killed mid-request may have been billed. Another host's processes
@@ -532,7 +532,7 @@ def _sweep_dead(state: Ledger) -> None:
             counters["unconfirmed_usd"] += float(reservation["bound"])
 
 
-def _alive(pid: Any) -> bool:
+def _alive(pid: object) -> bool:
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return True  # unknown: keep counting it as in flight
     try:
@@ -544,14 +544,14 @@ def _alive(pid: Any) -> bool:
     return True
 
 
-def _totals(state: Ledger, cap: float | None, session: str | None) -> Totals:
+def _totals(state: LedgerFile, cap: float | None, session: str | None) -> SpendTotals:
     """The folder's totals (``session`` None) or one session's."""
     rows = [c for name, c in state["sessions"].items() if session is None or name == session]
     reserved = sum(
         float(r["bound"]) for r in state["reservations"].values() if session is None or r["session"] == session
     )
     sums = {key: sum(c.get(key, 0) for c in rows) for key in COUNTERS}
-    return Totals(
+    return SpendTotals(
         float(sums["spent_list"]),
         float(sums["spent_conservative"]),
         int(sums["requests"]),
@@ -597,7 +597,7 @@ def _legacy_sessions(directory: Path) -> dict[str, Counters]:
     return sessions
 
 
-def _session_line(mine: Totals) -> str:
+def _session_line(mine: SpendTotals) -> str:
     line = (
         f"spend this run: ${mine.spent_list:.4f} at list prices, ${mine.spent_conservative:.4f} "
         f"conservative, {mine.requests} requests in {mine.attempts} attempts"
@@ -613,7 +613,7 @@ def _session_line(mine: Totals) -> str:
     return line + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def _folder_line(path: Path, folder: Totals, mine: Totals, recorded: bool, others: int) -> str:
+def _folder_line(path: Path, folder: SpendTotals, mine: SpendTotals, recorded: bool, others: int) -> str:
     cap = "no cap"
     if folder.cap_usd is not None:
         cap = f"of a ${folder.cap_usd:.2f} cap" + (" (recorded by an earlier session)" if recorded else "")

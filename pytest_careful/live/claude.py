@@ -52,6 +52,7 @@ handler before BFCL's loop and ``careful_end()`` after it; the keys
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import random
@@ -64,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 from ..data.dataset import Conversation
 from ..execution.decoding import close_clients, import_handler_class, registry_entry
 from ..sources.run_config import RunConfig, SourceError
+from .backend_setup import BackendSetup, ModelSpec
 from .budget import (
     BOUND_BYTES_PER_TOKEN,
     PER_TOKENS,
@@ -77,10 +79,11 @@ from .budget import (
     request_bound,
 )
 from .errors import NotRun, StopRun
-from .ratelimit import MAX_WAIT, SharedLimiter, limiter_file, retry_after
+from .handler import BfclDict
 
-if TYPE_CHECKING:
-    from .source import LiveSource
+if TYPE_CHECKING:  # the SDK is imported on first use (an optional heavy dependency)
+    from anthropic import Anthropic
+from .ratelimit import MAX_WAIT, Headers, SharedLimiter, limiter_file, retry_after
 
 MAX_RETRIES = 6  # backoff 0.5 s doubling to 8 s: ~30 s of retries, longer with retry-after
 INITIAL_RETRY_DELAY = 0.5  # the SDK's figures
@@ -126,12 +129,13 @@ class Tally:
         self.cost += cost
         self.requests.append({"usage": usage.as_dict(1), "cost_usd": cost.as_dict()})
 
-    def entry_keys(self) -> dict[str, Any]:
+    def entry_keys(self) -> BfclDict:
         return {"careful_cost_usd": self.cost.as_dict(), "careful_usage": self.usage.as_dict(len(self.requests))}
 
 
-def _client() -> Any:
+def _client() -> Anthropic:
     """The SDK client, its own retries off: ``generate_with_backoff`` retries, pricing each attempt."""
+    # the Anthropic SDK on first use: only a Claude run needs it
     from anthropic import Anthropic
 
     # Explicit: ANTHROPIC_BASE_URL (a proxy, or the tests' loopback server).
@@ -142,7 +146,7 @@ def _client() -> Any:
     )
 
 
-def _has_credentials(client: Any) -> bool:
+def _has_credentials(client: object) -> bool:
     return bool(
         getattr(client, "api_key", None) or getattr(client, "auth_token", None) or getattr(client, "credentials", None)
     )
@@ -172,6 +176,7 @@ def retry_delay(exc: BaseException, retries_taken: int) -> float | None:
     ``retry-after``, capped at :data:`MAX_RETRY_AFTER` (the SDK would wait any
     length), else 0.5 s doubling to 8 s, less up to a quarter of jitter.
     """
+    # the Anthropic SDK on first use: only a Claude run needs it
     from anthropic import APIConnectionError, APIStatusError
 
     if isinstance(exc, APIStatusError):
@@ -192,7 +197,7 @@ def _should_retry(response: Any) -> bool:
     return response.status_code in (408, 409, 429) or response.status_code >= 500
 
 
-def _retry_after(headers: Any) -> float | None:
+def _retry_after(headers: Headers) -> float | None:
     """The server's requested wait in seconds (at most :data:`MAX_RETRY_AFTER`), when positive."""
     return retry_after(headers, MAX_RETRY_AFTER)
 
@@ -213,6 +218,7 @@ def account_problem(exc: BaseException, model_id: str) -> StopRun | None:
     limits"), a model id the API does not know (404: retired or mistyped), a key
     refused (401, 403). Sending the next conversations would only repeat it.
     """
+    # the Anthropic SDK on first use: only a Claude run needs it
     import anthropic
 
     if not isinstance(exc, anthropic.APIStatusError):
@@ -238,6 +244,7 @@ def account_problem(exc: BaseException, model_id: str) -> StopRun | None:
 
 
 def _rate_limited(exc: BaseException) -> bool:
+    # the Anthropic SDK on first use: only a Claude run needs it
     from anthropic import APIStatusError
 
     return isinstance(exc, APIStatusError) and exc.status_code in RATE_LIMITED
@@ -261,6 +268,7 @@ def _account_failure(ledger: SpendLedger, reservation: str, exc: BaseException) 
     interrupt mid-request) may have reached a server that completed and billed
     it: the bound stays spent.
     """
+    # the Anthropic SDK on first use: only a Claude run needs it
     from anthropic import APIStatusError
 
     if isinstance(exc, APIStatusError):
@@ -339,7 +347,7 @@ def careful_claude_class(base: type) -> type:
         def careful_begin(self) -> None:
             self.careful_tally = Tally()
 
-        def careful_end(self) -> dict[str, Any]:
+        def careful_end(self) -> BfclDict:
             tally, self.careful_tally = self.careful_tally, None
             return tally.entry_keys() if tally is not None else {}
 
@@ -417,13 +425,13 @@ def careful_claude_class(base: type) -> type:
                 self.careful_tally.add(usage, cost)
             return response
 
-        def _parse_query_response_FC(self, api_response: Any) -> dict[str, Any]:
-            data: dict[str, Any] = super()._parse_query_response_FC(api_response)
+        def _parse_query_response_FC(self, api_response: Any) -> BfclDict:
+            data: BfclDict = super()._parse_query_response_FC(api_response)
             data["input_token"] = Usage.from_api(api_response.usage).prompt
             return data
 
-        def _parse_query_response_prompting(self, api_response: Any) -> dict[str, Any]:
-            data: dict[str, Any] = super()._parse_query_response_prompting(api_response)
+        def _parse_query_response_prompting(self, api_response: Any) -> BfclDict:
+            data: BfclDict = super()._parse_query_response_prompting(api_response)
             data["input_token"] = Usage.from_api(api_response.usage).prompt
             return data
 
@@ -458,35 +466,37 @@ def run_id(worker: bool = False) -> str:
     return value
 
 
-def configure_source(source: LiveSource, options: RunConfig) -> None:
-    """Per-process set-up of a Claude source (``backends.configure``, every process); ``SourceError`` for
-    a model without a price or a bad run id."""
+def configure(handle: ModelSpec, options: RunConfig, concurrency: int) -> BackendSetup:
+    """Per-process set-up of a Claude run (``backends.Claude.configure``, every process); ``SourceError``
+    for a model without a price or a bad run id."""
     prices = Prices.load()
     try:
-        prices.lookup(source.model_handle.registry_key)
+        prices.lookup(handle.registry_key)
     except UnknownPrice as exc:
         raise SourceError(f"--careful-model={options.model}: {exc}") from None
     try:
-        run = run_id(getattr(options, "worker", False))
+        run = run_id(options.worker)
     except StopRun as exc:
         raise SourceError(str(exc)) from None
     ledger = SpendLedger(ledger_file(options.output), options.budget_usd, session=run)
     # The run's concurrency is the most the limiter lets out; a 429 halves what it lets.
-    limiter = SharedLimiter(limiter_file(options.output), maximum=source.concurrency)
-    bfcl_max = _bfcl_max_tokens(source.model_handle.registry_key)
+    limiter = SharedLimiter(limiter_file(options.output), maximum=concurrency)
+    bfcl_max = _bfcl_max_tokens(handle.registry_key)
     max_output_tokens = options.max_output_tokens or bfcl_max or DEFAULT_MAX_OUTPUT_TOKENS
-    source.spend_ledger = ledger  # for the summary: ledger.totals()
-    # What every request carries, exactly: no temperature (recorded as none).
-    source.backend_settings = {"max_output_tokens": max_output_tokens, "temperature": None}
-    source.sent = {
-        "model": source.model_handle.probe().careful_model_id,
-        "max_tokens": max_output_tokens,
-        "temperature": None,
-        "timeout_s": BFCL_TIMEOUT,
-    }
-    source.differences = differences(max_output_tokens, bfcl_max, source.model_handle.temperature)
-    source.setup = lambda handler: handler.careful_configure(
-        max_output_tokens=max_output_tokens, ledger=ledger, prices=prices, limiter=limiter
+    return BackendSetup(
+        spend_ledger=ledger,  # for the summary: ledger.totals()
+        # What every request carries, exactly: no temperature (recorded as none).
+        backend_settings={"max_output_tokens": max_output_tokens, "temperature": None},
+        sent={
+            "model": handle.probe().careful_model_id,
+            "max_tokens": max_output_tokens,
+            "temperature": None,
+            "timeout_s": BFCL_TIMEOUT,
+        },
+        differences=differences(max_output_tokens, bfcl_max, handle.temperature),
+        setup=lambda handler: handler.careful_configure(
+            max_output_tokens=max_output_tokens, ledger=ledger, prices=prices, limiter=limiter
+        ),
     )
 
 
@@ -521,9 +531,7 @@ EST_TOOL_RESULT_TOKENS = 100  # per call step's tool results
 EST_TOOL_PROMPT_TOKENS = 350  # the API's tool-use system prompt
 
 
-def _tokens(value: Any) -> int:
-    import json
-
+def _tokens(value: object) -> int:
     return math.ceil(len(json.dumps(value, ensure_ascii=False).encode("utf-8")) / EST_BYTES_PER_TOKEN)
 
 

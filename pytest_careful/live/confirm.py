@@ -38,6 +38,7 @@ from typing import Any
 from ..data.dataset import Conversation
 from ..protocols import scripted_user
 from ..protocols.confirm_log import ANSWER_LOG_KEY, executed_calls, model_text, request_text
+from .handler import BfclDict, Handler
 
 LOOPS = {
     "inference_multi_turn_FC": "_add_next_turn_user_message_FC",
@@ -94,6 +95,7 @@ def exit_points(function: ast.FunctionDef) -> list[tuple[list[ast.stmt], int]]:
 
 def loop_tree(name: str) -> ast.FunctionDef:
     """bfcl-eval's own source of a loop, parsed (decorators dropped)."""
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.model_handler.base_handler import BaseHandler
 
     source = textwrap.dedent(inspect.getsource(getattr(BaseHandler, name)))
@@ -114,6 +116,7 @@ def patch_tree(function: ast.FunctionDef, add_user: str) -> ast.FunctionDef:
 @functools.cache
 def patched_loop(name: str) -> Callable[..., Any]:
     """The patched loop ``name``, compiled in ``base_handler``'s globals."""
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.model_handler import base_handler
 
     module = ast.Module(body=[patch_tree(loop_tree(name), LOOPS[name])], type_ignores=[])
@@ -136,7 +139,7 @@ class ConfirmUser:
     answers: dict[int, list[scripted_user.Answer]] = field(default_factory=dict)
 
     def reply(
-        self, turn: int, model_responses: Any, turn_log: Mapping[str, Any], step_log: list[dict[str, Any]]
+        self, turn: int, model_responses: Any, turn_log: Mapping[str, Any], step_log: list[BfclDict]
     ) -> list[dict[str, str]] | None:
         """The user message(s) to continue the turn with, or None to end it."""
         given = self.answers.setdefault(turn, [])
@@ -158,14 +161,14 @@ class ConfirmUser:
         return [{"role": "user", "content": answer.message}]
 
 
-def bind(handler: Any, user: ConfirmUser) -> Any:
+def bind(handler: Handler, user: ConfirmUser) -> Handler:
     """A shallow copy of ``handler`` whose loops stop at the user's answers."""
     confirmed = copy.copy(handler)
     for name in LOOPS:
         setattr(confirmed, name, types.MethodType(patched_loop(name), confirmed))
 
     def exit_hook(
-        turn: int, responses: Any, turn_log: Mapping[str, Any], step_log: list[dict[str, Any]]
+        turn: int, responses: Any, turn_log: Mapping[str, Any], step_log: list[BfclDict]
     ) -> list[dict[str, str]] | None:
         messages = user.reply(turn, responses, turn_log, step_log)
         if messages is not None:

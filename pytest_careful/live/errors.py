@@ -60,3 +60,25 @@ class OutputUnwritable(StopRun):
 class SetupFailed(LiveError):
     """This plugin could not set up a conversation (its simulators): neither the model's fault nor
     the server's. Unscored, nothing filed, and a rerun of the same command runs it."""
+
+
+class ServerHung(ServerStopped):
+    """The server did not answer a request twice within ``--careful-request-timeout``.
+
+    ``url``: that server's, where known (a fleet's server that hangs leaves the fleet: ``vllm_fleet``).
+    """
+
+    def __init__(self, message: str, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class ServerGone(ServerStopped):
+    """The server answered an error status and then stopped answering (``/models``): it is going or gone.
+
+    ``url``: that server's (a fleet's server that is gone leaves the fleet: ``vllm_fleet``).
+    """
+
+    def __init__(self, message: str, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url

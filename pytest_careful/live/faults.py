@@ -5,7 +5,7 @@ BFCL's loop scores whatever its handler returns or raises: an exception there be
 "Error during inference" entry, a failure of the model. But a 500, a body that is not JSON,
 half a body, a reset connection or a server that never answers says nothing about the model.
 So every request of a live run on vLLM or an OpenAI-compatible API goes through a
-:class:`Guard`, around the handler's ``_query_FC`` / ``_query_prompting``:
+:class:`ServerGuard`, around the handler's ``_query_FC`` / ``_query_prompting``:
 
 * **A server fault** (5xx other than 529, a connection reset or cut short by a server that
   still answers ``/models``, a body that does not parse, a completion without choices) is
@@ -30,49 +30,32 @@ from __future__ import annotations
 import json
 import random
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import httpx2
 import openai
 from openai._constants import DEFAULT_CONNECTION_LIMITS
 
-from .errors import DEFAULT_REQUEST_TIMEOUT, ServerError, ServerStopped
+from .errors import DEFAULT_REQUEST_TIMEOUT, NotRun, ServerError, ServerGone, ServerHung, ServerStopped
 
 #: Connecting is bounded apart: a server that does not take the connection is not busy, it is gone.
 CONNECT_TIMEOUT = 10.0
 #: Rate-limited answers: not faults (``pacing`` and the SDK handle them).
 RATE_LIMITED = (429, 529)
 
-
-class ServerHung(ServerStopped):
-    """The server did not answer a request twice within ``--careful-request-timeout``.
-
-    ``url``: that server's, where known (a fleet's server that hangs leaves the fleet: ``vllm_fleet``).
-    """
-
-    def __init__(self, message: str, url: str | None = None) -> None:
-        super().__init__(message)
-        self.url = url
-
-
-class ServerGone(ServerStopped):
-    """The server answered an error status and then stopped answering (``/models``): it is going or gone.
-
-    ``url``: that server's (a fleet's server that is gone leaves the fleet: ``vllm_fleet``).
-    """
-
-    def __init__(self, message: str, url: str | None = None) -> None:
-        super().__init__(message)
-        self.url = url
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class RequestTimedOut(openai.APITimeoutError):
     """One attempt ran past ``--careful-request-timeout``.
 
     An ``OpenAIError``: the SDK passes those on without retrying (its own retries would
-    wait the time-out three times over), so the :class:`Guard` decides: once more, then stop.
+    wait the time-out three times over), so the :class:`ServerGuard` decides: once more, then stop.
     """
 
     def __init__(self, request: httpx2.Request, seconds: float) -> None:
@@ -191,7 +174,7 @@ def malformed(answer: Any) -> str | None:
 _ABSENT = object()
 
 
-class Guard:
+class ServerGuard:
     """Sends each request of one process's conversations, telling the server's faults from the model's answers."""
 
     def __init__(
@@ -208,24 +191,24 @@ class Guard:
         self.sleep = sleep
 
     def wrap(
-        self, query: Callable[..., Any], before: Callable[[], None], after: Callable[[], None] | None = None
-    ) -> Callable[..., Any]:
+        self, query: Callable[P, R], before: Callable[[], None], after: Callable[[], None] | None = None
+    ) -> Callable[P, R]:
         """``query`` sent through the guard; ``before`` runs before every attempt (it raises to send
         nothing more: the run stopped or was interrupted), ``after`` after every answer."""
 
-        def guarded(*args: Any, **kwargs: Any) -> Any:
+        def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             return self.send(query, before, after, *args, **kwargs)
 
         return guarded
 
     def send(
         self,
-        query: Callable[..., Any],
+        query: Callable[P, R],
         before: Callable[[], None],
         after: Callable[[], None] | None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
         faults: list[Fault] = []
         timeouts = 0
         started = time.monotonic()
@@ -318,9 +301,6 @@ def _raised_in_sdk(exc: BaseException) -> bool:
 
 def answers(url: str, timeout: float = 5.0) -> bool:
     """Whether a server answers anything at ``url``/models (any HTTP status: an API without the key says 401)."""
-    import urllib.error
-    import urllib.request
-
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/models", timeout=timeout):
             return True
@@ -336,8 +316,6 @@ def classify(exc: BaseException, alive: Callable[[str | None], bool]) -> BaseExc
     Rate limited still: not run (a rerun sends it). A connection failure with the server gone:
     the run stops. Anything else: None (the model's, scored as BFCL scores it).
     """
-    from .errors import NotRun
-
     if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
         return NotRun(f"not run: the server answered {exc.status_code} (rate limited) after every retry")
     url = _sent_to(exc)

@@ -4,7 +4,7 @@ With ``--careful-endpoint=URL,URL,...`` every conversation of a live run is assi
 server when it starts and keeps all of its requests there: every request re-sends the whole
 conversation, and vLLM's automatic prefix caching pays only when the next request lands where
 the last one did. This module holds the decision, as a pure object (:class:`Fleet`: no threads,
-no HTTP, the time passed in), and the record of what each server served (:class:`Ledger`);
+no HTTP, the time passed in), and the record of what each server served (:class:`FleetLedger`);
 :mod:`.vllm_fleet` wires it to the handler's clients and to the servers' ``/metrics``.
 
 The rule. Each server has a share of ``--careful-concurrency`` (the run's total), in proportion
@@ -31,10 +31,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypedDict
+
+from .handler import Handler
 
 #: Conversations a server takes before it has answered: enough to fill a small server, few
 #: enough that a fleet's speeds are known before most of the run is committed to one of them.
@@ -218,7 +220,7 @@ class Seat(Protocol):
     @property
     def server(self) -> str: ...
 
-    def apply(self, handler: Any) -> None:
+    def apply(self, handler: Handler) -> None:
         """Point the conversation's copy of the handler at the server (client, context length, counts)."""
         ...
 
@@ -228,7 +230,7 @@ class Seat(Protocol):
 class Placement(Protocol):
     """Where a backend with several servers runs each conversation (``vllm_fleet.FleetClient``)."""
 
-    def seat(self, key: tuple[str, str, int], check: Any, turns: int = 0) -> Seat:
+    def seat(self, key: tuple[str, str, int], check: Callable[[], None], turns: int = 0) -> Seat:
         """A server with room for the conversation ``key`` (of ``turns`` user turns: the longest are
         seated first), waiting for one; ``check()`` raises to stop waiting."""
         ...
@@ -270,7 +272,7 @@ def visit_key(key: tuple[str, str, int]) -> str:
     return f"{condition}.{repeat}.{conversation_id}"
 
 
-class Ledger:
+class FleetLedger:
     """``<output>/.careful/fleet.jsonl``: what each server of a fleet served, across sessions.
 
     One line per conversation's time on one server, appended (one short write: lines of

@@ -20,7 +20,6 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
 
 from ..common import bfcl as _bfcl
 from ..execution.decoding import (
@@ -34,6 +33,9 @@ from ..execution.decoding import (
 )
 from . import scripted
 from .backends import backend
+from .handler import Handler
+from .provenance import Resolution
+from .scripted import POLICIES, PREFIX
 
 #: BFCL's default sampling temperature (``bfcl generate --temperature``).
 BFCL_TEMPERATURE = 0.001
@@ -67,13 +69,13 @@ class ModelHandle:
             return f"{Path(self.model_path).name}-{digest}"
         return self.registry_key.replace("/", "_").replace(":", "_")
 
-    def build(self) -> Any:
+    def build(self) -> Handler:
         """A fresh BFCL handler for this process (model-specific setup is the caller's)."""
         handler = backend(self.kind).build(self)
         shadow_eval(type(handler))  # the loop decodes with the handler's own decoder
         return handler
 
-    def probe(self) -> Any:
+    def probe(self) -> Handler:
         """A handler built to read what it would send (model id, dtype), its API clients closed at once:
         one left open to the interpreter's exit prints a traceback from the SDK's ``__del__``."""
         handler = self.build()
@@ -141,7 +143,7 @@ def registry_key(name: str, local_only: bool = False) -> str:
 def _unsuffixed_key(name: str, found: list[str]) -> str | None:
     """BFCL's own naming for a name without a mode: ``Qwen/Qwen3-8B`` is the prompting key and
     ``Qwen/Qwen3-8B-FC`` its FC sibling, so ``Qwen3-8B`` is the former, as ``bfcl generate --model``
-    reads it (not a guess; the resolution line names the FC sibling). Any other mix stays ambiguous."""
+    reads it (not a guess; the resolution line names the FC sibling). Every other mix stays ambiguous."""
     if _MODE_SUFFIX.search(name) or _DISPLAY_MODE.search(name):
         return None
     plain = [k for k in found if not k.endswith("-FC")]
@@ -263,8 +265,6 @@ def _spelling(key: str, keys: tuple[str, ...]) -> str:
 
 
 def _close(name: str, keys: tuple[str, ...]) -> str:
-    from .scripted import POLICIES, PREFIX
-
     return close_models(name, (*keys, "reference", *(PREFIX + p for p in POLICIES)))
 
 
@@ -273,22 +273,6 @@ def describe(key: str) -> str:
     entry = registry_entry(key)
     mode = "FC" if entry.is_fc_model else "prompting"
     return f"handler {entry.handler_class}, {mode}, {backend(_kind(entry)).label}"
-
-
-class _Resolved(TypedDict):
-    typed: str
-    registry_key: str
-    handler_class: str | None
-    mode: str
-    backend: str
-
-
-class Resolution(_Resolved, total=False):
-    """What ``--careful-model`` resolved to (the scorecard's ``provenance.live.resolution``):
-    the name as typed, the registry key, the handler's dotted class (None: a scripted policy), FC or
-    prompting, the backend; ``model_path``: a local model's weights."""
-
-    model_path: str
 
 
 def resolution(handle: ModelHandle) -> Resolution:

@@ -24,6 +24,7 @@ cache, and what to do.
 from __future__ import annotations
 
 import fnmatch
+import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,7 @@ def fetch(repo: str, weights: bool) -> Path:
 
     Offline (``HF_HUB_OFFLINE``), the cache must hold it. Raises FetchError.
     """
+    # huggingface_hub on first use: not a dependency of the plugin (a vLLM machine has it)
     from huggingface_hub import snapshot_download
 
     files = None if offline() else _listing(repo)
@@ -85,7 +87,8 @@ def fetch(repo: str, weights: bool) -> Path:
 
 
 def cached(repo: str, weights: bool = False) -> Path:
-    """Any process, after :func:`fetch`: the repo's snapshot folder, from the cache only."""
+    """In any process, after :func:`fetch`: the repo's snapshot folder, from the cache only."""
+    # huggingface_hub on first use: not a dependency of the plugin (a vLLM machine has it)
     from huggingface_hub import snapshot_download
 
     patterns = wanted(_cached_listing(repo), weights)
@@ -108,6 +111,7 @@ def cached(repo: str, weights: bool = False) -> Path:
 
 def _listing(repo: str) -> list[str] | None:
     """The repo's files, as the hub lists them; None if the hub cannot be asked."""
+    # huggingface_hub on first use: not a dependency of the plugin (a vLLM machine has it)
     from huggingface_hub import HfApi
 
     try:
@@ -120,6 +124,7 @@ def _listing(repo: str) -> list[str] | None:
 def _cached_listing(repo: str) -> list[str] | None:
     """The repo's files as the last download listed them (huggingface_hub >= 1.x keeps it)."""
     try:
+        # huggingface_hub on first use: not a dependency of the plugin (a vLLM machine has it)
         from huggingface_hub import get_cached_repo_tree
     except ImportError:
         return None
@@ -130,18 +135,21 @@ def _cached_listing(repo: str) -> list[str] | None:
 
 
 def offline() -> bool:
+    # huggingface_hub on first use: not a dependency of the plugin (a vLLM machine has it)
     from huggingface_hub import constants
 
     return bool(constants.HF_HUB_OFFLINE)
 
 
 def endpoint() -> str:
+    # huggingface_hub on first use: not a dependency of the plugin (a vLLM machine has it)
     from huggingface_hub import constants
 
     return str(constants.ENDPOINT)
 
 
 def cache_dir() -> str:
+    # huggingface_hub on first use: not a dependency of the plugin (a vLLM machine has it)
     from huggingface_hub import constants
 
     return str(constants.HF_HUB_CACHE)
@@ -189,8 +197,6 @@ def _first_line(exc: BaseException) -> str:
 
 def _errors() -> Any:
     """huggingface_hub's error classes (``errors`` since 0.2x; ``utils`` re-exports them in older ones)."""
-    import importlib
-
     try:
         return importlib.import_module("huggingface_hub.errors")
     except ImportError:  # pragma: no cover - old huggingface_hub

@@ -49,12 +49,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
+from ..data.dataset import UnknownConversation, get
 from .backends import backend
-
-if TYPE_CHECKING:
-    from .source import LiveSource
+from .stops import Stops
 
 #: (condition, conversation id, repeat)
 Key = tuple[str, str, int]
@@ -520,9 +519,38 @@ def slots(concurrency: int, workers: int) -> int:
     return max(1, -(-concurrency // max(1, workers)))
 
 
-def take_off(
-    source: LiveSource, conversations: Iterable[tuple[str, str]], repeats: int, workers: int = 1
-) -> Flight | None:
+class Filed(Protocol):
+    def filed(self, key: Key) -> bool:
+        """Whether ``key``'s entry is filed already (``filing.ResultFolders``)."""
+        ...
+
+
+class Kinded(Protocol):
+    @property
+    def kind(self) -> str:
+        """The backend's name (``handles.ModelHandle``)."""
+        ...
+
+
+class Flown(Protocol):
+    """What a flight needs of the live source (``source.LiveSource``), which imports this module."""
+
+    concurrency: int
+    flight: Flight | None
+
+    @property
+    def folders(self) -> Filed: ...
+
+    @property
+    def stops(self) -> Stops: ...
+
+    @property
+    def model_handle(self) -> Kinded: ...
+
+    def execute(self, key: Key) -> Outcome: ...
+
+
+def take_off(source: Flown, conversations: Iterable[tuple[str, str]], repeats: int, workers: int = 1) -> Flight | None:
     """Start ``source``'s flight over ``conversations`` not yet filed; None if none is needed.
 
     ``conversations``: the (condition, conversation id) of this process's collected items,
@@ -538,7 +566,7 @@ def take_off(
     board = Board(source.stops.session_dir() / "flight")
     # A server-backed model: one process drives every conversation (one handler, one tokenizer,
     # one client per run), the others score; anything else (a scripted policy) runs its share here.
-    driver = board.drive() if one_driver(source, workers) else True
+    driver = board.drive() if one_driver(source.model_handle.kind, workers) else True
     flight = Flight(
         keys,
         source.concurrency if driver is not True else slots(source.concurrency, workers),
@@ -552,7 +580,7 @@ def take_off(
     return flight
 
 
-def one_driver(source: LiveSource, workers: int) -> bool:
+def one_driver(kind: str, workers: int) -> bool:
     """Whether one process drives the session's conversations: a vLLM model's, under xdist.
 
     The client's work per request is small (a prompt formatted and counted, an answer
@@ -561,8 +589,7 @@ def one_driver(source: LiveSource, workers: int) -> bool:
     none of it. With several servers the driver spreads the conversations over all of them
     (``vllm_fleet``).
     """
-    handle = getattr(source, "handle", None)
-    return workers > 1 and handle is not None and backend(handle.kind).single_driver
+    return workers > 1 and backend(kind).single_driver
 
 
 def _turns(key: Key) -> int:
@@ -572,8 +599,6 @@ def _turns(key: Key) -> int:
     requests does, and a long one started last is a tail with the server idle beside
     it). ``bfcl generate`` starts them in the dataset's order.
     """
-    from ..data.dataset import UnknownConversation, get
-
     try:
         return len(get(key[1]).questions)
     except UnknownConversation:

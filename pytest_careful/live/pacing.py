@@ -26,7 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .ratelimit import MAX_WAIT, retry_after
+import openai
+
+from .faults import Deadline
+from .handler import Handler
+from .ratelimit import MAX_WAIT, Headers, retry_after
 
 #: Answers that pause everyone (the same as ``vllm_client.RATE_LIMITED``).
 RATE_LIMITED = (429, 529)
@@ -70,7 +74,7 @@ class Pause:
                 return
             time.sleep(min(left, POLL))
 
-    def rate_limited(self, headers: Any) -> None:
+    def rate_limited(self, headers: Headers) -> None:
         """A rate-limited answer: everyone waits what it asks for."""
         seconds = retry_after(headers, MAX_WAIT) or DEFAULT_WAIT
         until = time.time() + seconds
@@ -92,7 +96,7 @@ class Pause:
                 pass  # the other processes learn it from their own 429s
 
 
-def share(handler: Any) -> None:
+def share(handler: Handler) -> None:
     """Route ``handler``'s OpenAI client through its ``careful_pause`` (every attempt, the SDK's retries
     too) and bound each attempt by its ``careful_request_timeout`` (``faults.Deadline``); a handler
     without a pause is left as it is."""
@@ -100,14 +104,10 @@ def share(handler: Any) -> None:
     client = getattr(handler, "client", None)
     if pause is None:
         return
-    try:
-        import openai
-    except ImportError:
-        return
     if not isinstance(client, openai.OpenAI) or getattr(client, "_careful_pause", None) is pause:
         return
 
-    def before(request: Any) -> None:
+    def before(request: object) -> None:
         pause.wait()
 
     def after(response: Any) -> None:
@@ -119,8 +119,6 @@ def share(handler: Any) -> None:
     if seconds is None:
         http = openai.DefaultHttpxClient(event_hooks=hooks)
     else:
-        from .faults import Deadline
-
         http = openai.DefaultHttpxClient(event_hooks=hooks, transport=Deadline(seconds))
     shared = client.with_options(http_client=http)
     shared._careful_pause = pause  # type: ignore[attr-defined]  # marks it done (a failover re-points it)

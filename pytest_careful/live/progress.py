@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+from _pytest.capture import CaptureManager
+
 #: Between two plain progress lines (CI logs).
 PLAIN_SECONDS = 30.0
 #: Between two redraws of the terminal's status row.
@@ -41,7 +44,7 @@ QUIET_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
-class Totals:
+class ProgressCounts:
     """The run's counts, all processes together."""
 
     total: int = 0
@@ -53,13 +56,13 @@ class Totals:
     started: float = 0.0  # time.time() when the first process took off
 
 
-def read_totals(folder: Path) -> Totals:
+def read_totals(folder: Path) -> ProgressCounts:
     """The sum of the processes' progress files in ``folder`` (a file being replaced is skipped)."""
     found: list[dict[str, Any]] = []
     try:
         names = os.listdir(folder)
     except OSError:
-        return Totals()
+        return ProgressCounts()
     for name in names:
         if not name.endswith(".json") or name.startswith("."):
             continue
@@ -72,7 +75,7 @@ def read_totals(folder: Path) -> Totals:
         return sum(int(f.get(field, 0)) for f in found)
 
     # Every process counts the same conversations to run; each counts its own done and failed.
-    return Totals(
+    return ProgressCounts(
         max((int(f.get("total", 0)) for f in found), default=0),
         total("done"),
         total("failed"),
@@ -83,7 +86,7 @@ def read_totals(folder: Path) -> Totals:
     )
 
 
-class Meter:
+class ProgressMeter:
     """Rates and the ETA from successive totals."""
 
     def __init__(self) -> None:
@@ -91,7 +94,7 @@ class Meter:
         self._history: collections.deque[tuple[float, int]] = collections.deque()
 
     def line(
-        self, totals: Totals, now: float | None = None, stopped: str | None = None, wall: float | None = None
+        self, totals: ProgressCounts, now: float | None = None, stopped: str | None = None, wall: float | None = None
     ) -> str:
         """The progress line; ``stopped``: why the run stopped (then no ETA); ``wall``: time.time() now."""
         now = time.monotonic() if now is None else now
@@ -119,7 +122,7 @@ class Meter:
         return text
 
 
-def _quiet(totals: Totals, wall: float) -> float | None:
+def _quiet(totals: ProgressCounts, wall: float) -> float | None:
     """How long requests have waited with no answer from the server, if long enough to say."""
     if not totals.running or not totals.requests:
         return None
@@ -143,13 +146,17 @@ class Display:
     """The controller's progress display of one live run (:meth:`start`, :meth:`between_items`, :meth:`stop`)."""
 
     def __init__(
-        self, folder: Path, reporter: Any, stopped: Callable[[], str | None] | None = None, capture: Any = None
+        self,
+        folder: Path,
+        reporter: pytest.TerminalReporter | None,
+        stopped: Callable[[], str | None] | None = None,
+        capture: CaptureManager | None = None,
     ) -> None:
         self.folder = folder
         self.reporter = reporter
         self.capture = capture  # pytest's capture manager: a line written while an item runs is not captured
         self.stopped = stopped or (lambda: None)  # why the run stopped, if it did
-        self.meter = Meter()
+        self.meter = ProgressMeter()
         self._tty = _open_tty() if getattr(reporter, "isatty", False) else None
         self._last_plain = time.monotonic()
         self._plain_lock = threading.Lock()
@@ -193,6 +200,8 @@ class Display:
         """A line of its own, even after a row of progress dots (which ``write_line`` may not end)."""
         # Without xdist the main thread is inside an item, with output captured: suspend it for the line,
         # as pytest's own live logging does for a record logged on any thread.
+        if self.reporter is None:  # nowhere to write it (the callers check first)
+            return
         disabled = getattr(self.capture, "global_and_fixture_disabled", None)
         with disabled() if disabled is not None else contextlib.nullcontext():
             writer = getattr(self.reporter, "_tw", None)

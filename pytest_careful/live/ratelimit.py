@@ -25,11 +25,14 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from .budget import flocked, write_json
+
+#: A response's headers (httpx's, the SDKs'): read by name, case-insensitively where they are httpx's.
+Headers = Mapping[str, str]
 
 #: The longest one wait may last, whatever ``retry-after`` says: the worker holds its
 #: conversation meanwhile, and a longer outage is better left to the next run.
@@ -37,18 +40,18 @@ MAX_WAIT = 60.0
 POLL = 0.2  # seconds between looks at a full or paused state
 
 
-def retry_after(headers: Any, cap: float = MAX_WAIT) -> float | None:
+def retry_after(headers: Headers, cap: float = MAX_WAIT) -> float | None:
     """The wait a rate-limited answer asks for (``retry-after-ms``, else ``retry-after`` in seconds
     or as an HTTP date), at most ``cap``; None when it asks for none."""
     seconds = None
+    in_ms, later = headers.get("retry-after-ms"), headers.get("retry-after")
     with contextlib.suppress(TypeError, ValueError):
-        seconds = float(headers.get("retry-after-ms")) / 1000
-    if seconds is None and headers.get("retry-after") is not None:
-        value = headers.get("retry-after")
+        seconds = float(in_ms) / 1000 if in_ms is not None else None
+    if seconds is None and later is not None:
         try:
-            seconds = float(value)
+            seconds = float(later)
         except ValueError:
-            date = email.utils.parsedate_tz(value)
+            date = email.utils.parsedate_tz(later)
             seconds = email.utils.mktime_tz(date) - time.time() if date else None
     return min(seconds, cap) if seconds is not None and seconds > 0 else None
 
@@ -167,7 +170,7 @@ def _sweep(state: Shared) -> None:
             del state["in_flight"][token]
 
 
-def _alive(pid: Any) -> bool:
+def _alive(pid: object) -> bool:
     if not isinstance(pid, int) or pid <= 0:
         return True
     try:

@@ -11,7 +11,7 @@ import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from ..data.dataset import Conversation
 from ..effects.declarations import Declarations
@@ -21,13 +21,17 @@ from ..protocols import hints
 from ..protocols import registry as protocols
 from . import bridge, confirm
 from .errors import SetupFailed
+from .handler import BfclDict, Handler
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 if TYPE_CHECKING:
-    from .faults import Guard
+    from .faults import ServerGuard
 
 
 @dataclass(frozen=True)
-class Protocol:
+class RunProtocol:
     """How one condition runs: the scripted user's settings for confirm."""
 
     condition: str
@@ -51,12 +55,12 @@ class Protocol:
 class LiveRun:
     """One conversation's result entry, the loop's printed log and the wall time."""
 
-    entry: dict[str, Any]
+    entry: BfclDict
     log: str
     seconds: float
 
 
-def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, Any]:
+def prompt_entry(conversation: Conversation, protocol: RunProtocol) -> BfclDict:
     """The test entry BFCL's loop receives under ``protocol`` (hints: hinted docs only).
 
     As ``bfcl generate`` loads it: ``load_dataset_entry``'s default adds the
@@ -64,6 +68,7 @@ def prompt_entry(conversation: Conversation, protocol: Protocol) -> dict[str, An
     to the docs of ``function`` (not to miss_func's held-out docs), with
     bfcl-eval's own function.
     """
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.utils import add_language_specific_hint_to_function_doc
 
     [entry] = add_language_specific_hint_to_function_doc([conversation.prompt_entry()])
@@ -77,14 +82,14 @@ QUERIES = ("_query_FC", "_query_prompting")
 
 
 def run(
-    handler: Any,
+    handler: Handler,
     conversation: Conversation,
-    protocol: Protocol,
+    protocol: RunProtocol,
     repeat: int = 1,
     before_request: Callable[[], None] | None = None,
-    guard: Guard | None = None,
+    guard: ServerGuard | None = None,
     after_answer: Callable[[], None] | None = None,
-    place: Callable[[Any], None] | None = None,
+    place: Callable[[Handler], None] | None = None,
 ) -> LiveRun:
     """Run ``conversation`` with ``handler`` through BFCL's own loop.
 
@@ -141,7 +146,7 @@ def run(
     return LiveRun(entry, printed.getvalue(), time.monotonic() - started)
 
 
-def simulators_for(handler: Any, conversation: Conversation) -> Simulators:
+def simulators_for(handler: Handler, conversation: Conversation) -> Simulators:
     """The conversation's own simulators. Building them is this plugin's work, before any request:
     a failure there is never the model's (it was seen once in ~2,000 conversations with 100 threads
     in flight: "dictionary changed size during iteration"), so it is tried once more, then the
@@ -169,8 +174,8 @@ def _nothing() -> None:
     pass
 
 
-def _guarded(query: Callable[..., Any], before: Callable[[], None]) -> Callable[..., Any]:
-    def guarded(*args: Any, **kwargs: Any) -> Any:
+def _guarded(query: Callable[P, R], before: Callable[[], None]) -> Callable[P, R]:
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
         before()
         return query(*args, **kwargs)
 

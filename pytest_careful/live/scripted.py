@@ -36,11 +36,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common import bfcl as _bfcl
 from ..common.text import did_you_mean
 from ..data import dataset
 from ..data.dataset import Conversation
 from ..effects import declarations
 from ..execution.decoding import UnknownModel, model_family
+from .handler import BfclDict, Handler
 
 POLICIES = ("reference", "loop", "destructive", "ask", "ask-wrong", "ask-after", "ask-thrice", "flaky")
 PREFIX = "scripted:"
@@ -198,8 +200,6 @@ def keyword_call(call: str, involved_classes: tuple[str, ...] | list[str]) -> st
 
 
 def _parameters(function: str, involved_classes: tuple[str, ...] | list[str]) -> list[str]:
-    from ..common import bfcl as _bfcl
-
     for class_name in reversed(list(involved_classes)):  # later classes win, as in BFCL
         method = getattr(_bfcl.simulator_class(class_name), function, None)
         if method is not None:
@@ -208,15 +208,14 @@ def _parameters(function: str, involved_classes: tuple[str, ...] | list[str]) ->
 
 
 def _base_handler() -> type:
-    from ..common import bfcl as _bfcl
-
     _bfcl.contain_project_root()
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.model_handler.base_handler import BaseHandler
 
     return BaseHandler
 
 
-def make_handler(handle: str) -> Any:
+def make_handler(handle: str) -> Handler:
     """A scripted handler for ``scripted:<policy>[-prompting]``."""
     policy, prompting = parse_handle(handle)
     return _handler_class()(policy, prompting)
@@ -230,6 +229,7 @@ def _handler_class() -> type:
     if _CLASS:
         return _CLASS[0]
     base = _base_handler()
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.model_handler.utils import convert_to_function_call, default_decode_execute_prompting
 
     class ScriptedHandler(base):  # type: ignore[valid-type,misc]
@@ -246,19 +246,19 @@ def _handler_class() -> type:
                 return convert_to_function_call(result)  # type: ignore[no-any-return]
             return default_decode_execute_prompting(result, has_tool_call_tag)  # type: ignore[no-any-return]
 
-        def decode_ast(self, result: Any, language: Any = None, has_tool_call_tag: bool = False) -> Any:
+        def decode_ast(self, result: Any, language: object = None, has_tool_call_tag: bool = False) -> list[str]:
             return self.decode_execute(result, has_tool_call_tag)
 
         # -- shared by both styles ----------------------------------------
 
-        def _start(self, test_entry: dict[str, Any]) -> dict[str, Any]:
+        def _start(self, test_entry: BfclDict) -> BfclDict:
             return {
                 "message": [],
                 "function": test_entry["function"],
                 "policy": Policy(self.policy, dataset.get(test_entry["id"]), repeat=getattr(self, "careful_repeat", 1)),
             }
 
-        def _user(self, inference_data: dict[str, Any], messages: list[dict[str, Any]], first: bool) -> dict[str, Any]:
+        def _user(self, inference_data: BfclDict, messages: list[BfclDict], first: bool) -> BfclDict:
             policy: Policy = inference_data["policy"]
             answering = getattr(self, "_careful_answering", None)
             if answering:
@@ -269,7 +269,7 @@ def _handler_class() -> type:
             inference_data["message"].extend(messages)
             return inference_data
 
-        def _query(self, inference_data: dict[str, Any]) -> tuple[Any, float]:
+        def _query(self, inference_data: BfclDict) -> tuple[Any, float]:
             step = inference_data["policy"].next_step()
             inference_data["inference_input_log"] = {"messages": len(inference_data["message"])}
             if isinstance(step, list):
@@ -285,38 +285,36 @@ def _handler_class() -> type:
             prompt = json.dumps(inference_data["message"], default=str)
             return {"output": output, "input": len(prompt) // 4, "out": len(json.dumps(output)) // 4}, 0.0
 
-        def _parse(self, response: dict[str, Any]) -> dict[str, Any]:
+        def _parse(self, response: BfclDict) -> BfclDict:
             return {
                 "model_responses": response["output"],
                 "input_token": response["input"],
                 "output_token": response["out"],
             }
 
-        def _assistant(self, inference_data: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        def _assistant(self, inference_data: BfclDict, data: BfclDict) -> BfclDict:
             inference_data["message"].append({"role": "assistant", "content": data["model_responses"]})
             return inference_data
 
-        def _tool(self, inference_data: dict[str, Any], results: list[str], data: dict[str, Any]) -> dict[str, Any]:
+        def _tool(self, inference_data: BfclDict, results: list[str], data: BfclDict) -> BfclDict:
             inference_data["message"].extend({"role": "tool", "content": r} for r in results)
             return inference_data
 
-        def _first(self, inference_data: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+        def _first(self, inference_data: BfclDict, messages: list[BfclDict]) -> BfclDict:
             return self._user(inference_data, messages, True)
 
-        def _next(self, inference_data: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+        def _next(self, inference_data: BfclDict, messages: list[BfclDict]) -> BfclDict:
             return self._user(inference_data, messages, False)
 
-        def _compile_tools(self, inference_data: dict[str, Any], test_entry: dict[str, Any]) -> dict[str, Any]:
+        def _compile_tools(self, inference_data: BfclDict, test_entry: BfclDict) -> BfclDict:
             inference_data["function"] = test_entry["function"]
             return inference_data
 
         # BFCL's two loops call the same steps by two names; only pre-processing differs in signature.
-        def _pre_query_processing_FC(
-            self, inference_data: dict[str, Any], test_entry: dict[str, Any]
-        ) -> dict[str, Any]:
+        def _pre_query_processing_FC(self, inference_data: BfclDict, test_entry: BfclDict) -> BfclDict:
             return self._start(test_entry)
 
-        def _pre_query_processing_prompting(self, test_entry: dict[str, Any]) -> dict[str, Any]:
+        def _pre_query_processing_prompting(self, test_entry: BfclDict) -> BfclDict:
             return self._start(test_entry)
 
         add_first_turn_message_FC = add_first_turn_message_prompting = _first
@@ -330,7 +328,7 @@ def _handler_class() -> type:
     return ScriptedHandler
 
 
-def _decoding_handler(handle: str) -> Any:
+def _decoding_handler(handle: str) -> Handler:
     """``make_handler`` as ``decoding.model_family`` wants it: an unknown policy is an UnknownModel."""
     try:
         return make_handler(handle)

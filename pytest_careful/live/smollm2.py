@@ -113,8 +113,9 @@ def publish(tmp: Path, target: Path) -> None:
 def build(gguf: Path, out: Path) -> None:
     """Dequantise ``gguf`` and save model + tokenizer into ``out``."""
     os.environ["HF_HUB_OFFLINE"] = "1"
+    # the vllm extra's libraries: only a local model run loads them (seconds, hundreds of MB)
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # the vllm extra's libraries
 
     source = {"gguf_file": gguf.name, "local_files_only": True}
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **source)

@@ -20,69 +20,44 @@ filed already is :mod:`.filing`'s, stopping the run in every process :mod:`.stop
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..data.dataset import Conversation
-from ..data.result_files import InputProblem, LoggedEntry, parse_raw_line
+from ..data.dataset import Conversation, get
+from ..data.result_files import InputProblem, LoggedEntry, LoggedResult, parse_raw_line
 from ..data.result_store import ResultStore, is_complete, serialise
 from ..data.run_settings import DECODER_KEY, RunSettings
+from ..effects import declarations
 from ..effects.declarations import Declarations
-from ..execution.decoding import Decoder, close_clients
-from ..sources.reference_logged import Source
+from ..execution.decoding import Decoder, close_clients, decoder
+from ..sources.reference_logged import LiveDetails, Source
 from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
-from .backends import SERVER_OPTIONS, backend, configure
+from .backend_setup import BackendSettings, BackendSetup, Sent
+from .backends import SERVER_OPTIONS, backend
+from .budget import SpendLedger
 from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
+from .faults import Retry, ServerGuard, answers, classify
 from .filing import ResultFolders
-from .handles import ModelHandle, Resolution
+from .fleet import Placement, Seat
+from .handler import Handler
+from .handles import HandleError, ModelHandle, resolution, resolve
+from .pacing import Pause, share
+from .provenance import LiveProvenance
 from .stops import Stops, unwritable
-
-if TYPE_CHECKING:
-    from .faults import Guard
-    from .fleet import FleetProvenance, Placement, Seat
-    from .vllm_server import ServerProvenance
+from .vllm_server import ServerPlan
 
 #: How often one conversation moves to another server before it counts as failed.
 MAX_RERUNS = 3
 LOG_LINES = 100  # of BFCL's printed loop, what an item's report shows
 LOCK_FILE = "run.lock"  # in <output>/.careful: held by the run writing the folder (one at a time)
-
-
-class BackendSettings(TypedDict, total=False):
-    """What a backend adds to ``careful_settings.json``: a resume under other values is refused."""
-
-    max_output_tokens: int
-    temperature: float | None  # None: the backend sends none (Claude)
-
-
-class Sent(TypedDict, total=False):
-    """What each request of the run carries, as the backend records it for the provenance."""
-
-    model: str
-    temperature: float | None
-    max_tokens: int | str  # a number, or how BFCL's handler sizes it (vLLM), in words
-    timeout_s: float
-
-
-class _Made(TypedDict):
-    resolution: Resolution
-    sent: Sent
-    differs_from_bfcl: list[str]
-
-
-class LiveProvenance(_Made, total=False):
-    """A live run in its scorecard's provenance (``live``); ``server``: a vLLM server's; ``fleet``:
-    the servers of ``--careful-endpoint=URL,URL,...`` and which one served each conversation."""
-
-    server: ServerProvenance
-    fleet: FleetProvenance
 
 
 @dataclass
@@ -93,17 +68,17 @@ class LiveSource(Source):
     boundary: str = "final"
     script: str = "default"
     detector: str = "strict"
-    setup: Any = None  # called once per process with the new handler (backend set-up)
-    classify_error: Any = None  # exception -> StopRun for problems that end the run
-    alive: Any = None  # (url) -> whether that server still answers (vLLM: its /models); None: server_alive
-    guard: Guard | None = None  # vLLM and OpenAI-compatible servers: server faults are not the model's (faults)
-    server_plan: Any = None  # vLLM: the session's server
+    setup: Callable[[Handler], None] | None = None  # called once per process with the new handler (backend set-up)
+    classify_error: Callable[[BaseException], BaseException | None] | None = None  # what ends the run
+    alive: Callable[[str | None], bool] | None = None  # (url) -> whether that server still answers; None: server_alive
+    guard: ServerGuard | None = None  # vLLM and OpenAI-compatible servers: server faults are not the model's (faults)
+    server_plan: ServerPlan | None = None  # vLLM: the session's server
     placement: Placement | None = None  # several servers: where each conversation runs (vllm_fleet)
     backend_settings: BackendSettings = field(default_factory=lambda: BackendSettings())  # in careful_settings.json
     sent: Sent = field(default_factory=lambda: Sent())  # what each request carries (provenance)
     differences: list[str] = field(default_factory=list)  # settings that differ from BFCL's own run
     _reruns: dict[str, int] = field(default_factory=dict)
-    _handler: Any = None
+    _handler: Handler = None
     _decoder: Decoder | None = None
     repeats: int = 1  # --careful-repeat
     #: keyed by (condition, conversation id, repeat)
@@ -113,9 +88,16 @@ class LiveSource(Source):
     flight: inflight.Flight | None = None  # this process's conversations in flight, once its run loop starts
     _handler_lock: threading.Lock = field(default_factory=threading.Lock)
     _lock_fd: int | None = None  # the output folder's run lock (controller), held to the end
-    spend_ledger: Any = None  # Claude: the session's budget.SpendLedger (the summary reads its totals)
+    spend_ledger: SpendLedger | None = None  # Claude: the session's ledger (the summary reads its totals)
     folders: ResultFolders = field(init=False)  # where results are filed, and what is filed (``filing``)
     stops: Stops = field(init=False)  # the session's stop marks, shared by its processes (``stops``)
+
+    def take_in(self, made: BackendSetup) -> None:
+        """The backend's set-up of this process's run (``Backend.configure``)."""
+        self.setup, self.classify_error, self.alive = made.setup, made.classify_error, made.alive
+        self.server_plan, self.placement, self.spend_ledger = made.server_plan, made.placement, made.spend_ledger
+        self.backend_settings = {**self.backend_settings, **made.backend_settings}
+        self.sent, self.differences = made.sent, made.differences
 
     def __post_init__(self) -> None:
         # From the fields the source is opened with: none of output, handle and repeats changes afterwards.
@@ -127,15 +109,38 @@ class LiveSource(Source):
         return False
 
     @property
+    def backend_kind(self) -> str | None:
+        return self.handle.kind if self.handle is not None else None
+
+    def sampling(self) -> str:
+        handle = self.handle
+        if handle is None:
+            return super().sampling()
+        if not backend(handle.kind).remote:
+            return "live: scripted model (deterministic)"
+        temperature = self.sent.get("temperature", handle.temperature) if self.sent else handle.temperature
+        said = "no temperature sent" if temperature is None else f"temperature {temperature}"
+        return f"live: BFCL handler {handle.registry_key}, {said}"
+
+    def live_details(self, key: tuple[str, str, int]) -> LiveDetails:
+        return LiveDetails(key in self.resumed, self.runs.get(key))
+
+    def spend_lines(self) -> list[str]:
+        return self.spend_ledger.summary() if self.spend_ledger is not None else []  # this session, then the folder
+
+    def result_folder(self) -> Path:
+        return self.output
+
+    @property
     def model_handle(self) -> ModelHandle:
         """The handle the source was opened with (``open_live`` always gives one)."""
         if self.handle is None:
             raise RuntimeError("a LiveSource without a model handle")
         return self.handle
 
-    def protocol(self, condition: str) -> runner.Protocol:
+    def protocol(self, condition: str) -> runner.RunProtocol:
         assert self.declarations is not None
-        return runner.Protocol(condition, self.declarations, self.boundary, self.script, self.detector)
+        return runner.RunProtocol(condition, self.declarations, self.boundary, self.script, self.detector)
 
     def settings(self, condition: str) -> RunSettings:
         """How this run makes entries: protocol settings and what each request carries.
@@ -147,19 +152,17 @@ class LiveSource(Source):
         made[DECODER_KEY] = handle.registry_key  # a rescore of the folder needs no --careful-decoder
         return RunSettings.from_json({k: v for k, v in made.items() if v is not None})
 
-    def handler(self) -> Any:
+    def handler(self) -> Handler:
         with self._handler_lock:  # a flight's threads ask at once: one handler per process
             return self._built_handler()
 
-    def _built_handler(self) -> Any:
+    def _built_handler(self) -> Handler:
         if self._handler is None:
             assert self.handle is not None
             try:
                 handler = self.handle.build()
                 if backend(self.handle.kind).guarded:
                     # Every conversation in flight waits out one rate limit together (``pacing``).
-                    from .pacing import Pause
-
                     handler.careful_pause = Pause(
                         self.stops.session_dir() / "flight" / "pause",
                         self.flight.stopping if self.flight is not None else None,
@@ -168,8 +171,6 @@ class LiveSource(Source):
                         handler.careful_request_timeout = self.guard.retry.timeout
                 if self.setup is not None:
                     self.setup(handler)
-                from .pacing import share
-
                 share(handler)
             except StopRun:
                 raise
@@ -183,12 +184,12 @@ class LiveSource(Source):
     def decoder(self) -> Decoder:
         # Decoding needs the handler class only, never the backend (server, API key).
         if self._decoder is None:
-            from ..execution.decoding import decoder
-
             self._decoder = decoder(self.decoder_key)  # built as bfcl evaluate builds it, no key needed
         return self._decoder
 
-    def result(self, condition: str, conversation: Conversation, repeat: int = 1) -> tuple[Any, LoggedEntry | None]:
+    def result(
+        self, condition: str, conversation: Conversation, repeat: int = 1
+    ) -> tuple[LoggedResult, LoggedEntry | None]:
         store = self.folders.store(condition, repeat)
         done = self.folders.done(condition, conversation.category, repeat)
         entry = done.get(conversation.id)
@@ -234,8 +235,6 @@ class LiveSource(Source):
         Called on a flight's thread (``inflight``), or on the item's own.
         """
         condition, conversation_id, repeat = key
-        from ..data.dataset import get
-
         conversation = get(conversation_id)
         store = self.folders.store(condition, repeat)
         try:
@@ -287,8 +286,6 @@ class LiveSource(Source):
 
     def server_alive(self, url: str | None = None) -> bool:
         """Whether ``url`` (else the handler's server) still answers anything (an API: ``/models``, any status)."""
-        from .faults import answers
-
         client = getattr(self._handler, "client", None)
         url = url or str(getattr(client, "base_url", "") or "")
         return answers(url) if url else True
@@ -300,7 +297,7 @@ class LiveSource(Source):
 
     def _run(
         self, store: ResultStore, condition: str, conversation: Conversation, repeat: int = 1
-    ) -> tuple[dict[str, Any], runner.LiveRun]:
+    ) -> tuple[dict[str, object], runner.LiveRun]:
         if self.stops.is_stopped():
             raise NotRun("not run: the run stopped (why: the summary's 'run stopped' line)")
         seat: Seat | None = None  # a fleet's server: left once the failure is classified (moved or not)
@@ -328,7 +325,8 @@ class LiveSource(Source):
                 raise
             except StopRun as exc:
                 # A fleet's server that hung or went away leaves the fleet: the conversation runs again on another.
-                moved = self.classify_error(exc) if isinstance(exc, ServerStopped) and self.placement else None
+                fleet = isinstance(exc, ServerStopped) and self.placement is not None
+                moved = self.classify_error(exc) if fleet and self.classify_error is not None else None
                 if isinstance(moved, RunAgain) and self._again(conversation):
                     return self._run(store, condition, conversation, repeat)
                 self._stop(store, conversation, exc)
@@ -361,7 +359,7 @@ class LiveSource(Source):
         self._reruns[conversation.id] = reruns + 1
         return reruns < MAX_RERUNS
 
-    def _append(self, store: ResultStore, conversation: Conversation, entry: dict[str, Any]) -> None:
+    def _append(self, store: ResultStore, conversation: Conversation, entry: dict[str, object]) -> None:
         """File ``entry``; an output that cannot take it stops the run at once (nothing more is sent)."""
         try:
             store.append(conversation.category, entry)
@@ -392,8 +390,6 @@ class LiveSource(Source):
         """How the live run was made, for the scorecard: what the model name resolved to,
         what each request carried, the server, and what differs from BFCL's own run; with a
         fleet, which server served each of ``keys`` ((conversation id, repeat)) of ``condition``."""
-        from .handles import resolution
-
         assert self.handle is not None
         out: LiveProvenance = {
             "resolution": resolution(self.handle),
@@ -406,9 +402,9 @@ class LiveSource(Source):
             out["fleet"] = self.placement.provenance(keys, condition)
         return out
 
-    def _record_error(self, store: ResultStore, conversation: Conversation, exc: BaseException) -> dict[str, Any]:
+    def _record_error(self, store: ResultStore, conversation: Conversation, exc: BaseException) -> dict[str, object]:
         # BFCL's own error form (a string result), marked so a rerun retries it.
-        data = {
+        data: dict[str, object] = {
             "id": conversation.id,
             "result": f"Error during inference: {exc}",
             "error": type(exc).__name__,
@@ -420,17 +416,14 @@ class LiveSource(Source):
         return data
 
     @staticmethod
-    def _logged(store: ResultStore, data: dict[str, Any]) -> LoggedEntry | None:
-        category = data["id"].rsplit("_", 1)[0]
+    def _logged(store: ResultStore, data: dict[str, object]) -> LoggedEntry | None:
+        category = str(data["id"]).rsplit("_", 1)[0]
         entry, _ = parse_raw_line(str(store.path(category)), 0, serialise(data), category)
         return entry
 
 
 def open_live(options: RunConfig) -> LiveSource:
     """The live source of ``options``; user mistakes raise ``SourceError`` (one line)."""
-    from ..effects import declarations
-    from .handles import HandleError, resolve
-
     try:
         handle = resolve(options.model, options.handler)
     except HandleError as exc:
@@ -450,12 +443,15 @@ def open_live(options: RunConfig) -> LiveSource:
         repeats=options.repeat,
         concurrency=options.concurrency or backend(handle.kind).default_concurrency(options),
     )
-    configure(source, options)
+    made = backend(handle.kind).configure(handle, options, source.concurrency, share)
+    source.take_in(made)
+    if not options.worker and not options.collect_only:  # on the controller, once
+        problem = backend(handle.kind).preflight(handle, made)
+        if problem:
+            raise SourceError(f"--careful-model={options.model}: {problem}")
     if backend(handle.kind).guarded:
-        from .faults import Guard, Retry, classify
-
         alive = source.alive or source.server_alive
-        source.guard = Guard(Retry(timeout=options.request_timeout), alive=alive)
+        source.guard = ServerGuard(Retry(timeout=options.request_timeout), alive=alive)
         if source.classify_error is None:  # an OpenAI-compatible API: rate limits and a server gone
             source.classify_error = lambda exc: classify(exc, alive)
     if not options.worker and not options.collect_only:
@@ -505,8 +501,6 @@ def take_output(source: LiveSource, output: Path) -> str | None:
         fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_CREAT, 0o644)
     except OSError as exc:
         return f"--careful-output={output}: cannot write there: {exc.strerror or exc} ({exc.filename or folder})"
-    import fcntl
-
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -516,8 +510,6 @@ def take_output(source: LiveSource, output: Path) -> str | None:
             f"--careful-output={output} is being written by another run ({holder}); "
             "wait for it to end, or choose another --careful-output"
         )
-    import sys
-
     with contextlib.suppress(OSError):  # who holds it, for a second command's refusal
         (folder / LOCK_FILE).write_text(
             f"pid {os.getpid()}, since {time.strftime('%H:%M:%S')}: {' '.join(sys.argv)[:300]}"

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,8 +54,6 @@ class Stops:
     @staticmethod
     def start_session() -> None:
         """Controller: a fresh session id (its workers inherit it); an earlier stop does not carry over."""
-        import uuid
-
         os.environ[SESSION_ENV] = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
     def is_stopped(self) -> str | None:
@@ -70,8 +70,6 @@ class Stops:
         marks = [self.session_dir() / STOP_FILE]
         session = os.environ.get(SESSION_ENV)
         if session:
-            import tempfile
-
             marks.append(Path(tempfile.gettempdir()) / f"careful-stopped-{session}")
         return marks
 

@@ -33,6 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .errors import StopRun
+from .handler import Handler
+
 #: How far the light count may be from the exact one before the request would change:
 #: within it, a prompt this far from the context's end gets BFCL's 4096 either way.
 MARGIN = 0.25
@@ -187,6 +190,7 @@ class LightTokenizer:
     def __init__(
         self, path: Path, exact: Callable[[], Any], context: Callable[[], int], sizing_only: bool = False
     ) -> None:
+        # the vllm extra's tokenizer: only a local model run loads it
         from tokenizers import Tokenizer
 
         self._backend = Tokenizer.from_file(str(path))
@@ -230,8 +234,6 @@ class LightTokenizer:
                 try:
                     root._exact = root._load_exact()
                 except Exception as exc:  # BFCL would have refused at set-up: the run stops, nothing is filed
-                    from .errors import StopRun
-
                     raise StopRun(
                         f"cannot load the model's tokenizer as BFCL does (transformers' AutoTokenizer), which "
                         f"this prompt's count needs: {type(exc).__name__}: {exc}"
@@ -271,8 +273,9 @@ def tokenizer_spec(path: Path) -> dict[str, Any]:
     return {**spec, "added_tokens": [*(spec.get("added_tokens") or []), *more]}
 
 
-def bfcl_sizing(handler: Any) -> bool:
+def bfcl_sizing(handler: Handler) -> bool:
     """Whether the handler counts tokens only where BFCL's ``OSSHandler._query_prompting`` does."""
+    # bfcl-eval on first use: a session that runs no model imports none of it (start-up time)
     from bfcl_eval.model_handler.local_inference.base_oss_handler import OSSHandler
 
     return getattr(type(handler), "_query_prompting", None) is OSSHandler._query_prompting
@@ -282,6 +285,7 @@ def exact_loader(folder: Path) -> Callable[[], Any]:
     """BFCL's own load of the tokenizer (``spin_up_local_server``'s AutoTokenizer call) from ``folder``."""
 
     def load() -> Any:
+        # the vllm extra's libraries: only a local model run loads them (seconds, hundreds of MB)
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(
@@ -291,7 +295,7 @@ def exact_loader(folder: Path) -> Callable[[], Any]:
     return load
 
 
-def light_setup(handler: Any, local_model_path: str | None) -> bool:
+def light_setup(handler: Handler, local_model_path: str | None) -> bool:
     """Set up ``handler`` as ``spin_up_local_server(skip_server_setup=True)`` does, from the files;
     False (nothing changed) where they do not allow it: BFCL's own set-up must run."""
     model_id = local_model_path if local_model_path is not None else handler.model_name_huggingface

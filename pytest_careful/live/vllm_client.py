@@ -19,25 +19,23 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ..execution.decoding import registry_entry
 from ..sources.run_config import RunConfig
 from . import hub, tokens
+from .backend_setup import BackendSetup, ModelSpec, Share
 from .errors import NotRun, StopRun
+from .handler import Handler
 from .vllm_fleet import FleetClient
 from .vllm_server import ENDPOINT_ENV, BfclServer, ServerDied, ServerPlan, log_tail_of, served, unusable
-
-if TYPE_CHECKING:
-    from .source import LiveSource
 
 #: Answers that mean "send it later", as the Anthropic API and gateways in front of vLLM give them.
 RATE_LIMITED = (429, 529)
 
 
-def configure_source(source: LiveSource, options: RunConfig) -> None:
-    """Plan the server (controller) and set up each process's handler against it."""
-    handle = source.model_handle
+def configure(handle: ModelSpec, options: RunConfig, concurrency: int, share: Share) -> BackendSetup:
+    """Plan the server (controller) and set up each process's handler against it; ``share``: what
+    each new OpenAI client of a handler goes through (``pacing.share``)."""
     model = handle.model_path or _hub_id(handle)
     plan = ServerPlan(
         model=model,
@@ -49,45 +47,46 @@ def configure_source(source: LiveSource, options: RunConfig) -> None:
         bfcl=BfclServer(dtype=handler_dtype(handle)),
         log_path=Path(options.output).resolve() / ".careful" / "vllm-server.log",
     )
-    source.server_plan = plan
+    made = BackendSetup(server_plan=plan)
     cap = options.max_output_tokens
-    source.differences = plan.differences() + (
+    made.differences = plan.differences() + (
         [f"max_tokens at most {cap} (--careful-max-output-tokens); bfcl generate: up to 4096, the context left"]
         if cap is not None
         else []
     )
     bfcl_size = "min(4096, context length - prompt tokens - 2), as BFCL's handler sizes it"
-    source.sent = {
+    made.sent = {
         "model": model,
         "temperature": handle.temperature,
         "max_tokens": bfcl_size if cap is None else f"{bfcl_size}, at most {cap} (--careful-max-output-tokens)",
     }
     if cap is not None:  # recorded beside the result files: a resume under another cap is refused
-        source.backend_settings = {**source.backend_settings, "max_output_tokens": cap}
+        made.backend_settings = {"max_output_tokens": cap}
     fleet = None
     if len(plan.endpoints) > 1:  # a fleet: each conversation on one of them (vllm_fleet)
         fleet = FleetClient(
             tuple(url.rstrip("/") for url in plan.endpoints),
             model,
-            source.concurrency,
+            concurrency,
             Path(options.output),
-            lambda handler, url: station(handler, url, model),
+            lambda handler, url: station(handler, url, model, share),
             lambda: log_tail_of(plan),
         )
-        source.placement = fleet
-    source.setup = lambda handler: setup_handler(handler, plan, model, cap, fleet)
-    source.classify_error = fleet.classify if fleet is not None else lambda exc: classify_error(exc, plan)
+        made.placement = fleet
+    made.setup = lambda handler: setup_handler(handler, plan, model, share, cap, fleet)
+    made.classify_error = fleet.classify if fleet is not None else lambda exc: classify_error(exc, plan)
     # A fault, or the server gone: the one the request went to (after a failover, maybe not the current one).
-    source.alive = lambda url: unusable((url or endpoint_of(plan)).rstrip("/"), plan.model) is None
+    made.alive = lambda url: unusable((url or endpoint_of(plan)).rstrip("/"), plan.model) is None
+    return made
 
 
-def _hub_id(handle: Any) -> str:
+def _hub_id(handle: ModelSpec) -> str:
     """The hub id BFCL's handler sends as the model name (some drop a "-FC" from the registry's)."""
     name = getattr(handle.probe(), "model_name_huggingface", None)
     return str(name) if name else registry_entry(handle.registry_key).model_name
 
 
-def handler_dtype(handle: Any) -> str:
+def handler_dtype(handle: ModelSpec) -> str:
     """The dtype BFCL's handler passes to ``vllm serve`` (its ``dtype`` attribute)."""
     return str(getattr(handle.probe(), "dtype", None) or BfclServer.dtype)
 
@@ -121,24 +120,28 @@ def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
     raise ServerDied("no vLLM server to use: " + "; ".join(why or [f"{exclude} stopped answering"]) + log_tail_of(plan))
 
 
-def point_handler(handler: Any, url: str) -> None:
+def point_handler(handler: Handler, url: str, share: Share) -> None:
+    # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
     from openai import OpenAI
 
     handler.base_url = url
     handler.client = OpenAI(base_url=url, api_key=os.environ.get("REMOTE_OPENAI_API_KEY", "EMPTY"))
-    from .pacing import share
-
     share(handler)  # a failover's new client waits out the same rate limits
 
 
 def setup_handler(
-    handler: Any, plan: ServerPlan, model: str, max_tokens: int | None = None, fleet: FleetClient | None = None
+    handler: Handler,
+    plan: ServerPlan,
+    model: str,
+    share: Share,
+    max_tokens: int | None = None,
+    fleet: FleetClient | None = None,
 ) -> None:
     """Point BFCL's OSS handler at a server, with the tokenizer and context length BFCL's would load;
     with a ``fleet``, each conversation's copy is pointed at its own server (``station``)."""
     handler.careful_max_tokens = max_tokens  # pacing.share caps each request's max_tokens with it
     endpoint = plan.current or pick(plan, model)
-    point_handler(handler, endpoint)
+    point_handler(handler, endpoint, share)
     local = model if Path(model).is_dir() else None
     with contextlib.redirect_stdout(io.StringIO()), _tokenizer_from_cache(endpoint, local or model):
         # The files' own tokenizer and context length, without transformers (and torch) where
@@ -155,18 +158,18 @@ def setup_handler(
     plan.handlers.append(handler)
 
 
-def station(handler: Any, url: str, model: str) -> Any:
+def station(handler: Handler, url: str, model: str, share: Share) -> Handler:
     """A copy of the set-up ``handler`` for one server of a fleet: its client, its context length,
     and a tokenizer that sizes each request by that length (as BFCL sizes it for that server)."""
     own = copy.copy(handler)
-    point_handler(own, url)
+    point_handler(own, url, share)
     fit_context(own, url, model)
     if isinstance(own.tokenizer, tokens.LightTokenizer):
         own.tokenizer = own.tokenizer.sized_by(lambda: int(own.max_context_length))
     return own
 
 
-def fit_context(handler: Any, endpoint: str, model: str) -> None:
+def fit_context(handler: Handler, endpoint: str, model: str) -> None:
     """Size requests to the server's context length where it is shorter than the model's own.
 
     BFCL sizes each request's ``max_tokens`` from the model's config; a server started
@@ -218,10 +221,9 @@ def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None
     """The session's one server: a connection failure with it gone, or a 404 with the model gone
     from it (restarted with another), ends the run; rate limited past the SDK's retries: not run
     (NotRun), the next run sends it. (A fleet's: ``vllm_fleet.FleetClient.classify``.)"""
-    try:
-        import openai
-    except ImportError:
-        return None
+    # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+    import openai
+
     if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
         # A gateway in front of the server said "later" past the SDK's retries: not the model's failure.
         return NotRun(

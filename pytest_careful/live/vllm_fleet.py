@@ -21,12 +21,17 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec, TypeVar
 
-from .errors import NotRun, RunAgain
-from .fleet import Fleet, FleetProvenance, Ledger, Visit, queue_of, served_by, summary_lines, visit_key
+from .errors import NotRun, RunAgain, ServerGone, ServerHung
+from .fleet import Fleet, FleetLedger, FleetProvenance, Visit, queue_of, served_by, summary_lines, visit_key
+from .handler import Handler
+from .runner import QUERIES
 from .stops import SESSION_ENV
 from .vllm_server import ServerDied, unusable
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: How often the servers' /metrics are read while conversations run.
 POLL_SECONDS = 0.5
@@ -51,16 +56,16 @@ class FleetClient:
         model: str,
         total: int,
         output: Path,
-        station: Callable[[Any, str], Any],
+        station: Callable[[Handler, str], Handler],
         log_tail: Callable[[], str] = lambda: "",
     ) -> None:
         self.urls = tuple(urls)
         self.model = model
         self.fleet = Fleet(self.urls, total)
-        self.ledger = Ledger(output)
+        self.ledger = FleetLedger(output)
         self._station = station  # (handler, url) -> a copy of the handler pointed at url
         self._log_tail = log_tail
-        self._stations: dict[str, Any] = {}
+        self._stations: dict[str, Handler] = {}
         self._changed = threading.Condition()
         self._asked = {url: True for url in self.urls}  # servers whose /metrics is worth reading
         self._poller: threading.Thread | None = None
@@ -70,7 +75,7 @@ class FleetClient:
 
     # -- set-up, per process
 
-    def attach(self, handler: Any) -> None:
+    def attach(self, handler: Handler) -> None:
         """This process's handler, set up: one station per server (its client and context length)."""
         self._stations = {url: self._station(handler, url) for url in self.urls}
 
@@ -111,9 +116,8 @@ class FleetClient:
         """A server gone (connection refused, hung, the model gone from it): the conversation runs
         again on another (``Failover``), or, with none left, the run stops; rate limited past the
         SDK's retries: not run. Anything else is not the fleet's (None)."""
+        # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
         import openai
-
-        from .faults import ServerGone, ServerHung
 
         url = self._server_of(exc)
         if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
@@ -218,10 +222,8 @@ class FleetSeat:
         self.requests = 0
         self._left = False
 
-    def apply(self, handler: Any) -> None:
+    def apply(self, handler: Handler) -> None:
         """Point the conversation's handler copy at the server, and time its requests."""
-        from .runner import QUERIES
-
         station = self.client._stations[self.server]
         for name in ("client", "base_url", "max_context_length", "tokenizer"):
             if hasattr(station, name):
@@ -231,12 +233,13 @@ class FleetSeat:
             if query is not None:
                 setattr(handler, name, self._timed(query))
 
-    def _timed(self, query: Callable[..., Any]) -> Callable[..., Any]:
+    def _timed(self, query: Callable[P, R]) -> Callable[P, R]:
+        # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
         import openai
 
         fleet, changed, url = self.client.fleet, self.client._changed, self.server
 
-        def timed(*args: Any, **kwargs: Any) -> Any:
+        def timed(*args: P.args, **kwargs: P.kwargs) -> R:
             started = time.monotonic()
             with changed:
                 fleet.sent(url, started)

@@ -27,6 +27,8 @@ each handler loads its tokenizer from the fetched snapshot folder.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import importlib.util
 import json
 import os
 import signal
@@ -39,10 +41,12 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from . import hub
 from .errors import ServerStopped
+from .handler import Handler
 
 if TYPE_CHECKING:
     pass
@@ -158,7 +162,7 @@ class ServerPlan:
     engine: Engine | None = None  # detected on first use
     version: str | None = None  # what the running server says (/version)
     current: str | None = None  # the server this process uses now
-    handlers: list[Any] = field(default_factory=list, repr=False)  # re-pointed on failover
+    handlers: list[Handler] = field(default_factory=list, repr=False)  # re-pointed on failover
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -256,6 +260,7 @@ def _config_file(model: str) -> Path | None:
     if local.is_file():
         return local
     try:
+        # huggingface_hub on first use: not a dependency of the plugin (a vLLM machine has it)
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return None
@@ -381,8 +386,6 @@ def tail(path: Path, lines: int = 20) -> str:
 def missing_modules(plan: ServerPlan) -> list[str]:
     """What a session on vLLM needs and lacks: transformers (BFCL's local handlers tokenize
     every prompt, even against a running server) and the engine (unless a server is given)."""
-    import importlib.util
-
     wanted = ["transformers"] + ([] if plan.endpoints else ["vllm"])
     return [m for m in wanted if importlib.util.find_spec(m) is None]
 
@@ -486,7 +489,7 @@ def forget_session() -> None:
 def _stop_on_sigterm(plan: ServerPlan) -> None:
     previous = signal.getsignal(signal.SIGTERM)
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         stop(plan)
         signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -497,8 +500,6 @@ def _stop_on_sigterm(plan: ServerPlan) -> None:
 def _die_with_parent() -> None:
     """In the server's process, before exec: SIGTERM when pytest dies, even by SIGKILL (Linux)."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..common.json_types import NotRequired, TypedDict
 
 if TYPE_CHECKING:  # types only: the harness imports this module before any scoring code is needed
-    from ..live.source import LiveProvenance
+    from ..live.provenance import LiveProvenance
     from ..protocols.answer_log import AfterYes, SilentTurns
     from ..protocols.confirm_log import Answers
     from ..scoring.row import CostUsd, Row, Tokens

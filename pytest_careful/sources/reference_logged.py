@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from ..common.bfcl import CATEGORIES
 from ..data import dataset
@@ -31,9 +32,40 @@ from ..protocols import answer_log
 from .run_config import REFERENCE_MODEL, RunConfig, SourceError
 
 
+class RunRecord(Protocol):
+    """One conversation run by a live source in this process (``live.runner.LiveRun``)."""
+
+    @property
+    def entry(self) -> Mapping[str, object]:
+        """Its result entry, as filed."""
+        ...
+
+    @property
+    def log(self) -> str:
+        """BFCL's printed loop."""
+        ...
+
+    @property
+    def seconds(self) -> float:
+        """Its wall time."""
+        ...
+
+
+@dataclass(frozen=True)
+class LiveDetails:
+    """What a live source knows of one conversation run (``Source.live_details``)."""
+
+    resumed: bool  # read back from an earlier result file, not rerun
+    run: RunRecord | None  # run in this process: its entry, log and wall time
+
+
 @dataclass
 class Source:
-    """Model output per (condition, conversation id), and how to decode it."""
+    """Model output per (condition, conversation id), and how to decode it.
+
+    What the harness asks of every source is declared here, with the plain answers of a logged
+    run and of the references; a live source (``live.source.LiveSource``) gives its run's.
+    """
 
     model: str
     decoder_key: str
@@ -86,6 +118,33 @@ class Source:
     @property
     def is_reference(self) -> bool:
         return self.model == REFERENCE_MODEL
+
+    # -- what the harness asks of every source; a live source answers with its run's --------
+
+    @property
+    def backend_kind(self) -> str | None:
+        """The live backend that runs the model (``vllm``, ``claude``, ...); None: no model runs here."""
+        return None
+
+    def sampling(self) -> str:
+        """How the model's output was made, in words (the scorecard's identity)."""
+        return "reference trajectories" if self.is_reference else "rescored from a logged run"
+
+    def live_details(self, key: tuple[str, str, int]) -> LiveDetails | None:
+        """A live run's record of (condition, conversation id, repeat); None: not a live source."""
+        return None
+
+    def summary_lines(self) -> list[str]:
+        """The summary's lines about the run itself (a live run: what differs from BFCL's, what was not run)."""
+        return []
+
+    def spend_lines(self) -> list[str]:
+        """The summary's lines about what the run spent (a paid API's)."""
+        return []
+
+    def result_folder(self) -> Path | None:
+        """Where the run filed its result files (a live run's ``--careful-output``); None: nowhere."""
+        return None
 
     def decoder(self) -> Decoder:
         self._wait_for_check()  # one thread builds the decoder (decoding.decoder is cached, not locked)

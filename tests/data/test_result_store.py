@@ -302,7 +302,7 @@ def _scripted(index: int) -> dict[str, Any]:
     return runner.run(
         scripted.make_handler("scripted:reference"),
         dataset.get(f"{CATEGORY}_{index}"),
-        runner.Protocol("standard", declarations.load()),
+        runner.RunProtocol("standard", declarations.load()),
     ).entry
 
 

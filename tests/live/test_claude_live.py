@@ -95,7 +95,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordingFake]:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
         monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-        # An id of the kind the controller makes: configure_source makes a fresh one
+        # An id of the kind the controller makes: claude.configure makes a fresh one
         # (and exports it; monkeypatch restores the variable afterwards).
         monkeypatch.setenv(claude.RUN_ID_ENV, claude.AUTO_RUN_ID_PREFIX + "previous")
         yield fake
@@ -106,13 +106,15 @@ def configured(tmp_path: Path, budget_usd: float | None = None) -> tuple[Any, Li
     handle = resolve(KEY, None)
     assert handle.kind == "claude" and handle.registry_key == KEY
     source = LiveSource(KEY, KEY, handle=handle, output=tmp_path, declarations=declarations.load())
-    options = SimpleNamespace(model=KEY, output=tmp_path, budget_usd=budget_usd, max_output_tokens=MAX_OUTPUT)
-    claude.configure_source(source, options)
+    options = SimpleNamespace(
+        model=KEY, output=tmp_path, budget_usd=budget_usd, max_output_tokens=MAX_OUTPUT, worker=False
+    )
+    source.take_in(claude.configure(handle, options, source.concurrency))
     return source.handler(), source
 
 
 def run(handler: Any, conversation_id: str = CONVERSATION) -> runner.LiveRun:
-    protocol = runner.Protocol("standard", declarations.load())
+    protocol = runner.RunProtocol("standard", declarations.load())
     return runner.run(handler, dataset.get(conversation_id), protocol)
 
 
@@ -224,9 +226,10 @@ def test_prompting_style_runs_and_scores_valid(
     server.responder = respond
     handle = resolve(MODEL_ID, None)  # the prompting entry of the same model
     source = LiveSource(MODEL_ID, MODEL_ID, handle=handle, output=tmp_path, declarations=declarations.load())
-    claude.configure_source(
-        source, SimpleNamespace(model=MODEL_ID, output=tmp_path, budget_usd=None, max_output_tokens=MAX_OUTPUT)
+    options = SimpleNamespace(
+        model=MODEL_ID, output=tmp_path, budget_usd=None, max_output_tokens=MAX_OUTPUT, worker=False
     )
+    source.take_in(claude.configure(handle, options, source.concurrency))
     handler = source.handler()
     assert not handler.is_fc_model
     entry = run(handler).entry

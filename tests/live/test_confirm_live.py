@@ -24,7 +24,7 @@ STYLES = ["", "-prompting"]
 
 
 def _run(handle: str, conversation_id: str, condition: str) -> runner.LiveRun:
-    return runner.run(scripted.make_handler(handle), dataset.get(conversation_id), runner.Protocol(condition, DECL))
+    return runner.run(scripted.make_handler(handle), dataset.get(conversation_id), runner.RunProtocol(condition, DECL))
 
 
 def _score(handle: str, conversation_id: str, live: runner.LiveRun, condition: str) -> dict:

@@ -18,8 +18,8 @@ import openai
 import pytest
 
 from pytest_careful.live import faults
-from pytest_careful.live.errors import NotRun, ServerError, ServerStopped
-from pytest_careful.live.faults import Guard, Retry, ServerHung
+from pytest_careful.live.errors import NotRun, ServerError, ServerHung, ServerStopped
+from pytest_careful.live.faults import Retry, ServerGuard
 
 URL = "http://127.0.0.1:9/v1"
 REQUEST = httpx2.Request("POST", f"{URL}/completions")
@@ -82,12 +82,12 @@ class Script:
         return step
 
 
-def guard(alive: Callable[[str | None], bool] | None = None, attempts: int = 5) -> tuple[Guard, list[float]]:
+def guard(alive: Callable[[str | None], bool] | None = None, attempts: int = 5) -> tuple[ServerGuard, list[float]]:
     slept: list[float] = []
-    return Guard(Retry(timeout=2.0, attempts=attempts), alive=alive, sleep=slept.append), slept
+    return ServerGuard(Retry(timeout=2.0, attempts=attempts), alive=alive, sleep=slept.append), slept
 
 
-def send(g: Guard, query: Script, before: Callable[[], None] | None = None) -> Any:
+def send(g: ServerGuard, query: Script, before: Callable[[], None] | None = None) -> Any:
     return g.send(query, before or (lambda: None), None)
 
 

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from pytest_careful.live.fleet import GROWTH, SLACK, START, Fleet, Ledger, Visit, queue_of, served_by, summary_lines
+from pytest_careful.live.fleet import (
+    GROWTH,
+    SLACK,
+    START,
+    Fleet,
+    FleetLedger,
+    Visit,
+    queue_of,
+    served_by,
+    summary_lines,
+)
 
 A, B, C = "http://a/v1", "http://b/v1", "http://c/v1"
 
@@ -202,7 +212,7 @@ def test_the_queue_is_read_from_vllms_metrics_for_the_model_summed_over_its_engi
 
 
 def test_the_ledger_gives_each_servers_counts_and_the_server_each_conversation_ended_on(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path)
+    ledger = FleetLedger(tmp_path)
     visits = [
         Visit("s1", "standard.1.multi_turn_base_0", A, 7, False),
         Visit("s2", "standard.1.multi_turn_base_1", A, 3, True),  # A stopped answering mid-way

@@ -37,7 +37,7 @@ def _cli(tmp_path: Path, *args: str) -> list[str]:
 def _serial(handle: str, ids: list[str], condition: str, repeat: int = 1) -> dict[str, dict[str, Any]]:
     """Each conversation alone, one after another: what a run without concurrency files."""
     handler = scripted.make_handler(handle)
-    return {i: runner.run(handler, dataset.get(i), runner.Protocol(condition, DECL), repeat).entry for i in ids}
+    return {i: runner.run(handler, dataset.get(i), runner.RunProtocol(condition, DECL), repeat).entry for i in ids}
 
 
 def _filed(path: Path) -> dict[str, dict[str, Any]]:
@@ -123,7 +123,7 @@ def test_conversations_of_one_class_at_once_in_one_process_stay_apart() -> None:
     def one(conversation_id: str) -> None:
         start.wait()
         live = runner.run(
-            handler, dataset.get(conversation_id), runner.Protocol("standard", DECL), before_request=interleave
+            handler, dataset.get(conversation_id), runner.RunProtocol("standard", DECL), before_request=interleave
         )
         together[conversation_id] = live.entry
 
@@ -146,7 +146,7 @@ def test_each_threads_loop_log_is_its_own() -> None:
         logs[conversation_id] = runner.run(
             handler,
             dataset.get(conversation_id),
-            runner.Protocol("standard", DECL),
+            runner.RunProtocol("standard", DECL),
             before_request=lambda: time.sleep(0.002),
         ).log
 
@@ -155,7 +155,7 @@ def test_each_threads_loop_log_is_its_own() -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    alone = {i: runner.run(handler, dataset.get(i), runner.Protocol("standard", DECL)).log for i in ids}
+    alone = {i: runner.run(handler, dataset.get(i), runner.RunProtocol("standard", DECL)).log for i in ids}
     assert logs == alone
 
 
@@ -304,16 +304,11 @@ def test_a_driver_cut_short_is_not_taken_over_an_item_runs_only_its_own(tmp_path
 
 
 def test_only_a_vllm_run_under_xdist_has_one_driver() -> None:
-    def source(kind: str, endpoints: tuple[str, ...] = ()) -> Any:
-        plan = types.SimpleNamespace(endpoints=endpoints)
-        return types.SimpleNamespace(handle=types.SimpleNamespace(kind=kind), server_plan=plan)
-
-    assert inflight.one_driver(source("vllm"), 2)  # the server the plugin started
-    assert inflight.one_driver(source("vllm", ("http://a/v1",)), 8)
-    # A fleet too: the driver spreads the conversations over every server (vllm_fleet).
-    assert inflight.one_driver(source("vllm", ("http://a/v1", "http://b/v1")), 8)
-    assert not inflight.one_driver(source("vllm"), 1)
-    assert not any(inflight.one_driver(source(kind), 8) for kind in ("scripted", "claude", "api"))
+    # One server or a fleet alike: the driver spreads the conversations over every server (vllm_fleet).
+    assert inflight.one_driver("vllm", 2)
+    assert inflight.one_driver("vllm", 8)
+    assert not inflight.one_driver("vllm", 1)
+    assert not any(inflight.one_driver(kind, 8) for kind in ("scripted", "claude", "api"))
 
 
 def test_a_conversation_whose_process_died_is_run_by_the_item_that_needs_it(tmp_path: Path) -> None:
@@ -383,20 +378,20 @@ def test_progress_adds_up_the_processes_and_estimates_the_rest(tmp_path: Path) -
     other = tmp_path / "progress" / "99999999.json"
     other.write_text(json.dumps({"total": 10, "done": 2, "failed": 0, "running": 4, "requests": 10}))
     totals = progress.read_totals(tmp_path / "progress")
-    assert totals == progress.Totals(10, 4, 1, 7, 30)
-    meter = progress.Meter()
-    meter.line(progress.Totals(10, 0, 0, 7, 0), now=meter.started + 1)
+    assert totals == progress.ProgressCounts(10, 4, 1, 7, 30)
+    meter = progress.ProgressMeter()
+    meter.line(progress.ProgressCounts(10, 0, 0, 7, 0), now=meter.started + 1)
     line = meter.line(totals, now=meter.started + 11)
     assert line == "careful: 5/10 conversations done, 7 in flight, 1 failed, 3.0 requests/s, ETA 11s"
 
 
 def test_the_line_says_when_the_server_is_silent_and_gives_no_eta_once_the_run_stopped() -> None:
-    meter = progress.Meter()
+    meter = progress.ProgressMeter()
     wall = 1_000_000.0
-    waiting = progress.Totals(10, 2, 0, 4, 12, last_answer=wall - 40, started=wall - 100)
+    waiting = progress.ProgressCounts(10, 2, 0, 4, 12, last_answer=wall - 40, started=wall - 100)
     line = meter.line(waiting, now=meter.started + 60, wall=wall)
     assert ", no answer from the server for 40s, ETA" in line
-    answering = progress.Totals(10, 2, 0, 4, 12, last_answer=wall - 1, started=wall - 100)
+    answering = progress.ProgressCounts(10, 2, 0, 4, 12, last_answer=wall - 1, started=wall - 100)
     assert "no answer" not in meter.line(answering, now=meter.started + 61, wall=wall)
     stopped = meter.line(waiting, now=meter.started + 62, stopped="the server at X did not answer", wall=wall)
     assert stopped.endswith("; the run stopped") and "ETA" not in stopped

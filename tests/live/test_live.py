@@ -33,7 +33,7 @@ ORACLE_DECODER = {False: "gpt-4.1-2025-04-14-FC", True: "gpt-4.1-2025-04-14"}
 
 
 def _run(handle: str, conversation_id: str, condition: str = "standard") -> runner.LiveRun:
-    return runner.run(scripted.make_handler(handle), dataset.get(conversation_id), runner.Protocol(condition, DECL))
+    return runner.run(scripted.make_handler(handle), dataset.get(conversation_id), runner.RunProtocol(condition, DECL))
 
 
 def test_executor_outside_a_conversation_is_refused() -> None:
@@ -49,8 +49,8 @@ def test_repeated_runs_do_not_share_state() -> None:
     # second run of the same conversation would start from the first one's state.
     handler = scripted.make_handler("scripted:reference")
     conversation = dataset.get("multi_turn_base_0")
-    first = runner.run(handler, conversation, runner.Protocol("standard", DECL))
-    second = runner.run(handler, conversation, runner.Protocol("standard", DECL))
+    first = runner.run(handler, conversation, runner.RunProtocol("standard", DECL))
+    second = runner.run(handler, conversation, runner.RunProtocol("standard", DECL))
     assert first.entry == second.entry
     ok = evaluate(conversation, second.entry["result"], decoder("scripted:reference"))
     assert ok.verdict.valid, ok.verdict
@@ -380,9 +380,9 @@ def test_hints_reach_the_loop_including_functions_revealed_later() -> None:
             return super()._compile_tools(inference_data, test_entry)
 
     conversation = dataset.get("multi_turn_miss_func_0")
-    hinted = runner.run(Recording("reference", False), conversation, runner.Protocol("hints", DECL))
+    hinted = runner.run(Recording("reference", False), conversation, runner.RunProtocol("hints", DECL))
     hinted_tools, seen[:] = list(seen), []
-    plain = runner.run(Recording("reference", False), conversation, runner.Protocol("standard", DECL))
+    plain = runner.run(Recording("reference", False), conversation, runner.RunProtocol("standard", DECL))
     assert len(hinted_tools) == len(seen) == 2  # compiled at the start and when functions are revealed
     assert len(hinted_tools[1]) > len(hinted_tools[0])
     for with_hint, without in zip(hinted_tools[-1], seen[-1]):
@@ -399,7 +399,7 @@ def test_live_entries_are_what_bfcl_generate_loads(category: str) -> None:
 
     theirs = {e["id"]: e for e in load_dataset_entry(category)}
     for conversation in dataset.load([category]):
-        ours = runner.prompt_entry(conversation, runner.Protocol("standard", DECL))
+        ours = runner.prompt_entry(conversation, runner.RunProtocol("standard", DECL))
         assert json.dumps(ours, sort_keys=True) == json.dumps(theirs[conversation.id], sort_keys=True)
 
 

@@ -85,7 +85,7 @@ def test_qwen_fc_handler_reads_hermes_answers_as_calls_that_run() -> None:
     conversation = dataset.get("multi_turn_base_0")
     names = {f["name"] for f in conversation.functions}
     with LoopbackVLLM(latency=0.0) as server:
-        live = runner.run(_qwen_handler(server.url), conversation, runner.Protocol("standard", declarations.load()))
+        live = runner.run(_qwen_handler(server.url), conversation, runner.RunProtocol("standard", declarations.load()))
         records = server.records
     turns = live.entry["result"]
     assert len(turns) == len(conversation.questions)
@@ -113,7 +113,7 @@ def test_max_output_tokens_caps_what_bfcls_handler_sizes() -> None:
             handler = _qwen_handler(server.url)
             handler.careful_pause, handler.careful_max_tokens = Pause(), cap
             share(handler)
-            runner.run(handler, conversation, runner.Protocol("standard", declarations.load()))
+            runner.run(handler, conversation, runner.RunProtocol("standard", declarations.load()))
             sent[cap] = [r.max_tokens for r in server.records]
     assert sent[None] and all(isinstance(m, int) and m > 7 for m in sent[None]), sent
     assert sent[7] == [7] * len(sent[None])

@@ -14,7 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from pytest_careful.live import vllm_client, vllm_server
+from pytest_careful.live import pacing, vllm_client, vllm_server
 from pytest_careful.live.vllm_fleet import Failover, FleetClient
 from pytest_careful.live.vllm_server import MODULE, SERVE, BfclServer, ServerDied, ServerPlan, engine_from
 
@@ -279,14 +279,14 @@ def _fleet(tmp_path: Path, urls: tuple[str, ...], name: str, total: int = 10) ->
     """A fleet client over ``urls`` whose stations are plain handler copies pointed at each server."""
 
     def station(handler: object, url: str) -> object:
-        return vllm_client.station(handler, url, name)
+        return vllm_client.station(handler, url, name, pacing.share)
 
     return FleetClient(urls, name, total, tmp_path / "result", station)
 
 
 def _handler(context: int = 32768) -> object:
     handler = type("Handler", (), {"max_context_length": context, "tokenizer": None})()
-    vllm_client.point_handler(handler, "http://127.0.0.1:9/v1")
+    vllm_client.point_handler(handler, "http://127.0.0.1:9/v1", pacing.share)
     return handler
 
 
@@ -485,7 +485,7 @@ def test_a_fleets_server_that_hangs_leaves_the_fleet_and_the_last_one_stops_the_
     """Twice no answer within --careful-request-timeout (faults.ServerHung, which names the server):
     with others left, the conversation runs again on them; the last server's hang stops the run
     with the hang's own line."""
-    from pytest_careful.live.faults import ServerHung
+    from pytest_careful.live.errors import ServerHung
 
     urls = ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
     fleet = _fleet(tmp_path, urls, str(tmp_path / "model"))

@@ -254,7 +254,7 @@ def test_silent_reference_turns(tmp_path: Path) -> None:
     """A call planted in a turn whose reference makes none is counted, destructive or not."""
     conversation = dataset.get("multi_turn_base_167")
     silent = [i for i, t in enumerate(conversation.ground_truth) if not t]
-    protocol = runner.Protocol("confirm", DECL)
+    protocol = runner.RunProtocol("confirm", DECL)
     entry = runner.run(scripted.make_handler("scripted:ask"), conversation, protocol).entry
     fs_call = {"rm": json.dumps({"file_name": "nowhere.txt"})}
     entry["result"][silent[0]].insert(0, [fs_call, {"ls": "{}"}])

@@ -1,0 +1,34 @@
+"""A live run in its scorecard's provenance (``provenance.live``): JSON that leaves the process.
+
+One TypedDict per object, its optional keys ``NotRequired`` (``common.json_types``: no
+``from __future__ import annotations`` here, so the marks are read at run time too).
+"""
+
+from ..common.json_types import NotRequired, TypedDict
+from .backend_setup import Sent
+from .fleet import FleetProvenance
+from .vllm_server import ServerProvenance
+
+
+class Resolution(TypedDict):
+    """What ``--careful-model`` resolved to (``provenance.live.resolution``, the run's first line):
+    the name as typed, the registry key, the handler's dotted class (None: a scripted policy), FC or
+    prompting, the backend; ``model_path``: a local model's weights."""
+
+    typed: str
+    registry_key: str
+    handler_class: str | None
+    mode: str
+    backend: str
+    model_path: NotRequired[str]
+
+
+class LiveProvenance(TypedDict):
+    """A live run in its scorecard's provenance (``live``); ``server``: a vLLM server's; ``fleet``:
+    the servers of ``--careful-endpoint=URL,URL,...`` and which one served each conversation."""
+
+    resolution: Resolution
+    sent: Sent
+    differs_from_bfcl: list[str]
+    server: NotRequired[ServerProvenance]
+    fleet: NotRequired[FleetProvenance]
