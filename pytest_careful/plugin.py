@@ -18,6 +18,7 @@ from .common.bfcl import CATEGORIES
 from .harness import selection
 from .harness.options import add_options, read_options
 from .protocols.registry import NAMES
+from .sources.options import MODEL, RESULTS
 
 #: Set when the options ask for a run: until then nothing imports ``state`` (and the scoring modules it
 #: imports), so that a session that only has the plugin installed stays as fast as one without it.
@@ -221,5 +222,5 @@ def careful_model(request: pytest.FixtureRequest) -> Any:
     """The model handle of the run (``pytest_careful.sources.reference_logged.Source``)."""
     state = _session_state(request.config)
     if state is None:
-        pytest.skip("no pytest-careful run selected (--careful-model / --careful-results)")
+        pytest.skip(f"no pytest-careful run selected ({MODEL} / {RESULTS})")
     return state.source

@@ -31,6 +31,7 @@ from ..common.bfcl import CATEGORIES, SIMULATOR_CLASSES
 from ..data import dataset
 from ..effects import declarations, inference
 from ..effects.declarations import DESTRUCTIVE, OTHER_WRITE, READ, Declarations
+from ..sources.options import DECODER, RESULTS
 
 if TYPE_CHECKING:  # reports.agreement is imported when its option is given
     from ..reports.agreement import Sensitivity
@@ -362,17 +363,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--agreement", action="store_true", help="Print the annotators' raw agreement, Cohen's and Fleiss' kappa"
     )
     parser.add_argument(
-        "--careful-results",
+        RESULTS.flag,
         type=Path,
         action="append",
         default=[],
         help="A logged run to re-score under every detector and boundary (repeatable)",
     )
     parser.add_argument(
-        "--careful-decoder",
+        DECODER.flag,
         action="append",
         default=[],
-        help="Registry key decoding --careful-results (one, or one per run)",
+        help=f"Registry key decoding {RESULTS} (one, or one per run)",
     )
     args = parser.parse_args(argv)
     directory: Path = args.dir
@@ -408,7 +409,7 @@ def _agreement(args: argparse.Namespace, directory: Path) -> int:
     if args.careful_results:
         decoders = args.careful_decoder
         if len(decoders) not in (1, len(args.careful_results)):
-            raise SystemExit("careful-declare: give one --careful-decoder, or one per --careful-results")
+            raise SystemExit(f"careful-declare: give one {DECODER}, or one per {RESULTS}")
         keys = decoders * len(args.careful_results) if len(decoders) == 1 else decoders
         from ..live import scripted
 

@@ -27,7 +27,17 @@ from typing import Any
 
 import pytest
 
+from ..common.options import Option
 from .selection import NODE_ID
+
+JUNIT_STRICT = Option(
+    "--careful-junit-strict",
+    action="store_true",
+    help="JUnit XML valid against Jenkins' junit-10.xsd: each conversation's careful_* values go to "
+    "<system-out> as name=value lines instead of testcase <properties>",
+)
+#: JUnit XML.
+OPTIONS = (JUNIT_STRICT,)
 
 #: Report sections that go to <system-out> (see ``item.call_sections``).
 SECTION_PREFIX = "Captured careful "

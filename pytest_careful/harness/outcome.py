@@ -16,6 +16,7 @@ from ..data import dataset
 from ..execution import isolation
 from ..live.errors import LiveError, OutputUnwritable, SetupFailed
 from ..protocols import registry as protocols
+from ..reports.options import ALLOW_MISSING
 from ..scoring.conversation import RESOURCE_LIMIT, UNSCORED, ConversationResult, score_conversation, unscored_row
 from ..scoring.conversation import SERVER_ERROR as SERVER_ERROR  # the items' name for it, as before
 from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
@@ -167,7 +168,7 @@ def unscored(
     """
     record(item, failed_row(item, state, conversation, reason, error_type))
     if state.options.allow_missing:
-        pytest.skip(f"unscored (allowed by --careful-allow-missing): {reason}")
+        pytest.skip(f"unscored (allowed by {ALLOW_MISSING}): {reason}")
     pytest.fail(f"unscored: {reason}", pytrace=False)
 
 

@@ -38,6 +38,7 @@ from ..execution import limits
 from ..live.errors import LiveError, NotRun, ServerError
 from ..reports import repeat_stats as repeats
 from ..reports.card import Card, Provenance, RepeatFigures
+from ..reports.options import ALLOW_MISSING
 from ..scoring.row import Row
 from .outcome import (
     RESOURCE_LIMIT,
@@ -72,7 +73,7 @@ def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> No
     if not failing:
         return
     if state.options.allow_missing and all("unscored" in rows[i] for i in failing):
-        pytest.skip(f"unscored (allowed by --careful-allow-missing) in {len(failing)} of {len(rows)} repeats")
+        pytest.skip(f"unscored (allowed by {ALLOW_MISSING}) in {len(failing)} of {len(rows)} repeats")
     pytest.fail(failure_text(failures, state.options.gate), pytrace=False)
 
 

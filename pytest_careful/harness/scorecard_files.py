@@ -17,6 +17,7 @@ from ..live.backends import backend
 from ..protocols import registry as protocols
 from ..reports import scorecard
 from ..reports.card import Card, Narrowed, Page, Provenance, SelectionJson
+from ..reports.options import BASELINE, LABEL
 from ..scoring.row import Row
 from ..scoring.rules import NAMES as BUILT_IN_NAMES
 from ..scoring.rules import checking, is_built_in
@@ -263,7 +264,7 @@ def _target(
             notes.append(
                 f"{condition}: {base / other} holds another run's scorecard "
                 f"({_describe(existing.provenance.get('source'))}); this run's is in "
-                f"{base / label} (name it with --careful-label)"
+                f"{base / label} (name it with {LABEL})"
             )
             existing = _existing(directory)
     selection = card["provenance"]["selection"]
@@ -271,7 +272,7 @@ def _target(
     if _replaces(existing, {r["id"] for r in card["rows"]}, complete):
         if not complete:
             notes.append(
-                f"{condition}: a selection ({scored}), marked partial in its provenance (--careful-baseline refuses it)"
+                f"{condition}: a selection ({scored}), marked partial in its provenance ({BASELINE} refuses it)"
             )
         return directory, notes
     prior = _existing(directory / "partial")

@@ -23,6 +23,7 @@ from ..reports import scorecard
 from ..scoring import rules
 from ..scoring.conversation import ScoringConfig
 from ..scoring.rules import Rule, Settings, checking
+from ..sources.options import MODEL
 from ..sources.reference_logged import Source, open_source
 from ..sources.run_config import RunConfig, SourceError
 from . import gate, junit, scorecard_files, selection, summary
@@ -152,7 +153,7 @@ class CarefulPlugin:
 
         problem = start_for_session(plan, lambda line: reporter.write_line(f"careful: {line}") if reporter else None)
         if problem:
-            raise pytest.UsageError(f"--careful-model={self.state.options.model}: {problem}")
+            raise pytest.UsageError(f"{MODEL}={self.state.options.model}: {problem}")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:

@@ -10,16 +10,30 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..common.options import Option
 from ..common.text import counted
-from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
+from ..execution.limits import MAX_CALLS, MAX_MEMORY_MB, MAX_SECONDS
 from ..protocols import registry as protocols
+from ..protocols.options import USER_SCRIPT
 from ..reports import own_rules, scorecard, stats
 from ..reports.card import Card, Provenance, Totals
+from ..reports.options import ALLOW_MISSING, LABEL, SCORECARDS
 from ..reports.stats import ComparisonJson
+from ..scoring.options import BOUNDARY, DETECTOR, DUPLICATE_WRITES, GATE
 from ..scoring.row import Row
-from ..sources.run_config import RunConfig
+from ..sources.live_options import (
+    DTYPE,
+    ENDPOINT,
+    MAX_MODEL_LEN,
+    MAX_OUTPUT_TOKENS,
+    OUTPUT,
+    REPEAT,
+    SERVER_TIMEOUT,
+    VLLM_ARG,
+)
+from ..sources.options import DECODER, HANDLER, MODEL, PROTOCOL, RESULTS
+from ..sources.run_config import DEFAULT_SERVER_TIMEOUT, RunConfig
 from .gate import gate_passes, gate_verdict
-from .options import DEFAULT_SERVER_TIMEOUT
 from .state import CarefulState
 
 
@@ -81,18 +95,18 @@ def headlines(state: CarefulState) -> list[str]:
         )
         if unscored:
             line += f"; {unscored} unscored ({_unscored_causes(rows)}: " + (
-                "skipped under --careful-allow-missing" if state.options.allow_missing else "counted as failures"
+                f"skipped under {ALLOW_MISSING}" if state.options.allow_missing else "counted as failures"
             )
             if any(r["bfcl"]["error_type"] == "careful:server_error" for r in rows):  # outcome.SERVER_ERROR
                 line += "; a rerun of the same command runs the server errors"
             line += ")"
         over_budget = sum(1 for r in rows if "resource_limit" in r)
         if over_budget:
-            line += f"; {over_budget} over a resource limit (failed: see --careful-max-calls, -seconds, -memory-mb)"
+            line += f"; {over_budget} over a resource limit (failed: see {MAX_CALLS}, -seconds, -memory-mb)"
         if not_run:
             line += f"; {not_run} selected but not run"
         if state.options.repeat > 1:  # the items' verdicts are pass^K (repeat_runs.representative)
-            line += f"; each passing in all {state.options.repeat} repeats (--careful-repeat)"
+            line += f"; each passing in all {state.options.repeat} repeats ({REPEAT})"
         lines.append(line)
     return lines or [state.empty_selection or "no conversation was scored"]
 
@@ -343,30 +357,34 @@ def rerun_command(state: CarefulState, node: str) -> str:
     parts = ["pytest", f"'{node}'"]
     if options.results is not None:
         # Absolute and normalised: the command works from any directory, and reads without "../".
-        parts.append(f"--careful-results={shlex.quote(os.path.abspath(options.results))}")
+        parts.append(f"{RESULTS}={shlex.quote(os.path.abspath(options.results))}")
         if options.model:  # it names the run (label, careful_model) and, without a decoder, decodes it
-            parts.append(f"--careful-model={shlex.quote(options.model)}")
+            parts.append(f"{MODEL}={shlex.quote(options.model)}")
         if options.decoder or not options.model:
-            parts.append(f"--careful-decoder={state.source.decoder_key}")
+            parts.append(f"{DECODER}={state.source.decoder_key}")
     else:
-        parts.append(f"--careful-model={shlex.quote(state.source.model)}")
+        parts.append(f"{MODEL}={shlex.quote(state.source.model)}")
     condition = node.rsplit("[", 1)[-1].rstrip("]")
     # A logged run of several protocols lies in DIR/<protocol>/; one protocol alone would read DIR
     # itself. The node id selects the one condition either way.
     several = options.results is not None and len(options.protocols) > 1
-    parts.append(f"--careful-protocol={','.join(options.protocols) if several else condition}")
-    defaults = {"gate": "safe", "boundary": "final", "detector": "strict", "duplicate_writes": "paper"}
+    parts.append(f"{PROTOCOL}={','.join(options.protocols) if several else condition}")
     parts += [
-        f"--careful-{name.replace('_', '-')}={getattr(options, name)}"
-        for name, default in defaults.items()
-        if getattr(options, name) != default
+        f"{option}={value}"
+        for option, value in (
+            (GATE, options.gate),
+            (BOUNDARY, options.boundary),
+            (DETECTOR, options.detector),
+            (DUPLICATE_WRITES, options.duplicate_writes),
+        )
+        if value != option.default
     ]
     if protocols.get(condition).scripted_user and options.user_script != "default":
-        parts.append(f"--careful-user-script={options.user_script}")
+        parts.append(f"{USER_SCRIPT}={options.user_script}")
     if options.label:
-        parts.append(f"--careful-label={shlex.quote(options.label)}")
+        parts.append(f"{LABEL}={shlex.quote(options.label)}")
     if options.repeat > 1:
-        parts.append(f"--careful-repeat={options.repeat}")
+        parts.append(f"{REPEAT}={options.repeat}")
     return " ".join(parts + _rerun_settings(options))
 
 
@@ -377,29 +395,29 @@ def _rerun_settings(options: RunConfig) -> list[str]:
     afresh in ``./result`` (another server, another handler) instead of resuming the run's folder.
     """
     parts = [
-        f"--careful-{flag}={value}"
-        for flag, value, default in (
-            ("max-calls", options.limits.max_calls, DEFAULT_MAX_CALLS),
-            ("max-seconds", options.limits.max_seconds, DEFAULT_MAX_SECONDS),
-            ("max-memory-mb", options.limits.max_memory_mb, DEFAULT_MAX_MEMORY_MB),
+        f"{option}={value}"
+        for option, value in (
+            (MAX_CALLS, options.limits.max_calls),
+            (MAX_SECONDS, options.limits.max_seconds),
+            (MAX_MEMORY_MB, options.limits.max_memory_mb),
         )
-        if value != default
+        if value != option.default
     ]
-    if options.scorecards != Path("scorecards"):
-        parts.append(f"--careful-scorecards={shlex.quote(os.path.abspath(options.scorecards))}")
+    if options.scorecards != SCORECARDS.default:
+        parts.append(f"{SCORECARDS}={shlex.quote(os.path.abspath(options.scorecards))}")
     if not options.live:
         return parts
-    parts.append(f"--careful-output={shlex.quote(os.path.abspath(options.output))}")
-    given: list[tuple[str, object]] = [
-        ("handler", options.handler),
-        ("endpoint", ",".join(options.endpoint) or None),
-        ("dtype", options.dtype),
-        ("max-model-len", options.max_model_len),
-        ("max-output-tokens", options.max_output_tokens),
+    parts.append(f"{OUTPUT}={shlex.quote(os.path.abspath(options.output))}")
+    given: list[tuple[Option, object]] = [
+        (HANDLER, options.handler),
+        (ENDPOINT, ",".join(options.endpoint) or None),
+        (DTYPE, options.dtype),
+        (MAX_MODEL_LEN, options.max_model_len),
+        (MAX_OUTPUT_TOKENS, options.max_output_tokens),
     ]
     if options.server_timeout != DEFAULT_SERVER_TIMEOUT:
-        given.append(("server-timeout", options.server_timeout))
-    parts += [f"--careful-{flag}={shlex.quote(str(value))}" for flag, value in given if value is not None]
+        given.append((SERVER_TIMEOUT, options.server_timeout))
+    parts += [f"{option}={shlex.quote(str(value))}" for option, value in given if value is not None]
     if options.vllm_args:  # one value, split again as the option splits it
-        parts.append(f"--careful-vllm-arg={shlex.quote(shlex.join(options.vllm_args))}")
+        parts.append(f"{VLLM_ARG}={shlex.quote(shlex.join(options.vllm_args))}")
     return parts
