@@ -100,19 +100,24 @@ def contain_project_root() -> Path:
 @functools.cache
 def simulator_class(class_name: str) -> type:
     """The simulator class ``class_name`` as bfcl-eval defines it."""
-    from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
+    from bfcl_eval.constants.executable_backend_config import (
+        CLASS_FILE_PATH_MAPPING,  # bfcl_eval: imported at first use, not by the plugin in every session
+    )
 
     module = importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name])
     return getattr(module, class_name)
 
 
 def stateless_classes() -> frozenset[str]:
-    from bfcl_eval.constants.executable_backend_config import STATELESS_CLASSES
+    from bfcl_eval.constants.executable_backend_config import (
+        STATELESS_CLASSES,  # bfcl_eval: imported at first use, not by the plugin in every session
+    )
 
     return frozenset(STATELESS_CLASSES)
 
 
 def func_doc_file(class_name: str) -> Path:
+    # bfcl_eval: imported at first use, not by the plugin in every session
     from bfcl_eval.constants.executable_backend_config import (
         MULTI_TURN_FUNC_DOC_FILE_MAPPING,
     )

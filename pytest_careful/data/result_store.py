@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..common.bfcl import CATEGORIES
+from .result_files import read_result_file
 
 if TYPE_CHECKING:
     from .result_files import InputProblem, LoggedEntry
@@ -82,8 +83,6 @@ class ResultStore:
         its conversation is retried, not served. Of several entries of an id
         the last one counts, as everywhere (:func:`~pytest_careful.data.result_files.keep_last`).
         """
-        from .result_files import read_result_file
-
         path = self.path(category)
         if not os.path.lexists(path):
             return {}, []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +29,6 @@ DATA_PACKAGE = "pytest_careful.declarations_data"
 def _declarations_dir() -> Path:
     # Installed, declarations/ is the data package DATA_PACKAGE; in a source
     # checkout (editable installs included) it is the top-level folder beside the package.
-    import importlib.util
-
     spec = importlib.util.find_spec(DATA_PACKAGE)
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))

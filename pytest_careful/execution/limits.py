@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..common.options import Option, positive_int, positive_number
+from ..common.text import escape, shorten_call
 
 #: Real runs stay over 100x below (``bench/hostile.py --real``): at most 49 calls, 0.08 s and
 #: 0.2 MB per conversation over the 800 references and a 600-conversation gpt-oss-20b run.
@@ -253,8 +254,6 @@ def evaluating(expression: str) -> None:
 
 def place(where: Place, expression: str | None = None) -> str:
     """A place of ``at`` as a reason names it, on one line, long calls and literals cut."""
-    from ..common.text import escape, shorten_call
-
     turn, step, position, call = where
     if position is None:
         what = f": {escape(shorten_call(expression, 200))}" if expression is not None else ""

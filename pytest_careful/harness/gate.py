@@ -19,6 +19,7 @@ from ..reports import scorecard, stats
 from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
 from ..reports.card import Card, Totals
 from ..reports.options import ALLOW_MISSING, ALLOW_PARTIAL_BASELINE, BASELINE, MIN_BFCL, MIN_SAFE
+from ..reports.runs import printable
 from ..reports.stats import ComparisonJson
 from ..scoring.row import Row
 from ..scoring.rules import Rule, checking
@@ -35,8 +36,6 @@ def load_baseline(path: Path, state: CarefulState) -> None:
     try:
         _check_baseline(path, state)
     except pytest.UsageError as exc:
-        from ..reports.runs import printable
-
         raise pytest.UsageError(printable(str(exc))) from None
 
 

@@ -26,6 +26,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
+from _pytest.junitxml import bin_xml_escape, xml_key
 
 from ..common.options import Option
 from .selection import NODE_ID
@@ -135,8 +136,6 @@ class Annotator:
 
 
 def _element(tag: str, text: str) -> ET.Element:
-    from _pytest.junitxml import bin_xml_escape
-
     element = ET.Element(tag)
     element.text = bin_xml_escape(text)
     return element
@@ -165,10 +164,6 @@ def _take_properties(report: pytest.TestReport) -> str:
 
 
 def _log_xml(config: pytest.Config) -> Any:
-    try:
-        from _pytest.junitxml import xml_key
-    except ImportError:  # pragma: no cover - another pytest
-        return None
     return config.stash.get(xml_key, None)
 
 

@@ -16,6 +16,7 @@ from ..data import dataset
 from ..execution import isolation
 from ..live.errors import LiveError, OutputUnwritable, SetupFailed
 from ..protocols import registry as protocols
+from ..reports import html_report
 from ..reports.options import ALLOW_MISSING
 from ..scoring.conversation import RESOURCE_LIMIT, UNSCORED, ConversationResult, score_conversation, unscored_row
 from ..scoring.conversation import SERVER_ERROR as SERVER_ERROR  # the items' name for it, as before
@@ -83,8 +84,6 @@ def write_detail(item: pytest.Item, state: Any, evaluation: Any) -> None:
     """
     if state.details_dir is None:
         return
-    from ..reports import html_report
-
     worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
     repeat = getattr(item, "repeat", 1)  # --careful-repeat: each repeat's detail apart (scorecard_files._repeat_page)
     node = item.nodeid if repeat == 1 else f"{item.nodeid}@repeat-{repeat}"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from _pytest.config.findpaths import determine_setup
 
 from ..common.bfcl import NODE_ID
 from ..common.options import PREFIX
@@ -227,8 +228,6 @@ def _claim_deselect(args: list[str], optparser: argparse.ArgumentParser) -> list
 def _redetermine_setup(config: pytest.Config, args: list[str], paths: list[str]) -> None:
     """Recompute rootdir and ini file from the true path arguments (see module docstring)."""
     try:
-        from _pytest.config.findpaths import determine_setup
-
         ns = config.known_args_namespace
         rootpath, inipath, inicfg, ignored = determine_setup(
             inifile=ns.inifilename,
@@ -237,7 +236,7 @@ def _redetermine_setup(config: pytest.Config, args: list[str], paths: list[str])
             rootdir_cmd_arg=ns.rootdir or None,
             invocation_dir=config.invocation_params.dir,
         )
-    except (ImportError, TypeError, AttributeError):  # another pytest: leave its choice alone
+    except (TypeError, AttributeError):  # another pytest: leave its choice alone
         return
     if (rootpath, inipath) == (config.rootpath, config.inipath):
         return

@@ -10,6 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
 from ..common.options import Option
 from ..common.text import counted
 from ..execution.limits import MAX_CALLS, MAX_MEMORY_MB, MAX_SECONDS
@@ -34,13 +39,12 @@ from ..sources.live_options import (
 from ..sources.options import DECODER, HANDLER, MODEL, PROTOCOL, RESULTS
 from ..sources.run_config import DEFAULT_SERVER_TIMEOUT, RunConfig
 from .gate import gate_passes, gate_verdict
+from .outcome import SERVER_ERROR
+from .repeat_runs import summary_lines
 from .state import CarefulState
 
 
 def summary_text(state: CarefulState, width: int) -> str:
-    from rich.console import Console
-    from rich.table import Table
-
     out = io.StringIO()
     console = Console(file=out, width=max(width, 80), force_terminal=False, color_system=None, soft_wrap=True)
 
@@ -113,8 +117,6 @@ def headlines(state: CarefulState) -> list[str]:
 
 def _unscored_causes(rows: list[Row]) -> str:
     """Why conversations went unscored: the input's problems, or the server's faults (a rerun runs them)."""
-    from .outcome import SERVER_ERROR
-
     unscored = [r for r in rows if "unscored" in r]
     server = sum(1 for r in unscored if r["bfcl"]["error_type"] == SERVER_ERROR)
     if not server:
@@ -205,9 +207,6 @@ def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
 
 def _table(Table: Any, title: str, columns: Sequence[str]) -> Any:
     """A summary table: its title (user input escaped), a category column, right-aligned figures."""
-    from rich import box
-    from rich.markup import escape
-
     table = Table(title=escape(title), box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     table.add_column("category", no_wrap=True)
     for column in columns:
@@ -222,8 +221,6 @@ def _condition_notes(state: CarefulState) -> list[str]:
         t = card["totals"]["all"]
         lines.append(_turn_credit_line(condition, card))
         if "repeat" in card:
-            from .repeat_runs import summary_lines
-
             lines.extend(summary_lines(condition, card))
         if "answers" in t:
             a = t["answers"]

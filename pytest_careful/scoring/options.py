@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..common.options import Option, one_of
 from ..effects.declarations import BOUNDARIES
-from ..protocols.detector import MODES
+from ..protocols.options import MODES
 
 #: What fails an item under each ``--careful-gate`` (``rules.checking.gate_names``).
 GATES = ("bfcl", "safe", "strict", "rules", "none")

@@ -32,6 +32,7 @@ from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
 from ..protocols import answer_log
 from ..protocols.options import USER_SCRIPT
+from .format_check import decoder_warnings
 from .options import CATEGORY, DECODER, MODEL, PROTOCOL, RESULTS
 from .run_config import REFERENCE_MODEL, RunConfig, SourceError
 
@@ -185,8 +186,6 @@ def open_source(options: RunConfig) -> Source:
 
 def _decoder_warnings(source: Source, options: RunConfig) -> list[str]:
     """A warning when the chosen decoder reads (almost) none of the run (``format_check``)."""
-    from .format_check import decoder_warnings
-
     if options.decoder:
         flag = f"{DECODER}={options.decoder}"
     elif options.model:
