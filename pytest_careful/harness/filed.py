@@ -56,7 +56,7 @@ def score_filed(session: pytest.Session, state: CarefulState) -> list[str]:
     return scored
 
 
-def _row(item: Any, state: CarefulState, entry: LoggedEntry) -> Row | None:
+def _row(item: CarefulItem, state: CarefulState, entry: LoggedEntry) -> Row | None:
     """The row the item would have made (None if scoring it failed here: it stays not run)."""
     conversation = dataset.get(item.conversation_id)
     try:

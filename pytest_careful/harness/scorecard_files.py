@@ -22,6 +22,7 @@ from ..reports.options import BASELINE, LABEL
 from ..scoring.row import Row
 from ..scoring.rules import NAMES as BUILT_IN_NAMES
 from ..scoring.rules import checking, is_built_in
+from ..sources.run_config import RunConfig
 from . import repeat_runs
 from .gate import compare_with_baseline, judge_gate
 from .state import CarefulState
@@ -208,7 +209,7 @@ def _selection(
     expected: set[str],
     not_run: list[str],
     complete: bool,
-    options: Any,
+    options: RunConfig,
     narrowed_by: Narrowed,
 ) -> SelectionJson:
     unscored = sum(1 for r in rows if "unscored" in r)

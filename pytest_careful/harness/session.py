@@ -10,7 +10,7 @@ import tempfile
 import threading
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -24,7 +24,7 @@ from ..live.claude import RUN_ID_ENV, estimate
 from ..live.handles import resolution_line
 from ..live.inflight import land, take_off, worker_count
 from ..live.progress import Display
-from ..live.source import open_live
+from ..live.source import LiveSource, open_live
 from ..live.stops import SESSION_ENV
 from ..live.vllm_server import ENDPOINT_ENV, LOG_ENV, forget_session, start_for_session, stop
 from ..reports import scorecard
@@ -115,7 +115,7 @@ class CarefulPlugin:
         #: node ids of failed tests that are not conversations (paths given beside a run)
         self._other_failures: list[str] = []
         self._page_prepared = False  # xdist controller: report.html's templates compiled on a thread
-        self._progress: Any = None  # live runs, controller: live.progress.Display
+        self._progress: Display | None = None  # live runs, controller
         state.details_dir = self._details_dir(config)
         if not self.is_worker:
             config.pluginmanager.register(self.junit, "careful-junit")
@@ -298,7 +298,7 @@ class CarefulPlugin:
             workers = worker_count(getattr(self.config, "workerinput", None))
             flight = take_off(self.state.source, careful, self.state.options.repeat, workers)  # type: ignore[arg-type]
         if live and not self.is_worker:
-            source: Any = self.state.source  # a LiveSource
+            source = cast(LiveSource, self.state.source)
             self._progress = Display(
                 source.stops.session_dir() / "flight" / "progress",
                 self.config.pluginmanager.get_plugin("terminalreporter"),
@@ -321,11 +321,13 @@ class CarefulPlugin:
                 self._progress.stop()
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         rep = yield
         # The row crosses xdist on the report (config.stash is not sent back).
         if isinstance(item, CarefulItem) and rep.when == "call":
-            rep.careful_row = item.stash.get(ROW_KEY, None)
+            rep.__dict__["careful_row"] = item.stash.get(ROW_KEY, None)  # an extra attribute: xdist sends it
             rep.sections.extend(call_sections(item))
         return rep
 
@@ -418,7 +420,7 @@ class CarefulPlugin:
         ]
         return lines + [f"careful: warning: {w}" for w in getattr(source, "warnings", [])]
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.is_worker or self.config.getoption("collectonly"):
             return
         terminalreporter.section("careful")

@@ -6,9 +6,8 @@ from __future__ import annotations
 import io
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -58,14 +57,14 @@ def summary_text(state: CarefulState, width: int) -> str:
             f"boundary {state.options.boundary}, detector {state.options.detector}, "
             f"duplicate writes {state.options.duplicate_writes}, gate {state.options.gate}"
         )
-        for table in _totals_tables(state, Table):
+        for table in _totals_tables(state):
             console.print(table)
         for line in LEGEND:
             say(line)
         for line in _condition_notes(state):
             say(line)
         for condition, comparison in state.comparisons.items():
-            console.print(_comparison_table(condition, comparison, Table))
+            console.print(_comparison_table(condition, comparison))
         _print_notable(state, console)
     summary_lines = getattr(state.source, "summary_lines", None)
     for line in summary_lines() if summary_lines is not None else []:  # live: BFCL differences, not run
@@ -127,7 +126,7 @@ def _unscored_causes(rows: list[Row]) -> str:
     return f"{server} server error{'s' if server != 1 else ''}, {other} input or run problem{'s' if other != 1 else ''}"
 
 
-def _print_problems(state: CarefulState, say: Any) -> None:
+def _print_problems(state: CarefulState, say: Callable[[str], object]) -> None:
     for warning in getattr(state.source, "warnings", []):
         say(f"warning: {warning}")
     for problem in state.source.problems:
@@ -182,7 +181,7 @@ def _share_text(share: float | None) -> str:
     return own_rules.OFF if share is None else f"{100 * share:.1f}%"
 
 
-def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
+def _totals_tables(state: CarefulState) -> list[Table]:
     """Two narrow tables (accuracy, violations), one pair per condition, for 80 columns; a third for
     the run's own rules (pytest_careful_rules), a column each, ``*`` marking the gated ones."""
     gated = {r.name for r in state.scoring.own_rules if r.gated}
@@ -191,21 +190,21 @@ def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
         dropped = own_rules.off(card["provenance"])
         rows = [(c.removeprefix("multi_turn_"), _cells(t, dropped), t) for c, t in card["totals"].items()]
         for title, columns in (("accuracy", _ACCURACY), ("rule violations", _VIOLATIONS)):
-            table = _table(Table, f"{state.source.model} [{condition}]: {title}", columns)
+            table = _table(f"{state.source.model} [{condition}]: {title}", columns)
             for category, cells, _ in rows:
                 table.add_row(category, *(cells[c] for c in columns))
             tables.append(table)
         own = scorecard.custom_rules(card["provenance"])
         if own:
             headers = [name + ("*" if name in gated else "") for name in own]
-            table = _table(Table, f"{state.source.model} [{condition}]: rules of the run's own (* gated)", headers)
+            table = _table(f"{state.source.model} [{condition}]: rules of the run's own (* gated)", headers)
             for category, _, t in rows:
                 table.add_row(category, *(str(t["counts"].get(n, 0)) for n in own))
             tables.append(table)
     return tables
 
 
-def _table(Table: Any, title: str, columns: Sequence[str]) -> Any:
+def _table(title: str, columns: Sequence[str]) -> Table:
     """A summary table: its title (user input escaped), a category column, right-aligned figures."""
     table = Table(title=escape(title), box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     table.add_column("category", no_wrap=True)
@@ -296,7 +295,7 @@ def _confirm_figures(condition: str, t: Totals, prov: Provenance) -> list[str]:
     return lines
 
 
-def _comparison_table(condition: str, comparison: dict[str, ComparisonJson], Table: Any) -> Any:
+def _comparison_table(condition: str, comparison: dict[str, ComparisonJson]) -> Table:
     table = Table(title=f"{condition} vs baseline (BFCL verdict, exact McNemar)")
     for column in ("category", "gained", "lost", "p"):
         table.add_column(column, justify="left" if column == "category" else "right")
@@ -307,7 +306,7 @@ def _comparison_table(condition: str, comparison: dict[str, ComparisonJson], Tab
     return table
 
 
-def _print_notable(state: CarefulState, console: Any) -> None:
+def _print_notable(state: CarefulState, console: Console) -> None:
     slowest = sorted(state.durations.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     if slowest:
         console.print("slowest conversations:", highlight=False)
