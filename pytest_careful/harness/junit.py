@@ -27,17 +27,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from _pytest.junitxml import LogXML, _NodeReporter, bin_xml_escape, xml_key
 
-from ..common.options import Option
 from .selection import NODE_ID
-
-JUNIT_STRICT = Option(
-    "--careful-junit-strict",
-    action="store_true",
-    help="JUnit XML valid against Jenkins' junit-10.xsd: each conversation's careful_* values go to "
-    "<system-out> as name=value lines instead of testcase <properties>",
-)
-#: JUnit XML.
-OPTIONS = (JUNIT_STRICT,)
 
 #: Report sections that go to <system-out> (see ``item.call_sections``).
 SECTION_PREFIX = "Captured careful "

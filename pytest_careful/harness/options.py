@@ -5,7 +5,7 @@ Each stage declares its own options (``common.options.Option``, a table per stag
 (``sources/options.py``), how (``scoring/options.py``), where scorecards go and the release gate
 (``reports/options.py``), live runs (``sources/live_options.py``), the confirm protocol's user
 (``protocols/options.py``), each conversation's budget (``execution/limits.py``) and JUnit XML
-(``harness/junit.py``). A message names an option through its object, so each flag is written once.
+(here). A message names an option through its object, so each flag is written once.
 """
 
 from __future__ import annotations
@@ -54,9 +54,17 @@ from ..sources.live_options import (
 )
 from ..sources.options import CATEGORY, DECODER, HANDLER, MODEL, PROTOCOL, RESULTS
 from ..sources.run_config import DEFAULT_REQUEST_TIMEOUT, DEFAULT_SERVER_TIMEOUT, REFERENCE_MODEL, RunConfig
-from . import junit
 
 _T = TypeVar("_T")
+
+#: The harness's own option (``junit.py`` writes what it asks; defined here, so that loading the
+#: plugin does not import ``junit.py`` and the XML modules it needs).
+JUNIT_STRICT = Option(
+    "--careful-junit-strict",
+    action="store_true",
+    help="JUnit XML valid against Jenkins' junit-10.xsd: each conversation's careful_* values go to "
+    "<system-out> as name=value lines instead of testcase <properties>",
+)
 
 DEFAULT_OUTPUT = Path("result")
 
@@ -70,7 +78,7 @@ TABLES: tuple[tuple[Option, ...], ...] = (
     protocol_options.OPTIONS,
     report_options.REGRESSION_OPTIONS,
     limits.OPTIONS,
-    junit.OPTIONS,
+    (JUNIT_STRICT,),
 )
 
 #: Options that apply to some runs only. Their defaults are None, so that one given where it does
@@ -163,7 +171,7 @@ def read_options(config: pytest.Config) -> RunConfig:
         label=get(LABEL.dest),
         allow_missing=get(ALLOW_MISSING.dest),
         allow_partial_baseline=get(ALLOW_PARTIAL_BASELINE.dest),
-        junit_strict=get(junit.JUNIT_STRICT.dest),
+        junit_strict=get(JUNIT_STRICT.dest),
         limits=Limits(get(MAX_CALLS.dest), get(MAX_SECONDS.dest), get(MAX_MEMORY_MB.dest)),
         duplicate_writes=get(DUPLICATE_WRITES.dest),
         repeat=_or(get(REPEAT.dest), 1),
