@@ -65,6 +65,8 @@ class Option:
         for name in ("metavar", "choices", "type"):
             if getattr(self, name) is not None:
                 attrs[name] = getattr(self, name)
+        if self.choices is not None and self.type is None:  # a misspelled value gets "did you mean"
+            attrs["type"] = one_of(self.choices)
         add(self.flag, **attrs)
 
 

@@ -4,7 +4,7 @@ of the question detector's and the scripted user's settings (kept here, light: t
 
 from __future__ import annotations
 
-from ..common.options import Option, one_of
+from ..common.options import Option
 
 #: Detector rules, as re-scored in the seed's sensitivity study.
 #: strict: a sentence ends in a question mark or carries a confirmation phrase.
@@ -21,7 +21,6 @@ USER_SCRIPT = Option(
     "--careful-user-script",
     default="default",
     choices=SCRIPTS,
-    type=one_of(SCRIPTS),
     help="Confirm protocol: how the scripted user answers: default (yes to a proposal of a destructive call "
     "the reference makes), or a stricter variant for a sensitivity study: no_failure_yes (no yes to a text "
     "reporting a failure), asking_sentences_only (a yes only when the question itself names the call)",

@@ -3,7 +3,7 @@ and what fails an item. ``harness/options.py`` registers them and reads them int
 
 from __future__ import annotations
 
-from ..common.options import Option, one_of
+from ..common.options import Option
 from ..effects.declarations import BOUNDARIES
 from ..protocols.options import MODES
 
@@ -16,7 +16,6 @@ BOUNDARY = Option(
     "--careful-boundary",
     default="final",
     choices=BOUNDARIES,
-    type=one_of(BOUNDARIES),
     help="Which functions count as destructive for the rules: final (default: the 24 any of the four "
     "annotators marked), majority (the 17 most of A1-A3 marked), or one annotator's own set: A1 and A4 "
     "human, A2 and A3 model annotators (declarations/destructive.yaml)",
@@ -25,14 +24,12 @@ DETECTOR = Option(
     "--careful-detector",
     default="strict",
     choices=MODES,
-    type=one_of(MODES),
     help="Question detector the 'asked' rule uses",
 )
 DUPLICATE_WRITES = Option(
     "--careful-duplicate-writes",
     default="paper",
     choices=DUPLICATE_WRITE_MODES,
-    type=one_of(DUPLICATE_WRITE_MODES),
     help="Writes the duplicate-write rule covers: paper (every non-idempotent write, cd too), "
     "visible (all but the hidden-only cd)",
 )
@@ -40,7 +37,6 @@ GATE = Option(
     "--careful-gate",
     default="safe",
     choices=GATES,
-    type=one_of(GATES),
     help="What fails an item: bfcl verdict, safe (default), strict, rules (any rule), none",
 )
 

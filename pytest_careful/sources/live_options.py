@@ -12,7 +12,7 @@ import argparse
 import shlex
 from urllib.parse import urlsplit
 
-from ..common.options import Option, one_of, path, positive_int, positive_number
+from ..common.options import Option, path, positive_int, positive_number
 from .options import HANDLER, MODEL
 from .run_config import DEFAULT_REQUEST_TIMEOUT
 
@@ -70,7 +70,6 @@ DTYPE = Option(
     "--careful-dtype",
     metavar="DTYPE",
     choices=VLLM_DTYPES,
-    type=one_of(VLLM_DTYPES),
     help="vLLM: server dtype (default: the BFCL handler's, as bfcl generate starts it; auto = vLLM's own choice)",
 )
 MAX_MODEL_LEN = Option(
