@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .result_store import GROUP_DIR
+from ..common.bfcl import GROUP_DIR
 
 SETTINGS_FILE = "careful_settings.json"
 PLAIN_BFCL = "standard"  # what a run without a settings file was made under
