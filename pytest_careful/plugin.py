@@ -27,6 +27,7 @@ from .harness.options import add_options, read_options
 from .protocols.options import USER_SCRIPT
 from .protocols.registry import NAMES
 from .scoring.options import BOUNDARY, DETECTOR
+from .sources.options import MODEL, RESULTS
 
 if TYPE_CHECKING:
     from .effects.declarations import Declarations
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from .execution.executor import Simulators
     from .harness.state import CarefulState
     from .live.confirm import ConfirmUser
-from .sources.options import MODEL, RESULTS
 
 #: Set when the options ask for a run: until then nothing imports ``state`` (and the scoring modules it
 #: imports), so that a session that only has the plugin installed stays as fast as one without it.
