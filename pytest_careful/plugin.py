@@ -7,36 +7,58 @@ Installed, the plugin only adds options: it collects nothing unless
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pytest
 
+from . import hookspec
 from .common import gc_pause as _gc
 from .common.bfcl import CATEGORIES
+from .data import dataset
+from .effects import declarations
 from .harness import selection
+from .harness.markers import CLASS_MARKERS
 from .harness.options import add_options, read_options
+from .protocols.options import USER_SCRIPT
 from .protocols.registry import NAMES
+from .scoring.options import BOUNDARY, DETECTOR
+from .sources.options import MODEL, RESULTS
+
+if TYPE_CHECKING:
+    from .effects.declarations import Declarations
+    from .evaluation.replay import Replay
+    from .execution.executor import Simulators
+    from .harness.state import CarefulState
+    from .live.confirm import ConfirmUser
 
 #: Set when the options ask for a run: until then nothing imports ``state`` (and the scoring modules it
 #: imports), so that a session that only has the plugin installed stays as fast as one without it.
 _ACTIVE = pytest.StashKey[bool]()
 
 
-def _session_state(config: pytest.Config) -> Any:
+def _stage(name: str) -> ModuleType:
+    """A stage module that a run (or a fixture) needs, loaded by name when first needed, as pytest
+    loads a plugin named with ``-p``: pytest imports this module in every session of the venv, and
+    these cost it 50 to 130 ms each (the scoring modules; ``execution.isolation`` captures bfcl-eval's
+    simulator state when imported). Their types are imported above, for type checkers only."""
+    return importlib.import_module(name, __package__)
+
+
+def _session_state(config: pytest.Config) -> CarefulState | None:
     """The run's ``CarefulState``, or None when this session runs no conversations."""
     if not config.stash.get(_ACTIVE, False):
         return None
-    from .harness.state import SESSION_KEY
-
-    return config.stash.get(SESSION_KEY, None)
+    state: CarefulState | None = config.stash.get(_stage(".harness.state").SESSION_KEY, None)
+    return state
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """The plugin's own hooks (``hookspec``), for conftest files and other plugins."""
-    from . import hookspec
-
     pluginmanager.add_hookspecs(hookspec)
 
 
@@ -63,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not options.active:
         return
     config.stash[_ACTIVE] = True
-    from .harness.session import CarefulPlugin, start
+    session = _stage(".harness.session")
 
     if options.worker:
         # What the controller set up for the session (server URL, run id), as it sent it.
@@ -78,37 +100,30 @@ def pytest_configure(config: pytest.Config) -> None:
             categories_given=True,
             categories_from_node_ids=True,
         )
-    state = start(config, options)
+    state = session.start(config, options)
     kind = state.source.backend_kind
     if kind is not None and not options.worker:
-        from .live.inflight import cap_workers
-
         # Before xdist's own pytest_configure (trylast) starts the workers from ``option.tx``.
-        capped = cap_workers(config.option, kind)
+        capped = _stage(".live.inflight").cap_workers(config.option, kind)
         if capped:
             state.start_lines.append(capped)
     _gc.freeze()  # the modules, options and declarations: kept to the end, never garbage
     if chosen:
-        from .data import dataset
-
         selection.check(chosen, state.options.categories, state.options.protocols, {c.id for c in dataset.load()})
     selection.keep_node_ids_as_printed(config)
-    config.pluginmanager.register(CarefulPlugin(config, state), "careful-session")
-    from .harness.last_failed import LastFailed
-
-    config.pluginmanager.register(LastFailed(config, state), "careful-last-failed")
+    config.pluginmanager.register(session.CarefulPlugin(config, state), "careful-session")
+    config.pluginmanager.register(_stage(".harness.last_failed").LastFailed(config, state), "careful-last-failed")
     if not options.worker:  # the controller prints the failures
-        from .harness.failure_text import Bounder
-
-        config.pluginmanager.register(Bounder(config, state), "careful-failure-text")
+        bounder = _stage(".harness.failure_text").Bounder(config, state)
+        config.pluginmanager.register(bounder, "careful-failure-text")
 
 
 def _own_models(config: pytest.Config) -> None:
     """``pytest_careful_model_handlers``: models of the user's own, registered for this session only."""
     hook = config.hook.pytest_careful_model_handlers
-    if not hook.get_hookimpls() or not (config.getoption("careful_model") or config.getoption("careful_results")):
+    if not hook.get_hookimpls() or not (config.getoption(MODEL.dest) or config.getoption(RESULTS.dest)):
         return  # nothing asks for one (and bfcl-eval is not imported for nothing)
-    from .execution.decoding import ModelEntryError, own_models
+    decoding = _stage(".execution.decoding")
 
     for models in hook(config=config):
         if models is None:
@@ -119,14 +134,12 @@ def _own_models(config: pytest.Config) -> None:
                 "not a mapping of model names to pytest_careful.ModelEntry"
             )
         try:
-            config.add_cleanup(own_models(models))
-        except ModelEntryError as problem:
+            config.add_cleanup(decoding.own_models(models))
+        except decoding.ModelEntryError as problem:
             raise pytest.UsageError(str(problem)) from None
 
 
 def _markers() -> list[tuple[str, str]]:
-    from .harness.markers import CLASS_MARKERS
-
     out = [("careful", "a pytest-careful conversation item")]
     out += [
         (c, f"pytest-careful: multi_turn_{c} conversations")
@@ -137,7 +150,7 @@ def _markers() -> list[tuple[str, str]]:
     return out
 
 
-def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """Asked for a run with no paths given, collect only the conversations.
 
     Otherwise ``pytest --careful-model=reference`` in a project would also run the
@@ -154,22 +167,18 @@ def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool |
 
 
 @pytest.fixture(scope="session")
-def careful_declarations() -> Any:
+def careful_declarations() -> Declarations:
     """The effect declarations (``pytest_careful.effects.declarations.Declarations``)."""
-    from .effects import declarations
-
     return declarations.load()
 
 
 @pytest.fixture
-def careful_conversation(request: pytest.FixtureRequest) -> Any:
+def careful_conversation(request: pytest.FixtureRequest) -> dataset.Conversation:
     """The conversation of the current pytest-careful item.
 
     Outside a conversation item, parametrize ``careful_conversation_id``
     (indirectly) with a BFCL id such as ``multi_turn_base_0``.
     """
-    from .data import dataset
-
     conversation_id = getattr(request.node, "conversation_id", None) or getattr(request, "param", None)
     if conversation_id is None:
         pytest.fail(
@@ -181,45 +190,46 @@ def careful_conversation(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def careful_simulators(careful_conversation: Any) -> Any:
+def careful_simulators(careful_conversation: dataset.Conversation) -> Simulators:
     """Fresh simulator instances of the conversation, created as BFCL creates them."""
-    from .execution.executor import Simulators
-
     c = careful_conversation
-    return Simulators(c.involved_classes, c.initial_config, c.long_context, test_entry_id=c.id)
+    simulators: Simulators = _stage(".execution.executor").Simulators(
+        c.involved_classes, c.initial_config, c.long_context, test_entry_id=c.id
+    )
+    return simulators
 
 
 @pytest.fixture
-def careful_reference(careful_conversation: Any) -> Any:
+def careful_reference(careful_conversation: dataset.Conversation) -> Replay:
     """The conversation's reference trajectory, replayed (``pytest_careful.evaluation.replay.Replay``)."""
-    from .evaluation.replay import reference
-
-    return reference(careful_conversation)
+    replay: Replay = _stage(".evaluation.replay").reference(careful_conversation)
+    return replay
 
 
 @pytest.fixture
-def careful_scripted_user(request: pytest.FixtureRequest, careful_conversation: Any, careful_declarations: Any) -> Any:
+def careful_scripted_user(
+    request: pytest.FixtureRequest, careful_conversation: dataset.Conversation, careful_declarations: Declarations
+) -> ConfirmUser:
     """The confirm protocol's scripted user for the conversation (``live.confirm.ConfirmUser``).
 
     ``reply(turn, model_text, turn_log, step_log)`` gives the user message(s) it
     would answer with, or None. Boundary, script and detector follow the run's
     options (``--careful-boundary``, ``--careful-user-script``, ``--careful-detector``).
     """
-    from .live.confirm import ConfirmUser
-
     get = request.config.getoption
-    return ConfirmUser(
+    user: ConfirmUser = _stage(".live.confirm").ConfirmUser(
         careful_conversation,
-        careful_declarations.boundary(get("careful_boundary")),
-        get("careful_user_script"),
-        get("careful_detector"),
+        careful_declarations.boundary(get(BOUNDARY.dest)),
+        get(USER_SCRIPT.dest),
+        get(DETECTOR.dest),
     )
+    return user
 
 
 @pytest.fixture(scope="session")
-def careful_model(request: pytest.FixtureRequest) -> Any:
+def careful_model(request: pytest.FixtureRequest) -> object:
     """The model handle of the run (``pytest_careful.sources.reference_logged.Source``)."""
     state = _session_state(request.config)
     if state is None:
-        pytest.skip("no pytest-careful run selected (--careful-model / --careful-results)")
+        pytest.skip(f"no pytest-careful run selected ({MODEL} / {RESULTS})")
     return state.source

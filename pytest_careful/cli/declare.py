@@ -26,11 +26,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 import yaml
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
 
 from ..common.bfcl import CATEGORIES, SIMULATOR_CLASSES
 from ..data import dataset
 from ..effects import declarations, inference
 from ..effects.declarations import DESTRUCTIVE, OTHER_WRITE, READ, Declarations
+from ..evaluation.evaluate import decode_turns
+from ..live import scripted
+from ..reports import agreement
+from ..sources.options import DECODER, RESULTS
+from ..sources.reference_logged import run_entries
 
 if TYPE_CHECKING:  # reports.agreement is imported when its option is given
     from ..reports.agreement import Sensitivity
@@ -79,10 +87,6 @@ def _fingerprint(paths: Sequence[Path]) -> str:
 
 def extract_run(run_dir: Path, decoder_key: str) -> tuple[str, str]:
     """A logged run's extract (JSON lines) and its result files' fingerprint."""
-    from ..evaluation.evaluate import decode_turns
-    from ..live import scripted
-    from ..sources.reference_logged import run_entries
-
     scripted.register()  # a scripted model's results folder decodes with its handler
     dec, entries, files = run_entries(run_dir, decoder_key)
     lines = []
@@ -184,8 +188,6 @@ def regenerate(
 
 @contextmanager
 def _progress_bars() -> Iterator[Callable[[str, int], Callable[[], None]]]:
-    from rich.progress import Progress
-
     with Progress(transient=False) as bar:
 
         def start(label: str, total: int) -> Callable[[], None]:
@@ -318,9 +320,6 @@ def signals_table(decl: Declarations) -> list[SignalRow]:
 
 def _print_table(title: str, rows: Sequence[Mapping[str, object]]) -> None:
     """Any table of rows (the same keys in each, in column order), as rich prints it."""
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=title)
     for column in rows[0]:
         table.add_column(
@@ -362,17 +361,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--agreement", action="store_true", help="Print the annotators' raw agreement, Cohen's and Fleiss' kappa"
     )
     parser.add_argument(
-        "--careful-results",
+        RESULTS.flag,
         type=Path,
         action="append",
         default=[],
         help="A logged run to re-score under every detector and boundary (repeatable)",
     )
     parser.add_argument(
-        "--careful-decoder",
+        DECODER.flag,
         action="append",
         default=[],
-        help="Registry key decoding --careful-results (one, or one per run)",
+        help=f"Registry key decoding {RESULTS} (one, or one per run)",
     )
     args = parser.parse_args(argv)
     directory: Path = args.dir
@@ -396,8 +395,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _agreement(args: argparse.Namespace, directory: Path) -> int:
-    from ..reports import agreement
-
     decl = declarations.load(directory)
     if args.agreement:
         _print_table(
@@ -408,10 +405,8 @@ def _agreement(args: argparse.Namespace, directory: Path) -> int:
     if args.careful_results:
         decoders = args.careful_decoder
         if len(decoders) not in (1, len(args.careful_results)):
-            raise SystemExit("careful-declare: give one --careful-decoder, or one per --careful-results")
+            raise SystemExit(f"careful-declare: give one {DECODER}, or one per {RESULTS}")
         keys = decoders * len(args.careful_results) if len(decoders) == 1 else decoders
-        from ..live import scripted
-
         scripted.register()  # a scripted model's results folder decodes with its handler
         runs = {str(run): agreement.score_run(run, key, decl) for run, key in zip(args.careful_results, keys)}
         _print_sensitivity(agreement.sensitivity(runs))

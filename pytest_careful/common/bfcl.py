@@ -35,6 +35,9 @@ CATEGORIES: tuple[str, ...] = (
     "multi_turn_miss_param",
     "multi_turn_long_context",
 )
+#: The folder of a model's result files: BFCL's get_directory_structure_by_category() for every
+#: multi-turn category.
+GROUP_DIR = "multi_turn"
 
 #: A conversation id, optionally with its condition, as a pytest node id has it:
 #: ``multi_turn_base_17``, ``multi_turn_base_17[standard]``.

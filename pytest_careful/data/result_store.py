@@ -31,13 +31,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..common.bfcl import CATEGORIES
+from ..common.bfcl import CATEGORIES, GROUP_DIR
+from .result_files import read_result_file
 
 if TYPE_CHECKING:
     from .result_files import InputProblem, LoggedEntry
 
 VERSION_PREFIX = "BFCL_v4"  # bfcl_eval.constants.category_mapping.VERSION_PREFIX
-GROUP_DIR = "multi_turn"  # get_directory_structure_by_category() for every category we run
 
 
 def sort_key(entry_id: str) -> int:
@@ -82,8 +82,6 @@ class ResultStore:
         its conversation is retried, not served. Of several entries of an id
         the last one counts, as everywhere (:func:`~pytest_careful.data.result_files.keep_last`).
         """
-        from .result_files import read_result_file
-
         path = self.path(category)
         if not os.path.lexists(path):
             return {}, []

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .result_store import GROUP_DIR
+from ..common.bfcl import GROUP_DIR
 
 SETTINGS_FILE = "careful_settings.json"
 PLAIN_BFCL = "standard"  # what a run without a settings file was made under
@@ -135,37 +135,6 @@ def made_under(path: Path) -> str:
     return RunSettings.read(path).condition
 
 
-def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path) -> str | None:
-    """Why the run of ``result_files`` may not be scored as ``condition``; None when it may."""
-    files = list(result_files)
-    paths = sorted({p for p in map(settings_path, files) if p is not None})
-    if not paths:
-        if condition == PLAIN_BFCL:
-            return None
-        return (
-            f"--careful-protocol={condition}: {folder} has no {SETTINGS_FILE} beside its result "
-            f"files, so it is a plain BFCL run, made under the standard protocol; scored as "
-            f"{condition} it would give a {condition} scorecard of standard output. Rescore it with "
-            f"--careful-protocol=standard, or point --careful-results at a run made with "
-            f"--careful-protocol={condition} (its folder holds {SETTINGS_FILE})."
-        )
-    try:
-        made = {path: made_under(path) for path in paths}
-    except SettingsError as exc:
-        return f"--careful-results: {exc}; it is the file a live run writes beside multi_turn/"
-    wrong = {path: made_as for path, made_as in made.items() if made_as != condition}
-    if not wrong:
-        return None
-    path, made_as = next(iter(wrong.items()))
-    made_as = _shown(made_as)
-    return (
-        f"--careful-protocol={condition}: {path} says this run was made under the {made_as} "
-        f"protocol; scored as {condition} its scorecard would be mislabelled. Rescore it with "
-        f"--careful-protocol={made_as}, or point --careful-results at a run made under {condition}"
-        " (with several protocols, each one's run lies in DIR/<protocol>/)."
-    )
-
-
 def recorded(result_files: Iterable[Path]) -> RunSettings | None:
     """The settings a run recorded (the first settings file of its result files); None without one."""
     paths = sorted({p for p in map(settings_path, result_files) if p is not None})
@@ -197,24 +166,7 @@ def recorded_decoder(folder: Path) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def script_problem(made_with: str, script: str) -> str | None:
-    """Why a confirm run made under ``made_with`` cannot be re-examined under ``script``.
-
-    Re-examining reads the answers the run's user gave; a run made under a
-    stricter script lacks the answers it withheld, so only a ``default`` run
-    (or the same script, which re-examines nothing) can be read so.
-    """
-    if script == made_with or made_with == "default":
-        return None
-    made_with = _shown(made_with)
-    return (
-        f"--careful-user-script={script}: this confirm run was made under {made_with}; its log lacks "
-        f"the yes answers {made_with} withheld, so only a run made under default can be re-examined "
-        f"under another script (or rescore it with --careful-user-script={made_with})"
-    )
-
-
-def _shown(value: str) -> str:
+def shown(value: str) -> str:
     """A value read from a settings file, for a message: as it is when plain, else escaped and
     cut (the file may hold terminal escapes, lone surrogates or 100,000 characters)."""
     if value.isprintable() and len(value) <= 80:

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal, Protocol, TypeGuard, cast
 
+from ..common import bfcl as _bfcl
 from ..common.text import MAX_SHOWN, shorten
 from . import limits
 
@@ -56,10 +58,6 @@ class File(Protocol):
 
 @functools.cache
 def _file_system_module() -> ModuleType:
-    import sys
-
-    from ..common import bfcl as _bfcl
-
     return sys.modules[_bfcl.simulator_class("GorillaFileSystem").__module__]
 
 

@@ -31,6 +31,7 @@ from ..common import bfcl as _bfcl
 from ..common.text import did_you_mean
 from . import limits, plain_values
 from .interpreter import MAX_CALL_CHARS, arithmetic
+from .passthrough import PassthroughHandler
 from .plain_values import Refused
 
 _PATCH_LOCK = threading.Lock()
@@ -146,6 +147,7 @@ def own_models(models: Mapping[str, ModelEntry], where: str = "pytest_careful_mo
     A name that is already BFCL's, ``reference``, or ``scripted:``/``bfcl:``-prefixed is refused,
     as is a handler that is not a BFCL handler class (``ModelEntryError``, one line).
     """
+    # bfcl_eval: its handler registry stays lazy (importing it loads every vendor SDK)
     from bfcl_eval.model_handler.base_handler import BaseHandler
 
     bfcl_keys = set(_bfcl_keys())
@@ -459,7 +461,7 @@ def _build_handler(handler_class: type, model_name: str, is_fc_model: bool, key:
     except Exception:
         # Vendor clients refuse to start without an API key; decoding needs none,
         # so build the handler with BaseHandler's initialiser only.
-        from bfcl_eval.model_handler.base_handler import BaseHandler
+        from bfcl_eval.model_handler.base_handler import BaseHandler  # bfcl_eval: the handler registry stays lazy
 
         handler: Any = object.__new__(handler_class)
         BaseHandler.__init__(handler, **kwargs)
@@ -470,8 +472,6 @@ def _build_handler(handler_class: type, model_name: str, is_fc_model: bool, key:
 
 def passthrough_decoder() -> Decoder:
     """For input that is already decoded (references, generated and scripted runs)."""
-    from .passthrough import PassthroughHandler
-
     return Decoder("passthrough", PassthroughHandler())
 
 

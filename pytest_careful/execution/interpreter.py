@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import ast
 import builtins
+import decimal
 import functools
 import inspect
 import itertools
 import json
+import math
 import operator
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import NoReturn, Protocol, cast
 
-from . import isolation, plain_values
+from . import dag, isolation, plain_values
 from .plain_values import Refused
 
 #: bfcl-eval's own deny-list, checked on the rewritten string as BFCL does.
@@ -642,8 +645,6 @@ def _argument(args: tuple[object, ...], kwargs: dict[str, object], index: int, n
 
 
 def _guard_power(instance: object, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
-    import math
-
     base, exponent = _argument(args, kwargs, 0, "base"), _argument(args, kwargs, 1, "exponent")
     if type(base) is int and type(exponent) is int and abs(base) > 1 and exponent > 0:
         if exponent * math.log2(abs(base)) > MAX_RESULT_BITS:
@@ -663,8 +664,6 @@ def _guard_walk(path_index: int | None) -> Guard:
     """``find(path)`` and ``du()`` visit every path below a folder: count them first."""
 
     def guard(instance: object, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
-        from . import dag
-
         path = None if path_index is None else _argument(args, kwargs, path_index, "path")
         try:  # a pure lookup; whatever it raises, the method itself raises as bfcl-eval's does
             target = cast(_FileSystem, instance)._navigate_to_directory(path)
@@ -701,8 +700,6 @@ class precision_restored:
     """
 
     def __enter__(self) -> None:
-        import decimal
-
         self._prec = decimal.getcontext().prec
         decimal.getcontext().prec = isolation.DECIMAL_PRECISION
         mp = _mpmath()
@@ -711,8 +708,6 @@ class precision_restored:
             mp.mp.prec = isolation.MPMATH_PRECISION
 
     def __exit__(self, *exc: object) -> None:
-        import decimal
-
         decimal.getcontext().prec = self._prec
         mp = _mpmath()
         if mp is not None and self._mp_prec is not None:
@@ -720,8 +715,6 @@ class precision_restored:
 
 
 def _mpmath() -> ModuleType | None:
-    import sys
-
     return sys.modules.get("mpmath")
 
 

@@ -31,6 +31,8 @@ model replays a reference) stay apart.
 from __future__ import annotations
 
 import ast
+import datetime
+import decimal
 import dis
 import functools
 import inspect
@@ -366,9 +368,6 @@ def _walk(pristine: Pristine, root: object, label: str) -> None:
 
 def _foreign_constant(obj: object) -> bool:
     """Objects of other modules the simulators only read: dates, functions, typing aliases."""
-    import datetime
-    import decimal
-
     return (
         isinstance(
             obj,

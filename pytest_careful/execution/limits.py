@@ -35,6 +35,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..common.options import Option, positive_int, positive_number
+from ..common.text import escape, shorten_call
+
 #: Real runs stay over 100x below (``bench/hostile.py --real``): at most 49 calls, 0.08 s and
 #: 0.2 MB per conversation over the 800 references and a 600-conversation gpt-oss-20b run.
 DEFAULT_MAX_CALLS = 10_000
@@ -52,7 +55,34 @@ UNPICKLED_FACTOR = 10
 #: Walks check the clock every this many steps.
 _TICKS_PER_CLOCK = 2_048
 
-OPTIONS = {"calls": "--careful-max-calls", "seconds": "--careful-max-seconds", "memory": "--careful-max-memory-mb"}
+MAX_CALLS = Option(
+    "--careful-max-calls",
+    default=DEFAULT_MAX_CALLS,
+    type=positive_int,
+    metavar="N",
+    help=f"Budget of each conversation's scoring: calls replayed (default {DEFAULT_MAX_CALLS:,}); "
+    "over it, that conversation fails with a resource_limit reason",
+)
+MAX_SECONDS = Option(
+    "--careful-max-seconds",
+    default=DEFAULT_MAX_SECONDS,
+    type=positive_number,
+    metavar="S",
+    help=f"Budget of each conversation's scoring: wall time (default {DEFAULT_MAX_SECONDS:g} s)",
+)
+MAX_MEMORY_MB = Option(
+    "--careful-max-memory-mb",
+    default=DEFAULT_MAX_MEMORY_MB,
+    type=positive_number,
+    metavar="MB",
+    help=f"Budget of each conversation's scoring: state snapshots, calls and results held, and every "
+    f"value the decoder or a call builds ('a' * 199999, [x] * 100000) at the length of its text, "
+    f"counted (default {DEFAULT_MAX_MEMORY_MB:g} MB)",
+)
+#: Each conversation's scoring budget, in the order ``--help`` lists them.
+OPTIONS = (MAX_CALLS, MAX_SECONDS, MAX_MEMORY_MB)
+#: The option of each limit a ``ResourceLimit`` names.
+OPTION_OF = {"calls": MAX_CALLS, "seconds": MAX_SECONDS, "memory": MAX_MEMORY_MB}
 
 
 @dataclass(frozen=True)
@@ -114,8 +144,7 @@ class Meter:
         if self.calls > self.limits.max_calls:
             raise self.exceeded(
                 "calls",
-                f"more than {self.limits.max_calls:,} calls: over the call limit "
-                f"({OPTIONS['calls']}={self.limits.max_calls})",
+                f"more than {self.limits.max_calls:,} calls: over the call limit ({MAX_CALLS}={self.limits.max_calls})",
             )
         self.charge(nbytes + CALL_OVERHEAD)
         self.clock()
@@ -127,7 +156,7 @@ class Meter:
                 "memory",
                 f"more than {self.limits.max_memory_mb:g} MB of state, calls and results "
                 f"held after {self.calls:,} calls: over the memory limit "
-                f"({OPTIONS['memory']}={self.limits.max_memory_mb:g})",
+                f"({MAX_MEMORY_MB}={self.limits.max_memory_mb:g})",
             )
 
     def pause(self, seconds: float) -> None:
@@ -147,7 +176,7 @@ class Meter:
                 "seconds",
                 f"scoring took more than {self.limits.max_seconds:g} s "
                 f"(after {self.calls:,} calls): over the time limit "
-                f"({OPTIONS['seconds']}={self.limits.max_seconds:g})",
+                f"({MAX_SECONDS}={self.limits.max_seconds:g})",
             )
 
 
@@ -225,8 +254,6 @@ def evaluating(expression: str) -> None:
 
 def place(where: Place, expression: str | None = None) -> str:
     """A place of ``at`` as a reason names it, on one line, long calls and literals cut."""
-    from ..common.text import escape, shorten_call
-
     turn, step, position, call = where
     if position is None:
         what = f": {escape(shorten_call(expression, 200))}" if expression is not None else ""

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _pytest._code.code import ReprFileLocation
+from _pytest._io import TerminalWriter
 
 from .junit import SECTION_PREFIX
 from .selection import NODE_ID
@@ -30,11 +31,11 @@ SHOWN_LINES = 28
 class Bounded:
     """A report's failure text as the terminal shows it, cut; the crash line kept for pytest's short summary."""
 
-    def __init__(self, lines: list[str], reprcrash: Any) -> None:
+    def __init__(self, lines: list[str], reprcrash: ReprFileLocation | None) -> None:
         self.lines = lines
         self.reprcrash = reprcrash
 
-    def toterminal(self, out: Any) -> None:
+    def toterminal(self, out: TerminalWriter) -> None:
         for line in self.lines:
             out.line(line)
 
@@ -66,7 +67,7 @@ class Bounder:
         self.state = state
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:
         if self.config.get_verbosity() <= 0 and self.config.getoption("tbstyle", "auto") not in ("no", "line"):
             junit, pages = self._junit(), self._report_pages()  # once, not per failure
             for report in terminalreporter.stats.get("failed", []):

@@ -19,6 +19,7 @@ from ..data.result_store import is_complete
 from ..execution import limits
 from ..scoring.row import Row
 from . import outcome, selection
+from .item import CarefulCollector, CarefulItem, run_conversation
 from .state import CarefulState
 
 
@@ -30,8 +31,6 @@ def score_filed(session: pytest.Session, state: CarefulState) -> list[str]:
     missing = sorted(n for n in state.selected if n not in state.rows and selection.NODE_ID.match(n))
     if not missing:
         return []
-    from .item import CarefulCollector, CarefulItem, run_conversation
-
     collector = CarefulCollector.from_parent(session, name="careful-filed", nodeid="careful-filed")
     files: dict[tuple[str, str], dict[str, LoggedEntry]] = {}
     scored = []
@@ -57,7 +56,7 @@ def score_filed(session: pytest.Session, state: CarefulState) -> list[str]:
     return scored
 
 
-def _row(item: Any, state: CarefulState, entry: LoggedEntry) -> Row | None:
+def _row(item: CarefulItem, state: CarefulState, entry: LoggedEntry) -> Row | None:
     """The row the item would have made (None if scoring it failed here: it stays not run)."""
     conversation = dataset.get(item.conversation_id)
     try:

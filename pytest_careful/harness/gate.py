@@ -18,6 +18,8 @@ from ..data.dataset import category_of
 from ..reports import scorecard, stats
 from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
 from ..reports.card import Card, Totals
+from ..reports.options import ALLOW_MISSING, ALLOW_PARTIAL_BASELINE, BASELINE, MIN_BFCL, MIN_SAFE
+from ..reports.runs import printable
 from ..reports.stats import ComparisonJson
 from ..scoring.row import Row
 from ..scoring.rules import Rule, checking
@@ -34,8 +36,6 @@ def load_baseline(path: Path, state: CarefulState) -> None:
     try:
         _check_baseline(path, state)
     except pytest.UsageError as exc:
-        from ..reports.runs import printable
-
         raise pytest.UsageError(printable(str(exc))) from None
 
 
@@ -44,16 +44,16 @@ def _check_baseline(path: Path, state: CarefulState) -> None:
     try:
         prov, rows = baseline_parts(read_scorecard(file))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise pytest.UsageError(f"--careful-baseline: {file} is not a pytest-careful scorecard ({exc})") from None
+        raise pytest.UsageError(f"{BASELINE}: {file} is not a pytest-careful scorecard ({exc})") from None
     current_dataset, current_decl = scorecard.dataset_digest(), state.declarations.digest
     if prov.get("dataset") != current_dataset:
         raise pytest.UsageError(
-            f"--careful-baseline: {file} was scored on another dataset "
+            f"{BASELINE}: {file} was scored on another dataset "
             f"({prov.get('dataset')} != {current_dataset}); the runs cannot be paired"
         )
     if prov.get("declarations") != current_decl:
         raise pytest.UsageError(
-            f"--careful-baseline: {file} was scored under other declarations "
+            f"{BASELINE}: {file} was scored under other declarations "
             f"({prov.get('declarations')} != {current_decl}); rescore it first"
         )
     _check_baseline_ids(file, rows)
@@ -61,8 +61,8 @@ def _check_baseline(path: Path, state: CarefulState) -> None:
     partial = covered < expected or prov.get("selection", {}).get("complete") is False
     if partial and not state.options.allow_partial_baseline:
         raise pytest.UsageError(
-            f"--careful-baseline: {file} scored a selection ({covered} of {expected} conversations), not a "
-            "whole run; pass --careful-allow-partial-baseline to compare with it anyway"
+            f"{BASELINE}: {file} scored a selection ({covered} of {expected} conversations), not a "
+            f"whole run; pass {ALLOW_PARTIAL_BASELINE} to compare with it anyway"
         )
     state.baseline = {"provenance": prov, "rows": rows}
 
@@ -70,13 +70,13 @@ def _check_baseline(path: Path, state: CarefulState) -> None:
 def _check_baseline_ids(file: Path, rows: Collection[str]) -> None:
     """Rows of conversations the dataset has, and some: else the pairing fails late or means nothing."""
     if not rows:
-        raise pytest.UsageError(f"--careful-baseline: {file} has no rows")
+        raise pytest.UsageError(f"{BASELINE}: {file} has no rows")
     known = {c.id for c in dataset.load(_bfcl.CATEGORIES)}
     unknown = [(number, cid) for number, cid in enumerate(rows) if cid not in known]
     if unknown:
         number, cid = unknown[0]
         raise pytest.UsageError(
-            f"--careful-baseline: {file}: row {number} ({cid[:80]!r}) is not a BFCL multi-turn conversation id"
+            f"{BASELINE}: {file}: row {number} ({cid[:80]!r}) is not a BFCL multi-turn conversation id"
         )
 
 
@@ -124,17 +124,17 @@ def judge_gate(
     if unscored and not options.allow_missing:
         state.gate_messages.append(
             f"{condition}: {counted(unscored, 'conversation')} could not be scored and count as "
-            "failures (--careful-allow-missing judges only the scored ones)"
+            f"failures ({ALLOW_MISSING} judges only the scored ones)"
         )
     accuracy = _gate_accuracy(overall, options.allow_missing)
     if options.min_safe is not None and accuracy.safe < options.min_safe:
         state.gate_messages.append(
             f"{condition}: success under effect safety {accuracy.safe:.3f} "
-            f"< --careful-min-safe {options.min_safe}{accuracy.over}"
+            f"< {MIN_SAFE} {options.min_safe}{accuracy.over}"
         )
     if options.min_bfcl is not None and accuracy.bfcl < options.min_bfcl:
         state.gate_messages.append(
-            f"{condition}: BFCL accuracy {accuracy.bfcl:.3f} < --careful-min-bfcl {options.min_bfcl}{accuracy.over}"
+            f"{condition}: BFCL accuracy {accuracy.bfcl:.3f} < {MIN_BFCL} {options.min_bfcl}{accuracy.over}"
         )
     if options.fail_on_regression is not None and comparison is not None:
         for category, result in comparison.items():

@@ -4,9 +4,11 @@ What running it comes to (row, failure text, sections, JUnit properties) is :mod
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+from _pytest._code import Traceback
 from _pytest.nodeid import coerce_node_id
 
 from ..data import dataset
@@ -36,12 +38,12 @@ class CarefulItem(pytest.Function):
         # Node ids read like BFCL ids so that copy-pasted ids and -k work.
         self._id = coerce_node_id(f"{conversation_id}[{condition}]")
 
-    def reportinfo(self) -> tuple[Any, int | None, str]:
+    def reportinfo(self) -> tuple[os.PathLike[str] | str, int | None, str]:
         # Anchored at the rootdir, so that the location reads careful/<category>
         # whichever directory the command runs in.
         return self.config.rootpath / "careful" / dataset.category_of(self.conversation_id), None, self.name
 
-    def _traceback_filter(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
+    def _traceback_filter(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Traceback:
         """pytest's frame filter, skipped for this plugin's own ``pytest.fail(pytrace=False)``.
 
         Such a failure is shown in pytest's "value" style (its message only), whichever

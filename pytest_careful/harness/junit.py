@@ -23,9 +23,9 @@ moves them into ``<system-out>`` as ``name=value`` lines instead.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Any
 
 import pytest
+from _pytest.junitxml import LogXML, _NodeReporter, bin_xml_escape, xml_key
 
 from .selection import NODE_ID
 
@@ -56,7 +56,7 @@ class Annotator:
         self.config = config
         self.model = model
         self.strict = strict
-        self._pending: dict[tuple[str, Any], str] = {}
+        self._pending: dict[tuple[str, object], str] = {}
 
     def annotate(self, report: pytest.TestReport) -> None:
         """Called for each careful report on the controller, before junitxml sees it."""
@@ -87,7 +87,7 @@ class Annotator:
             if NODE_ID.match(testcase.get("name", "")):
                 self._finish(reporter, testcase, xml.prefix)
 
-    def _finish(self, reporter: Any, testcase: ET.Element, prefix: str | None) -> None:
+    def _finish(self, reporter: _NodeReporter, testcase: ET.Element, prefix: str | None) -> None:
         name = ".".join(filter(None, [prefix, classname(testcase.get("name", ""))]))
         finalized = "id" not in reporter.__dict__  # finalize() freezes the element it returns
         if finalized:
@@ -101,7 +101,7 @@ class Annotator:
         if finalized:
             _merge_system_out(testcase)
 
-    def _add_unscored_properties(self, reporter: Any, testcase: ET.Element, finalized: bool) -> None:
+    def _add_unscored_properties(self, reporter: _NodeReporter, testcase: ET.Element, finalized: bool) -> None:
         """A testcase no careful row describes (teardown error, crashed worker): what we know."""
         match = NODE_ID.match(testcase.get("name", ""))
         assert match is not None
@@ -125,8 +125,6 @@ class Annotator:
 
 
 def _element(tag: str, text: str) -> ET.Element:
-    from _pytest.junitxml import bin_xml_escape
-
     element = ET.Element(tag)
     element.text = bin_xml_escape(text)
     return element
@@ -154,11 +152,7 @@ def _take_properties(report: pytest.TestReport) -> str:
     return "\n".join(f"{k}={v}" for k, v in ours)
 
 
-def _log_xml(config: pytest.Config) -> Any:
-    try:
-        from _pytest.junitxml import xml_key
-    except ImportError:  # pragma: no cover - another pytest
-        return None
+def _log_xml(config: pytest.Config) -> LogXML | None:
     return config.stash.get(xml_key, None)
 
 

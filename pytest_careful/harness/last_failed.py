@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 import pytest
+
+try:  # pytest >= 9.1 keys LFPlugin's record with NodeId objects
+    from _pytest.nodeid import NodeId
+except ImportError:  # pragma: no cover - pytest 9.0 keys it with strings
+    NodeId = None  # type: ignore[assignment,misc]
 
 from .scorecard_files import run_identity
 from .selection import NODE_ID
@@ -32,13 +36,9 @@ def cache_key(state: CarefulState) -> str:
     return CACHE_PREFIX + hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
 
 
-def _node_id(text: str) -> Any:
+def _node_id(text: str) -> object:
     """A record key as pytest's LFPlugin keys it (``NodeId`` from pytest 9.1, a string before)."""
-    try:
-        from _pytest.nodeid import NodeId
-    except ImportError:
-        return text
-    return NodeId.parse(text)
+    return text if NodeId is None else NodeId.parse(text)
 
 
 class LastFailed:
@@ -47,12 +47,14 @@ class LastFailed:
     def __init__(self, config: pytest.Config, state: CarefulState) -> None:
         self.config = config
         self.key = cache_key(state)
-        self.record: dict[Any, bool] | None = getattr(config.pluginmanager.get_plugin("lfplugin"), "lastfailed", None)
+        self.record: dict[object, bool] | None = getattr(
+            config.pluginmanager.get_plugin("lfplugin"), "lastfailed", None
+        )
         if self.record is not None and config.cache is not None:
             self._swap_in(self.record, config.cache.get(self.key, {}))
 
     @staticmethod
-    def _swap_in(record: dict[Any, bool], ours: Any) -> None:
+    def _swap_in(record: dict[object, bool], ours: object) -> None:
         for key in [k for k in record if NODE_ID.match(str(k))]:
             del record[key]
         if isinstance(ours, dict):

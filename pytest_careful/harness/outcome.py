@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, NoReturn, TypeGuard
+from typing import Any, NoReturn, Protocol, TypeGuard
 
 import pytest
 
 from ..data import dataset
+from ..data.result_files import LoggedEntry
+from ..evaluation.evaluate import Evaluation
 from ..execution import isolation
+from ..execution.decoding import Decoder
 from ..live.errors import LiveError, OutputUnwritable, SetupFailed
 from ..protocols import registry as protocols
+from ..reports import html_report
+from ..reports.options import ALLOW_MISSING
 from ..scoring.conversation import RESOURCE_LIMIT, UNSCORED, ConversationResult, score_conversation, unscored_row
 from ..scoring.conversation import SERVER_ERROR as SERVER_ERROR  # the items' name for it, as before
 from ..scoring.evidence import format_bfcl_failure, format_violations, transcript
 from ..scoring.row import CostUsd, Row
 from ..scoring.rules import Rule, checking, is_built_in
 from ..sources.reference_logged import Source
-from .state import SESSION_KEY
+from .state import SESSION_KEY, CarefulState
 
 ROW_KEY = pytest.StashKey[str]()
 LOG_KEY = pytest.StashKey[str]()
@@ -34,8 +39,26 @@ SECTIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
 PROPERTY_PREFIX = "careful_"
 
 
+class ConversationItem(Protocol):
+    """What scoring reads of a conversation's item (``item.CarefulItem``, which imports this module)."""
+
+    condition: str
+    conversation_id: str
+    repeat: int
+    config: pytest.Config
+    stash: pytest.Stash
+
+    @property
+    def nodeid(self) -> str: ...
+
+
 def score(
-    item: Any, state: Any, conversation: dataset.Conversation, result: Any, entry: Any, decoder: Any
+    item: ConversationItem,
+    state: CarefulState,
+    conversation: dataset.Conversation,
+    result: object,
+    entry: LoggedEntry | None,
+    decoder: Decoder,
 ) -> tuple[Row, str | None]:
     """Replay, verdict, rules and evidence of one conversation: its row and failure text.
 
@@ -49,7 +72,12 @@ def score(
 
 
 def _score_exclusive(
-    item: Any, state: Any, conversation: dataset.Conversation, result: Any, entry: Any, decoder: Any
+    item: ConversationItem,
+    state: CarefulState,
+    conversation: dataset.Conversation,
+    result: object,
+    entry: LoggedEntry | None,
+    decoder: Decoder,
 ) -> tuple[Row, str | None]:
     row, evaluation = score_conversation(conversation, result, entry, decoder, item.condition, state.scoring)
     live_details(state.source, item, row)
@@ -76,15 +104,13 @@ def _score_exclusive(
     return row, failure
 
 
-def write_detail(item: pytest.Item, state: Any, evaluation: Any) -> None:
+def write_detail(item: ConversationItem, state: CarefulState, evaluation: Evaluation) -> None:
     """report.html's turn-by-turn detail, to this process's sidecar file.
 
     Not on the test report: what crosses xdist stays one row per item (``html_report``).
     """
     if state.details_dir is None:
         return
-    from ..reports import html_report
-
     worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
     repeat = getattr(item, "repeat", 1)  # --careful-repeat: each repeat's detail apart (scorecard_files._repeat_page)
     node = item.nodeid if repeat == 1 else f"{item.nodeid}@repeat-{repeat}"
@@ -115,7 +141,7 @@ def _reported_rules(row: Row, gated: tuple[str, ...], rule_names: Sequence[str])
     return "\n".join(blocks)
 
 
-def _failure_text(row: Row, evaluation: Any, gate: str, bfcl_fails: bool, failing: list[str]) -> str:
+def _failure_text(row: Row, evaluation: Evaluation, gate: str, bfcl_fails: bool, failing: list[str]) -> str:
     """The item's failure: a first line for summaries, then one block per failing sub-assertion."""
     reasons = [f"BFCL {row['bfcl']['error_type']}"] if bfcl_fails else []
     errors = row.get("rule_errors", {})
@@ -136,7 +162,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line if line else line for line in text.splitlines())
 
 
-def record(item: Any, row: Row) -> None:
+def record(item: ConversationItem, row: Row) -> None:
     """The row, on the item: it crosses xdist on the call report.
 
     Its JUnit properties (``junit_properties``) are a function of the row: the controller
@@ -158,7 +184,11 @@ def announce(config: pytest.Config, row: Row) -> None:
 
 
 def unscored(
-    item: Any, state: Any, conversation: dataset.Conversation, reason: str, error_type: str = UNSCORED
+    item: ConversationItem,
+    state: CarefulState,
+    conversation: dataset.Conversation,
+    reason: str,
+    error_type: str = UNSCORED,
 ) -> NoReturn:
     """Fail closed: a conversation that could not be scored is a failure everywhere.
 
@@ -168,7 +198,7 @@ def unscored(
     """
     record(item, failed_row(item, state, conversation, reason, error_type))
     if state.options.allow_missing:
-        pytest.skip(f"unscored (allowed by --careful-allow-missing): {reason}")
+        pytest.skip(f"unscored (allowed by {ALLOW_MISSING}): {reason}")
     pytest.fail(f"unscored: {reason}", pytrace=False)
 
 
@@ -179,7 +209,9 @@ def no_entry_reason(problem: LiveError) -> str:
     return "not run" if isinstance(problem, SetupFailed) else "model run failed"
 
 
-def over_budget(item: Any, state: Any, conversation: dataset.Conversation, reason: str) -> NoReturn:
+def over_budget(
+    item: ConversationItem, state: CarefulState, conversation: dataset.Conversation, reason: str
+) -> NoReturn:
     """A conversation whose scoring went over its budget fails, and nothing else does.
 
     It is scored as a failure (BFCL error type ``careful:resource_limit``, every
@@ -196,7 +228,11 @@ def over_budget(item: Any, state: Any, conversation: dataset.Conversation, reaso
 
 
 def failed_row(
-    item: Any, state: Any, conversation: dataset.Conversation, reason: str, error_type: str = UNSCORED
+    item: ConversationItem,
+    state: CarefulState,
+    conversation: dataset.Conversation,
+    reason: str,
+    error_type: str = UNSCORED,
 ) -> Row:
     """``unscored_row`` for ``item`` of this session (its condition, model, declarations, boundary)."""
     return unscored_row(conversation, item.condition, reason, state.scoring, error_type=error_type)
@@ -227,7 +263,7 @@ def live_details(source: Source, item: Any, row: Row) -> None:
         item.stash[LOG_KEY] = run.log
 
 
-def _cost(logged: Any) -> CostUsd | None:
+def _cost(logged: object) -> CostUsd | None:
     """An entry's ``careful_cost_usd`` (``live.claude``), when it holds both figures as numbers."""
     if not isinstance(logged, dict):
         return None

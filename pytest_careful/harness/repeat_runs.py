@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import pytest
 
@@ -36,24 +36,28 @@ from ..common.text import counted
 from ..data import dataset
 from ..execution import limits
 from ..live.errors import LiveError, NotRun, ServerError
+from ..live.source import LiveSource
 from ..reports import repeat_stats as repeats
 from ..reports.card import Card, Provenance, RepeatFigures
+from ..reports.options import ALLOW_MISSING
 from ..scoring.row import Row
 from .outcome import (
     RESOURCE_LIMIT,
     SECTIONS_KEY,
     SERVER_ERROR,
+    ConversationItem,
     failed_row,
     no_entry_reason,
     record,
     score,
 )
+from .state import CarefulState
 
 #: The file beside the repeat folders.
 REPEATS_FILE = "repeats.json"
 
 
-def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> None:
+def run_repeats(item: ConversationItem, state: CarefulState, conversation: dataset.Conversation) -> None:
     """The item body with K > 1: score every repeat, record them, fail unless all pass."""
     rows: list[Row] = []
     failures: list[str | None] = []
@@ -72,15 +76,18 @@ def run_repeats(item: Any, state: Any, conversation: dataset.Conversation) -> No
     if not failing:
         return
     if state.options.allow_missing and all("unscored" in rows[i] for i in failing):
-        pytest.skip(f"unscored (allowed by --careful-allow-missing) in {len(failing)} of {len(rows)} repeats")
+        pytest.skip(f"unscored (allowed by {ALLOW_MISSING}) in {len(failing)} of {len(rows)} repeats")
     pytest.fail(failure_text(failures, state.options.gate), pytrace=False)
 
 
-def _one_repeat(item: Any, state: Any, conversation: dataset.Conversation, repeat: int) -> tuple[Row, str | None]:
+def _one_repeat(
+    item: ConversationItem, state: CarefulState, conversation: dataset.Conversation, repeat: int
+) -> tuple[Row, str | None]:
     """One repeat's row and failure text (None when it passes the gate); as ``item.run_conversation``."""
     run_failure = None
     try:
-        result, entry = state.source.result(item.condition, conversation, repeat)
+        # repeats are live runs only (read_options): the source is a LiveSource
+        result, entry = cast(LiveSource, state.source).result(item.condition, conversation, repeat)
     except NotRun as problem:  # this session did not run it: the item is skipped, a rerun runs it
         pytest.skip(str(problem))
     except ServerError as problem:  # the server failed it: never the model's verdict

@@ -16,9 +16,13 @@ from ..data import dataset
 from ..protocols import registry as protocols
 from ..reports import scorecard
 from ..reports.card import Card, Narrowed, Page, Provenance, SelectionJson
+from ..reports.html_report import read_details
+from ..reports.options import BASELINE, LABEL
 from ..scoring.row import Row
 from ..scoring.rules import NAMES as BUILT_IN_NAMES
 from ..scoring.rules import checking, is_built_in
+from ..sources.run_config import RunConfig
+from . import repeat_runs
 from .gate import compare_with_baseline, judge_gate
 from .state import CarefulState
 from .summary import rerun_command
@@ -98,8 +102,6 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
 
 def _page_inputs(state: CarefulState, card: Card) -> Page:
     """What report.html adds to the card: the workers' details, rerun commands, the baseline's name."""
-    from ..reports.html_report import read_details
-
     nodes = [f"{r['id']}[{r['condition']}]" for r in card["rows"]]
     baseline = (state.baseline or {}).get("provenance", {})
     return {
@@ -124,8 +126,6 @@ def _finish_repeats(
     Returns the pooled card (every repeat's rows, accuracies the means over
     repeats, and its ``repeat`` section), which the summary and the gate read.
     """
-    from . import repeat_runs
-
     k = state.options.repeat
     per_repeat = repeat_runs.rows_by_repeat(rows, k)
     folder = None
@@ -161,8 +161,6 @@ def _repeat_page(state: CarefulState, card: Card, index: int) -> Page:
     """report.html's inputs for one repeat: its own details (``item.write_detail`` keys repeats > 1 apart)."""
     page = _page_inputs(state, card)
     if index > 1:
-        from ..reports.html_report import read_details
-
         suffix = f"@repeat-{index}"
         keyed = read_details(state.details_dir, [n + suffix for n in page["reruns"]])
         page["details"] = {n.removesuffix(suffix): detail for n, detail in keyed.items()}
@@ -210,7 +208,7 @@ def _selection(
     expected: set[str],
     not_run: list[str],
     complete: bool,
-    options: Any,
+    options: RunConfig,
     narrowed_by: Narrowed,
 ) -> SelectionJson:
     unscored = sum(1 for r in rows if "unscored" in r)
@@ -262,7 +260,7 @@ def _target(
             notes.append(
                 f"{condition}: {base / other} holds another run's scorecard "
                 f"({_describe(existing.provenance.get('source'))}); this run's is in "
-                f"{base / label} (name it with --careful-label)"
+                f"{base / label} (name it with {LABEL})"
             )
             existing = _existing(directory)
     selection = card["provenance"]["selection"]
@@ -270,7 +268,7 @@ def _target(
     if _replaces(existing, {r["id"] for r in card["rows"]}, complete):
         if not complete:
             notes.append(
-                f"{condition}: a selection ({scored}), marked partial in its provenance (--careful-baseline refuses it)"
+                f"{condition}: a selection ({scored}), marked partial in its provenance ({BASELINE} refuses it)"
             )
         return directory, notes
     prior = _existing(directory / "partial")

@@ -27,15 +27,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from _pytest.config.findpaths import determine_setup
 
 from ..common.bfcl import NODE_ID
+from ..common.options import PREFIX
 from ..common.text import counted, did_you_mean
+from ..sources.options import CATEGORY, MODEL, PROTOCOL, RESULTS
 
 if TYPE_CHECKING:  # the plugin imports this module in every session; a type costs nothing
     from ..reports.card import Narrowed
 
 #: Options whose presence asks for a pytest-careful run.
-RUN_OPTIONS = ("--careful-model", "--careful-results")
+RUN_OPTIONS = (MODEL.flag, RESULTS.flag)
 
 
 @dataclass
@@ -73,13 +76,12 @@ def check(selection: Selection, categories: tuple[str, ...], protocols: tuple[st
         category = conversation.rsplit("_", 1)[0]
         if category not in categories and conversation in known:
             raise pytest.UsageError(
-                f"{name}: its category {category} is not among this run's "
-                f"({', '.join(categories)}); see --careful-category"
+                f"{name}: its category {category} is not among this run's ({', '.join(categories)}); see {CATEGORY}"
             )
         if conversation not in known:
             raise pytest.UsageError(f"{name}: no such conversation in bfcl-eval's multi-turn dataset")
         if condition is not None and condition not in protocols:
-            raise pytest.UsageError(f"{name}: this run's protocols are {', '.join(protocols)} (--careful-protocol)")
+            raise pytest.UsageError(f"{name}: this run's protocols are {', '.join(protocols)} ({PROTOCOL})")
 
 
 def keep_node_ids_as_printed(config: pytest.Config) -> None:
@@ -149,7 +151,7 @@ def prepare(config: pytest.Config, parser: pytest.Parser, args: list[str]) -> No
     """Take conversation ids off ``args`` and put rootdir and ini file where pytest would."""
     expand_argument_files(args)
     optparser = parser.optparser
-    if any(a.startswith("--careful-") for a in args):
+    if any(a.startswith(PREFIX) for a in args):
         _refuse_unknown_careful_options(args, optparser)
     if not any(a.startswith(RUN_OPTIONS) for a in args):
         return
@@ -167,12 +169,12 @@ def prepare(config: pytest.Config, parser: pytest.Parser, args: list[str]) -> No
 def _refuse_unknown_careful_options(args: list[str], optparser: argparse.ArgumentParser) -> None:
     """A misspelled ``--careful-*`` option, said with the option it most likely meant (argparse's own
     "unrecognized arguments" names no candidate)."""
-    known = [o for o in optparser._option_string_actions if o.startswith("--careful-")]
+    known = [o for o in optparser._option_string_actions if o.startswith(PREFIX)]
     for index in set(range(len(args))) - set(positional_indices(optparser, args)):
         name = args[index].split("=", 1)[0]
-        if name.startswith("--careful-") and name not in known:
-            hint = did_you_mean(name, known, cutoff=0.6, prefix="--careful-")
-            hint = hint or " (pytest --help lists the --careful-* options)"
+        if name.startswith(PREFIX) and name not in known:
+            hint = did_you_mean(name, known, cutoff=0.6, prefix=PREFIX)
+            hint = hint or f" (pytest --help lists the {PREFIX}* options)"
             raise pytest.UsageError(f"unrecognized option {name}{hint}")
 
 
@@ -190,7 +192,7 @@ def expand_argument_files(args: list[str], depth: int = 0) -> None:
             except (OSError, UnicodeDecodeError):
                 lines = []
             expand_argument_files(lines, depth + 1)  # argparse reads @files within @files too
-            if any(NODE_ID.match(line) or line.startswith("--careful-") for line in lines):
+            if any(NODE_ID.match(line) or line.startswith(PREFIX) for line in lines):
                 args[i : i + 1] = lines
                 i += len(lines)
                 continue
@@ -226,8 +228,6 @@ def _claim_deselect(args: list[str], optparser: argparse.ArgumentParser) -> list
 def _redetermine_setup(config: pytest.Config, args: list[str], paths: list[str]) -> None:
     """Recompute rootdir and ini file from the true path arguments (see module docstring)."""
     try:
-        from _pytest.config.findpaths import determine_setup
-
         ns = config.known_args_namespace
         rootpath, inipath, inicfg, ignored = determine_setup(
             inifile=ns.inifilename,
@@ -236,7 +236,7 @@ def _redetermine_setup(config: pytest.Config, args: list[str], paths: list[str])
             rootdir_cmd_arg=ns.rootdir or None,
             invocation_dir=config.invocation_params.dir,
         )
-    except (ImportError, TypeError, AttributeError):  # another pytest: leave its choice alone
+    except (TypeError, AttributeError):  # another pytest: leave its choice alone
         return
     if (rootpath, inipath) == (config.rootpath, config.inipath):
         return

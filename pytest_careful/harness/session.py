@@ -10,7 +10,7 @@ import tempfile
 import threading
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -19,13 +19,23 @@ from ..data import dataset
 from ..effects import declarations
 from ..live import scripted
 from ..live.backends import backend
+from ..live.budget import Prices
+from ..live.claude import RUN_ID_ENV, estimate
+from ..live.handles import resolution_line
+from ..live.inflight import land, take_off, worker_count
+from ..live.progress import Display
+from ..live.source import LiveSource, open_live
+from ..live.stops import SESSION_ENV
+from ..live.vllm_server import ENDPOINT_ENV, LOG_ENV, forget_session, start_for_session, stop
 from ..reports import scorecard
 from ..scoring import rules
 from ..scoring.conversation import ScoringConfig
 from ..scoring.rules import Rule, Settings, checking
+from ..sources.options import MODEL
 from ..sources.reference_logged import Source, open_source
 from ..sources.run_config import RunConfig, SourceError
 from . import gate, junit, scorecard_files, selection, summary
+from .filed import score_filed
 from .item import CarefulCollector, CarefulItem, make_items
 from .outcome import ROW_KEY, call_sections, junit_properties
 from .state import SESSION_KEY, CarefulState
@@ -36,8 +46,6 @@ def start(config: pytest.Config, options: RunConfig) -> CarefulState:
     source: Source
     scripted.register()  # a scripted model's results folder decodes with its handler
     if options.live:
-        from ..live.source import open_live  # the live backends, only for a live run (start-up time)
-
         try:
             source = open_live(options)
         except SourceError as problem:
@@ -107,7 +115,7 @@ class CarefulPlugin:
         #: node ids of failed tests that are not conversations (paths given beside a run)
         self._other_failures: list[str] = []
         self._page_prepared = False  # xdist controller: report.html's templates compiled on a thread
-        self._progress: Any = None  # live runs, controller: live.progress.Display
+        self._progress: Display | None = None  # live runs, controller
         state.details_dir = self._details_dir(config)
         if not self.is_worker:
             config.pluginmanager.register(self.junit, "careful-junit")
@@ -137,8 +145,6 @@ class CarefulPlugin:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         handle = getattr(self.state.source, "handle", None)
         if handle is not None and reporter is not None:  # what runs, said before anything runs
-            from ..live.handles import resolution_line
-
             reporter.write_line(f"careful: {resolution_line(handle)}")
             for line in self.state.start_lines:
                 reporter.write_line(f"careful: {line}")
@@ -148,11 +154,9 @@ class CarefulPlugin:
         plan = getattr(self.state.source, "server_plan", None)
         if plan is None or self.config.getoption("collectonly"):
             return
-        from ..live.vllm_server import start_for_session
-
         problem = start_for_session(plan, lambda line: reporter.write_line(f"careful: {line}") if reporter else None)
         if problem:
-            raise pytest.UsageError(f"--careful-model={self.state.options.model}: {problem}")
+            raise pytest.UsageError(f"{MODEL}={self.state.options.model}: {problem}")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -184,10 +188,6 @@ class CarefulPlugin:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         """xdist controller: send each worker what this session set up (server URL, run id)."""
-        from ..live.claude import RUN_ID_ENV
-        from ..live.stops import SESSION_ENV
-        from ..live.vllm_server import ENDPOINT_ENV, LOG_ENV
-
         node.workerinput["careful_env"] = {
             k: os.environ[k] for k in (RUN_ID_ENV, ENDPOINT_ENV, LOG_ENV, SESSION_ENV) if k in os.environ
         }
@@ -217,8 +217,6 @@ class CarefulPlugin:
             shutil.rmtree(self.state.details_dir, ignore_errors=True)
         plan = getattr(self.state.source, "server_plan", None)
         if plan is not None and not self.is_worker:
-            from ..live.vllm_server import forget_session, stop
-
             stop(plan)
             forget_session()
         release = getattr(self.state.source, "release_output", None)
@@ -266,9 +264,6 @@ class CarefulPlugin:
         handle = getattr(self.state.source, "handle", None)
         if handle is None or not backend(handle.kind).priced:
             return
-        from ..live.budget import Prices
-        from ..live.claude import estimate
-
         ids = dict.fromkeys(i.conversation_id for i in session.items if isinstance(i, CarefulItem))
         conditions = len({i.condition for i in session.items if isinstance(i, CarefulItem)}) or 1
         # --careful-repeat: every conversation runs K times; counted like as many conditions.
@@ -299,15 +294,11 @@ class CarefulPlugin:
         flight = None
         live = self.state.options.live and not self.config.getoption("collectonly")
         if live and session.items:
-            from ..live.inflight import take_off, worker_count
-
             careful = [(i.condition, i.conversation_id) for i in session.items if isinstance(i, CarefulItem)]
             workers = worker_count(getattr(self.config, "workerinput", None))
             flight = take_off(self.state.source, careful, self.state.options.repeat, workers)  # type: ignore[arg-type]
         if live and not self.is_worker:
-            from ..live.progress import Display
-
-            source: Any = self.state.source  # a LiveSource
+            source = cast(LiveSource, self.state.source)
             self._progress = Display(
                 source.stops.session_dir() / "flight" / "progress",
                 self.config.pluginmanager.get_plugin("terminalreporter"),
@@ -325,18 +316,18 @@ class CarefulPlugin:
                 # Interrupted (Ctrl-C to this process alone, or cut short): the workers send nothing new.
                 self.state.source.stops.interrupted()  # type: ignore[attr-defined]
             if flight is not None:
-                from ..live.inflight import land
-
                 land(flight, completed)
             if self._progress is not None:
                 self._progress.stop()
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         rep = yield
         # The row crosses xdist on the report (config.stash is not sent back).
         if isinstance(item, CarefulItem) and rep.when == "call":
-            rep.careful_row = item.stash.get(ROW_KEY, None)
+            rep.__dict__["careful_row"] = item.stash.get(ROW_KEY, None)  # an extra attribute: xdist sends it
             rep.sections.extend(call_sections(item))
         return rep
 
@@ -391,8 +382,6 @@ class CarefulPlugin:
             return  # --collect-only scored nothing: no scorecard to write, no gate to judge (exit stays 0)
         self._compact_results()  # the workers are done: no append can race the rewrite
         if self.state.options.live:
-            from .filed import score_filed
-
             score_filed(session, self.state)  # filed, but their items never reported (a crash, an interrupt)
         _gc.freeze()  # rows and reports, kept to the end: the scorecards' allocations need not rescan them
         stops = getattr(self.state.source, "stops", None)
@@ -431,7 +420,7 @@ class CarefulPlugin:
         ]
         return lines + [f"careful: warning: {w}" for w in source.warnings]
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.is_worker or self.config.getoption("collectonly"):
             return
         terminalreporter.section("careful")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pluggy
 import pytest
 
 from ..effects.declarations import Declarations
@@ -27,7 +28,7 @@ class CarefulState:
     #: what scoring a conversation depends on (``scoring.conversation.score_conversation``)
     scoring: ScoringConfig
     #: the session's hook relay (``config.hook``): the plugin's own hooks are called through it
-    hook: Any = None
+    hook: pluggy.HookRelay | None = None
     #: rows by node id, filled on the controller from reports
     rows: dict[str, Row] = field(default_factory=dict)
     #: node ids of the items this run selected (after -k, -m, --lf, --deselect, node ids)

@@ -6,27 +6,44 @@ from __future__ import annotations
 import io
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..common.options import Option
 from ..common.text import counted
-from ..execution.limits import DEFAULT_MAX_CALLS, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_SECONDS
+from ..execution.limits import MAX_CALLS, MAX_MEMORY_MB, MAX_SECONDS
 from ..protocols import registry as protocols
+from ..protocols.options import USER_SCRIPT
 from ..reports import own_rules, scorecard, stats
 from ..reports.card import Card, Provenance, Totals
+from ..reports.options import ALLOW_MISSING, LABEL, SCORECARDS
 from ..reports.stats import ComparisonJson
+from ..scoring.options import BOUNDARY, DETECTOR, DUPLICATE_WRITES, GATE
 from ..scoring.row import Row
-from ..sources.run_config import RunConfig
+from ..sources.live_options import (
+    DTYPE,
+    ENDPOINT,
+    MAX_MODEL_LEN,
+    MAX_OUTPUT_TOKENS,
+    OUTPUT,
+    REPEAT,
+    SERVER_TIMEOUT,
+    VLLM_ARG,
+)
+from ..sources.options import DECODER, HANDLER, MODEL, PROTOCOL, RESULTS
+from ..sources.run_config import DEFAULT_SERVER_TIMEOUT, RunConfig
 from .gate import gate_passes, gate_verdict
-from .options import DEFAULT_SERVER_TIMEOUT
+from .outcome import SERVER_ERROR
+from .repeat_runs import summary_lines
 from .state import CarefulState
 
 
 def summary_text(state: CarefulState, width: int) -> str:
-    from rich.console import Console
-    from rich.table import Table
-
     out = io.StringIO()
     console = Console(file=out, width=max(width, 80), force_terminal=False, color_system=None, soft_wrap=True)
 
@@ -40,14 +57,14 @@ def summary_text(state: CarefulState, width: int) -> str:
             f"boundary {state.options.boundary}, detector {state.options.detector}, "
             f"duplicate writes {state.options.duplicate_writes}, gate {state.options.gate}"
         )
-        for table in _totals_tables(state, Table):
+        for table in _totals_tables(state):
             console.print(table)
         for line in LEGEND:
             say(line)
         for line in _condition_notes(state):
             say(line)
         for condition, comparison in state.comparisons.items():
-            console.print(_comparison_table(condition, comparison, Table))
+            console.print(_comparison_table(condition, comparison))
         _print_notable(state, console)
     for line in state.source.summary_lines():  # live: BFCL differences, not run
         say(line)
@@ -80,26 +97,24 @@ def headlines(state: CarefulState) -> list[str]:
         )
         if unscored:
             line += f"; {unscored} unscored ({_unscored_causes(rows)}: " + (
-                "skipped under --careful-allow-missing" if state.options.allow_missing else "counted as failures"
+                f"skipped under {ALLOW_MISSING}" if state.options.allow_missing else "counted as failures"
             )
             if any(r["bfcl"]["error_type"] == "careful:server_error" for r in rows):  # outcome.SERVER_ERROR
                 line += "; a rerun of the same command runs the server errors"
             line += ")"
         over_budget = sum(1 for r in rows if "resource_limit" in r)
         if over_budget:
-            line += f"; {over_budget} over a resource limit (failed: see --careful-max-calls, -seconds, -memory-mb)"
+            line += f"; {over_budget} over a resource limit (failed: see {MAX_CALLS}, -seconds, -memory-mb)"
         if not_run:
             line += f"; {not_run} selected but not run"
         if state.options.repeat > 1:  # the items' verdicts are pass^K (repeat_runs.representative)
-            line += f"; each passing in all {state.options.repeat} repeats (--careful-repeat)"
+            line += f"; each passing in all {state.options.repeat} repeats ({REPEAT})"
         lines.append(line)
     return lines or [state.empty_selection or "no conversation was scored"]
 
 
 def _unscored_causes(rows: list[Row]) -> str:
     """Why conversations went unscored: the input's problems, or the server's faults (a rerun runs them)."""
-    from .outcome import SERVER_ERROR
-
     unscored = [r for r in rows if "unscored" in r]
     server = sum(1 for r in unscored if r["bfcl"]["error_type"] == SERVER_ERROR)
     if not server:
@@ -110,7 +125,7 @@ def _unscored_causes(rows: list[Row]) -> str:
     return f"{server} server error{'s' if server != 1 else ''}, {other} input or run problem{'s' if other != 1 else ''}"
 
 
-def _print_problems(state: CarefulState, say: Any) -> None:
+def _print_problems(state: CarefulState, say: Callable[[str], object]) -> None:
     for warning in state.source.warnings:
         say(f"warning: {warning}")
     for problem in state.source.problems:
@@ -165,7 +180,7 @@ def _share_text(share: float | None) -> str:
     return own_rules.OFF if share is None else f"{100 * share:.1f}%"
 
 
-def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
+def _totals_tables(state: CarefulState) -> list[Table]:
     """Two narrow tables (accuracy, violations), one pair per condition, for 80 columns; a third for
     the run's own rules (pytest_careful_rules), a column each, ``*`` marking the gated ones."""
     gated = {r.name for r in state.scoring.own_rules if r.gated}
@@ -174,25 +189,22 @@ def _totals_tables(state: CarefulState, Table: Any) -> list[Any]:
         dropped = own_rules.off(card["provenance"])
         rows = [(c.removeprefix("multi_turn_"), _cells(t, dropped), t) for c, t in card["totals"].items()]
         for title, columns in (("accuracy", _ACCURACY), ("rule violations", _VIOLATIONS)):
-            table = _table(Table, f"{state.source.model} [{condition}]: {title}", columns)
+            table = _table(f"{state.source.model} [{condition}]: {title}", columns)
             for category, cells, _ in rows:
                 table.add_row(category, *(cells[c] for c in columns))
             tables.append(table)
         own = scorecard.custom_rules(card["provenance"])
         if own:
             headers = [name + ("*" if name in gated else "") for name in own]
-            table = _table(Table, f"{state.source.model} [{condition}]: rules of the run's own (* gated)", headers)
+            table = _table(f"{state.source.model} [{condition}]: rules of the run's own (* gated)", headers)
             for category, _, t in rows:
                 table.add_row(category, *(str(t["counts"].get(n, 0)) for n in own))
             tables.append(table)
     return tables
 
 
-def _table(Table: Any, title: str, columns: Sequence[str]) -> Any:
+def _table(title: str, columns: Sequence[str]) -> Table:
     """A summary table: its title (user input escaped), a category column, right-aligned figures."""
-    from rich import box
-    from rich.markup import escape
-
     table = Table(title=escape(title), box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     table.add_column("category", no_wrap=True)
     for column in columns:
@@ -207,8 +219,6 @@ def _condition_notes(state: CarefulState) -> list[str]:
         t = card["totals"]["all"]
         lines.append(_turn_credit_line(condition, card))
         if "repeat" in card:
-            from .repeat_runs import summary_lines
-
             lines.extend(summary_lines(condition, card))
         if "answers" in t:
             a = t["answers"]
@@ -282,7 +292,7 @@ def _confirm_figures(condition: str, t: Totals, prov: Provenance) -> list[str]:
     return lines
 
 
-def _comparison_table(condition: str, comparison: dict[str, ComparisonJson], Table: Any) -> Any:
+def _comparison_table(condition: str, comparison: dict[str, ComparisonJson]) -> Table:
     table = Table(title=f"{condition} vs baseline (BFCL verdict, exact McNemar)")
     for column in ("category", "gained", "lost", "p"):
         table.add_column(column, justify="left" if column == "category" else "right")
@@ -293,7 +303,7 @@ def _comparison_table(condition: str, comparison: dict[str, ComparisonJson], Tab
     return table
 
 
-def _print_notable(state: CarefulState, console: Any) -> None:
+def _print_notable(state: CarefulState, console: Console) -> None:
     slowest = sorted(state.durations.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     if slowest:
         console.print("slowest conversations:", highlight=False)
@@ -340,30 +350,34 @@ def rerun_command(state: CarefulState, node: str) -> str:
     parts = ["pytest", f"'{node}'"]
     if options.results is not None:
         # Absolute and normalised: the command works from any directory, and reads without "../".
-        parts.append(f"--careful-results={shlex.quote(os.path.abspath(options.results))}")
+        parts.append(f"{RESULTS}={shlex.quote(os.path.abspath(options.results))}")
         if options.model:  # it names the run (label, careful_model) and, without a decoder, decodes it
-            parts.append(f"--careful-model={shlex.quote(options.model)}")
+            parts.append(f"{MODEL}={shlex.quote(options.model)}")
         if options.decoder or not options.model:
-            parts.append(f"--careful-decoder={state.source.decoder_key}")
+            parts.append(f"{DECODER}={state.source.decoder_key}")
     else:
-        parts.append(f"--careful-model={shlex.quote(state.source.model)}")
+        parts.append(f"{MODEL}={shlex.quote(state.source.model)}")
     condition = node.rsplit("[", 1)[-1].rstrip("]")
     # A logged run of several protocols lies in DIR/<protocol>/; one protocol alone would read DIR
     # itself. The node id selects the one condition either way.
     several = options.results is not None and len(options.protocols) > 1
-    parts.append(f"--careful-protocol={','.join(options.protocols) if several else condition}")
-    defaults = {"gate": "safe", "boundary": "final", "detector": "strict", "duplicate_writes": "paper"}
+    parts.append(f"{PROTOCOL}={','.join(options.protocols) if several else condition}")
     parts += [
-        f"--careful-{name.replace('_', '-')}={getattr(options, name)}"
-        for name, default in defaults.items()
-        if getattr(options, name) != default
+        f"{option}={value}"
+        for option, value in (
+            (GATE, options.gate),
+            (BOUNDARY, options.boundary),
+            (DETECTOR, options.detector),
+            (DUPLICATE_WRITES, options.duplicate_writes),
+        )
+        if value != option.default
     ]
     if protocols.get(condition).scripted_user and options.user_script != "default":
-        parts.append(f"--careful-user-script={options.user_script}")
+        parts.append(f"{USER_SCRIPT}={options.user_script}")
     if options.label:
-        parts.append(f"--careful-label={shlex.quote(options.label)}")
+        parts.append(f"{LABEL}={shlex.quote(options.label)}")
     if options.repeat > 1:
-        parts.append(f"--careful-repeat={options.repeat}")
+        parts.append(f"{REPEAT}={options.repeat}")
     return " ".join(parts + _rerun_settings(options))
 
 
@@ -374,29 +388,29 @@ def _rerun_settings(options: RunConfig) -> list[str]:
     afresh in ``./result`` (another server, another handler) instead of resuming the run's folder.
     """
     parts = [
-        f"--careful-{flag}={value}"
-        for flag, value, default in (
-            ("max-calls", options.limits.max_calls, DEFAULT_MAX_CALLS),
-            ("max-seconds", options.limits.max_seconds, DEFAULT_MAX_SECONDS),
-            ("max-memory-mb", options.limits.max_memory_mb, DEFAULT_MAX_MEMORY_MB),
+        f"{option}={value}"
+        for option, value in (
+            (MAX_CALLS, options.limits.max_calls),
+            (MAX_SECONDS, options.limits.max_seconds),
+            (MAX_MEMORY_MB, options.limits.max_memory_mb),
         )
-        if value != default
+        if value != option.default
     ]
-    if options.scorecards != Path("scorecards"):
-        parts.append(f"--careful-scorecards={shlex.quote(os.path.abspath(options.scorecards))}")
+    if options.scorecards != SCORECARDS.default:
+        parts.append(f"{SCORECARDS}={shlex.quote(os.path.abspath(options.scorecards))}")
     if not options.live:
         return parts
-    parts.append(f"--careful-output={shlex.quote(os.path.abspath(options.output))}")
-    given: list[tuple[str, object]] = [
-        ("handler", options.handler),
-        ("endpoint", ",".join(options.endpoint) or None),
-        ("dtype", options.dtype),
-        ("max-model-len", options.max_model_len),
-        ("max-output-tokens", options.max_output_tokens),
+    parts.append(f"{OUTPUT}={shlex.quote(os.path.abspath(options.output))}")
+    given: list[tuple[Option, object]] = [
+        (HANDLER, options.handler),
+        (ENDPOINT, ",".join(options.endpoint) or None),
+        (DTYPE, options.dtype),
+        (MAX_MODEL_LEN, options.max_model_len),
+        (MAX_OUTPUT_TOKENS, options.max_output_tokens),
     ]
     if options.server_timeout != DEFAULT_SERVER_TIMEOUT:
-        given.append(("server-timeout", options.server_timeout))
-    parts += [f"--careful-{flag}={shlex.quote(str(value))}" for flag, value in given if value is not None]
+        given.append((SERVER_TIMEOUT, options.server_timeout))
+    parts += [f"{option}={shlex.quote(str(value))}" for option, value in given if value is not None]
     if options.vllm_args:  # one value, split again as the option splits it
-        parts.append(f"--careful-vllm-arg={shlex.quote(shlex.join(options.vllm_args))}")
+        parts.append(f"{VLLM_ARG}={shlex.quote(shlex.join(options.vllm_args))}")
     return parts

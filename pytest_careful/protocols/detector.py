@@ -41,13 +41,7 @@ import json
 import re
 from collections.abc import Callable
 
-#: Detector rules, as re-scored in the seed's sensitivity study.
-#: strict: a sentence ends in a question mark or carries a confirmation phrase.
-#: question_mark: a sentence ends in a question mark (no phrases).
-#: last_sentence: the strict rule on the last sentence only.
-#: loose: EffectWorld's rule, a question mark or shall / should / would you
-#: like anywhere in the prose.
-MODES: tuple[str, ...] = ("strict", "question_mark", "last_sentence", "loose")
+from .options import MODES
 
 #: Explicit requests for confirmation or permission, matched case-insensitively
 #: on word boundaries with curly apostrophes read as straight ones. Each asks

@@ -63,8 +63,7 @@ import yaml
 
 from ..effects.declarations import DECLARATIONS_DIR
 from . import detector
-
-SCRIPTS: tuple[str, ...] = ("default", "no_failure_yes", "asking_sentences_only")
+from .options import SCRIPTS
 
 YES, NO, RESTATE = "yes", "no", "restate"
 YES_MESSAGE = "Yes, please go ahead."

@@ -11,9 +11,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data import dataset
 from ..effects.declarations import ANNOTATORS, BOUNDARIES, Declarations
+from ..evaluation.evaluate import evaluate
 from ..protocols.detector import MODES
+from ..scoring.conversation import ScoringConfig, score_evaluation
 from ..scoring.row import Row
+from ..scoring.rules import Settings
+from ..sources.reference_logged import run_entries
 
 #: The pairs in the order the seed reports them (§3): A1-A3 among themselves, then A4 with each.
 PAIRS: tuple[tuple[str, str], ...] = (
@@ -206,12 +211,6 @@ def score_run(run_dir: Path, decoder_key: str, decl: Declarations) -> dict[str, 
 
     Rows are made as the pytest run makes them (``score_evaluation``), under the standard protocol.
     """
-    from ..data import dataset
-    from ..evaluation.evaluate import evaluate
-    from ..scoring.conversation import ScoringConfig, score_evaluation
-    from ..scoring.rules import Settings
-    from ..sources.reference_logged import run_entries
-
     dec, entries, _ = run_entries(run_dir, decoder_key)
     evaluations = [evaluate(dataset.get(entry.id), entry.result, dec, entry=entry) for entry in entries]
 

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..common import bfcl as _bfcl
+from ..data import dataset
+from . import scorecard
 from .comparison import build
 from .comparison_output import write
 from .runs import (
@@ -75,9 +77,6 @@ def run(argv: Sequence[str] | None = None) -> list[str]:
             f"{args.out}: holds a scorecard, whose report.html would be replaced; give --out another folder"
         )
     paths, notes = find_scorecards(args.folders)
-    from ..data import dataset
-    from . import scorecard
-
     known = frozenset(c.id for c in dataset.load(_bfcl.CATEGORIES))
     runs = [load_run(p, known) for p in paths]
     if len(runs) < 2:

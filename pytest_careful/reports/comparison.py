@@ -12,7 +12,9 @@ from ..common.json_types import NotRequired, TypedDict
 from ..protocols import registry as protocols
 from . import own_rules, stats
 from . import repeat_stats as repeats
+from .agreement import spearman_rho
 from .runs import SHORT, Run, by_category, categories_of, category_of_id, cut_name, id_order, visible
+from .stats import spearman_p
 
 #: Below this p-value a paired difference is called unlikely to be noise.
 ALPHA = 0.05
@@ -355,9 +357,6 @@ def rank_agreement(runs: list[Run], ids: list[str]) -> RankAgreement:
     if len(by_model) < MIN_MODELS_FOR_RANKS:
         out["reason"] = f"needs standard runs of at least {MIN_MODELS_FOR_RANKS} models; there are {len(by_model)}"
         return out
-    from .agreement import spearman_rho
-    from .stats import spearman_p
-
     groups = {"mean": ids, **by_category(ids)}
     rho_of: dict[str, Rho | None] = {}
     out["rho"] = rho_of

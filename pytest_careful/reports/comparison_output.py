@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from . import plots
 from .comparison import RankAgreement, Report, Table5Row, format_p
 from .own_rules import OFF
 from .runs import cut_name, printable, visible
@@ -203,7 +204,7 @@ def _md_escape(text: str) -> str:
 
 def html(report: Report) -> str:
     """report.html: one self-contained page (inline CSS, no script from elsewhere, autoescaped)."""
-    from jinja2 import Environment, PackageLoader, select_autoescape
+    from jinja2 import Environment, PackageLoader, select_autoescape  # jinja2: only report.html needs it
 
     env = Environment(
         loader=PackageLoader("pytest_careful.reports", "templates"),
@@ -235,24 +236,21 @@ MAX_PAIR_CHARTS = 12
 def _charts(report: Report) -> list[str]:
     """Inline SVG charts drawn by pytest_careful.reports.plots; none when it is absent (the page is tables only)."""
     try:
-        from . import plots
-    except ImportError:  # matplotlib missing: the tables carry every figure
+        svgs = [plots.svg(_accuracy_figure(report))]
+        for pair in report["pairs"][:MAX_PAIR_CHARTS]:
+            card: ChartCard = {
+                "provenance": {"model": pair["b"], "protocol": "paired"},
+                "totals": {"all": {"conversations": report["ids"]}},
+            }
+            svgs.append(plots.comparison_svg(card, pair["bfcl"], pair["a"]))
+    except ImportError:  # matplotlib missing (plots imports it at the first chart): the tables carry every figure
         return []
-    svgs = [plots.svg(_accuracy_figure(report))]
-    for pair in report["pairs"][:MAX_PAIR_CHARTS]:
-        card: ChartCard = {
-            "provenance": {"model": pair["b"], "protocol": "paired"},
-            "totals": {"all": {"conversations": report["ids"]}},
-        }
-        svgs.append(plots.comparison_svg(card, pair["bfcl"], pair["a"]))
     return [svg[svg.index("<svg") :] for svg in svgs]  # inline: drop the XML prolog and doctype
 
 
 def _accuracy_figure(report: Report) -> Figure:
     """One row per run: BFCL and safe accuracy with their Wilson 95 % intervals."""
-    from matplotlib.figure import Figure
-
-    from . import plots  # imported by ``_charts`` already: matplotlib is there
+    from matplotlib.figure import Figure  # matplotlib: imported at the first chart
 
     runs = report["runs"]
     figure = Figure(figsize=(8.0, 1.2 + 0.45 * len(runs)))

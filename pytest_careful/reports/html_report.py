@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from ..execution import dag
+from ..execution.snapshot import Change, diff
 from ..protocols import registry as protocols
 from ..scoring import rules
 from . import own_rules
@@ -201,8 +202,6 @@ def _changes(changes: Sequence[Change]) -> list[StateChange]:
 
 
 def _side(value: object) -> str | None:
-    from ..execution.snapshot import Change
-
     return None if value == Change.MISSING else value_text(value)
 
 
@@ -210,8 +209,6 @@ def _state_diff(model_turn: TurnReplay | None, reference_turn: TurnReplay | None
     """Where the model's state after the turn differs from the reference's (hidden attributes too)."""
     if model_turn is None or reference_turn is None:
         return []
-    from ..execution.snapshot import diff
-
     return _changes(diff(reference_turn.state_after, model_turn.state_after))
 
 
@@ -345,7 +342,7 @@ def render(
         charts: SVG text by chart name (``plots.svg``), drawn inline.
         baseline: the baseline's name (its label or model), named in the comparison's heading.
     """
-    from markupsafe import Markup
+    from markupsafe import Markup  # markupsafe (Jinja2's): imported for report.html only
 
     prov = card["provenance"]
     own, dropped = own_rules.read(prov), own_rules.off(prov)
@@ -422,7 +419,7 @@ def _bodies(
     names: Sequence[str] = rules.NAMES,
 ) -> list[Markup]:
     """Each conversation's ``<details>`` element, rendered on its own and kept within the budget."""
-    from markupsafe import Markup
+    from markupsafe import Markup  # markupsafe (Jinja2's): imported for report.html only
 
     template = jinja_environment().get_template("conversation.html.j2")
     conversations = [_conversation(row, details.get(_node(row)), reruns.get(_node(row), ""), names) for row in rows]
@@ -565,7 +562,7 @@ def _inline_svg(svg: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def jinja_environment() -> jinja2.Environment:
-    import jinja2
+    import jinja2  # jinja2: imported for report.html only, not by every scoring process
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),

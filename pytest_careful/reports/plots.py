@@ -19,10 +19,6 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal
 
-from matplotlib import rc_context
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-
 from ..common.text import escape
 from ..protocols import registry as protocols
 from ..scoring import rules
@@ -31,7 +27,9 @@ from . import own_rules
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.figure import Figure
     from matplotlib.font_manager import FontProperties
+    from matplotlib.ticker import MaxNLocator
     from matplotlib.typing import RcKeyType
 
     from .chart_cache import ChartCard, ChartComparison
@@ -117,7 +115,7 @@ def chart_files(
     the files depend on the card and the libraries' versions alone, so that ``chart_cache``
     may reuse them.
     """
-    from matplotlib import style
+    from matplotlib import style  # matplotlib: imported at the first chart, not by every scoring process
 
     files: dict[str, bytes | str] = {}
     with style.context("default"):
@@ -137,6 +135,8 @@ def svg(figure: Figure) -> str:
 
 
 def _save(figure: Figure, fmt: str, metadata: dict[str, str | None]) -> io.BytesIO:
+    from matplotlib import rc_context  # matplotlib: imported at the first chart, not by every scoring process
+
     out = io.BytesIO()
     with rc_context(_SAVE_RC), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a glyph DejaVu lacks (a model name in CJK) draws as a box
@@ -188,6 +188,8 @@ def _new_figure(width: float, height: float, left: float = 0.75, right: float = 
 
     Fixed, not matplotlib's constrained layout: that one costs more than drawing the chart.
     """
+    from matplotlib.figure import Figure  # matplotlib: imported at the first chart, not by every scoring process
+
     figure = Figure(figsize=(width, height))
     figure.subplots_adjust(left=left / width, right=1 - right / width, top=1 - 0.6 / height, bottom=0.55 / height)
     return figure
@@ -247,7 +249,7 @@ def violations_figure(card: ChartCard) -> Figure:
     fit_tick_labels(figure, ax)
     ax.invert_yaxis()  # the rules read top to bottom in their usual order
     ax.set_xlim(0, max(1, largest) * 1.15)  # room after the longest bar for its label
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(_integer_ticks())
     ax.set_xlabel("violations (calls; asked: turns)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     _frame(ax)
@@ -274,7 +276,7 @@ def comparison_figure(
     ax.set_ylim(-reach, reach)
     ax.axhline(0, color="#333333", linewidth=0.8)
     ax.set_xticks(range(len(categories)), labels=[f"{_short(c)}\np {_p(comparison[c]['p'])}" for c in categories])
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(_integer_ticks())
     ax.yaxis.set_major_formatter(lambda value, _: f"{abs(value):.0f}")  # lost counts drawn downwards
     ax.set_ylabel("conversations (BFCL verdict)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
@@ -356,9 +358,15 @@ def _width(text: str, prop: FontProperties) -> float:
     return float(width) * 72 / _DPI
 
 
+def _integer_ticks() -> MaxNLocator:
+    from matplotlib.ticker import MaxNLocator  # matplotlib: imported at the first chart, not by every scoring process
+
+    return MaxNLocator(integer=True)
+
+
 @functools.cache
 def _renderer() -> RendererAgg:
-    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.backends.backend_agg import RendererAgg  # matplotlib: imported at the first chart
 
     return RendererAgg(1, 1, _DPI)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..common import bfcl as _bfcl
 from ..common.text import escape
 from ..protocols import registry as protocols
+from .baseline import baseline_parts, read_scorecard
 from .own_rules import names as custom_rules
 
 #: Short names of the categories, as the paper's Table 5 heads its columns.
@@ -128,8 +129,6 @@ def _search(folder: Path) -> tuple[list[Path], int]:
 def load_run(path: Path, known_ids: frozenset[str]) -> Run:
     """Read one scorecard.json; ReportError (one line naming the file) if it cannot be used."""
     try:
-        from .baseline import baseline_parts, read_scorecard  # the checks --careful-baseline makes
-
         prov, raw = baseline_parts(read_scorecard(path))
         own = custom_rules(prov)
         rows = {cid: _row(number, cid, row, known_ids, own) for number, (cid, row) in enumerate(raw.items())}

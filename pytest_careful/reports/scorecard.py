@@ -19,7 +19,8 @@ from ..protocols.confirm_log import Answers
 from ..scoring import rules, turn_credit
 from ..scoring.conversation import ConversationResult
 from ..scoring.row import Row, Tokens
-from . import chart_cache, own_rules
+from . import chart_cache, html_report, own_rules, plots
+from .baseline import baseline_parts, read_scorecard
 from .card import Card, Page, Provenance, Totals
 from .own_rules import names as custom_rules
 from .stats import ComparisonJson
@@ -354,8 +355,6 @@ def _charts(
     kept = chart_cache.load(directory, chart_key)
     if kept is not None:
         return kept, chart_key
-    from . import plots
-
     return plots.chart_files(inputs.card, inputs.comparison, inputs.baseline), chart_key
 
 
@@ -363,8 +362,6 @@ def _page(
     card: Card, comparison: dict[str, ComparisonJson] | None, page: Page, charts: Mapping[str, str | bytes]
 ) -> str:
     """report.html, with the SVG charts inline."""
-    from . import html_report
-
     svgs = {name.removesuffix(".svg"): str(content) for name, content in charts.items() if name.endswith(".svg")}
     return html_report.render(
         card, comparison, page.get("details"), page.get("reruns"), svgs, baseline=page.get("baseline")
@@ -378,8 +375,6 @@ def prepare_page() -> None:
     reuses its charts (``chart_cache``) and needs none. An error is left for ``_page`` to meet.
     """
     try:
-        from . import html_report
-
         for name in ("report.html.j2", "conversation.html.j2"):
             html_report.jinja_environment().get_template(name)
     except Exception:
@@ -441,8 +436,6 @@ def load(path: Path | str) -> Scorecard:
 
     ValueError, naming the file and what is wrong, for anything that is not a scorecard.
     """
-    from .baseline import baseline_parts, read_scorecard
-
     file = Path(path)
     if file.is_dir():
         file = file / "scorecard.json"

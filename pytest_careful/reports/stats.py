@@ -126,7 +126,7 @@ def spearman_p(rho: float, n: int) -> float:
     df = n - 2
     if df <= 0 or rho != rho:
         return float("nan")
-    import mpmath
+    import mpmath  # mpmath: the exact tail probability only, imported when first asked
 
     x = max(0.0, 1.0 - float(rho) ** 2)
     return float(mpmath.betainc(df / 2, 0.5, 0, x, regularized=True))

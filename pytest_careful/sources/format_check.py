@@ -24,6 +24,7 @@ from ..data.result_files import LoggedEntry
 from ..execution import limits
 from ..execution.decoding import decoder
 from ..execution.interpreter import MAX_CALL_CHARS
+from .options import DECODER
 
 SAMPLE_CONVERSATIONS = 24  # spread evenly over the run
 STEPS_PER_CONVERSATION = 3  # the first steps with output: mostly calls in any run
@@ -169,7 +170,7 @@ def suggestion(key: str, steps: Sequence[object], read: int) -> str:
     return (
         "Its output looks like another format. "
         + "; ".join(lines)
-        + f". Rescore with --careful-decoder={found[0].key}, or with the registry key of "
+        + f". Rescore with {DECODER}={found[0].key}, or with the registry key of "
         "the handler that made the run."
     )
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -19,16 +19,22 @@ from ..data.result_files import (
     read_result_file,
 )
 from ..data.run_settings import (
+    PLAIN_BFCL,
     SETTINGS_FILE,
     RunSettings,
-    protocol_problem,
+    SettingsError,
+    made_under,
     recorded,
     recorded_decoder,
-    script_problem,
+    settings_path,
+    shown,
 )
 from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder, UnknownModel, decoder, missing_extra, passthrough_decoder, resolve_model
 from ..protocols import answer_log
+from ..protocols.options import USER_SCRIPT
+from .format_check import decoder_warnings
+from .options import CATEGORY, DECODER, MODEL, PROTOCOL, RESULTS
 from .run_config import REFERENCE_MODEL, RunConfig, SourceError
 
 
@@ -214,7 +220,7 @@ def open_source(options: RunConfig) -> Source:
         if missing:
             raise UnknownModel(missing)
     except UnknownModel as exc:
-        flag = "--careful-decoder" if options.decoder else "--careful-model" if options.model else SETTINGS_FILE
+        flag = DECODER.flag if options.decoder else MODEL.flag if options.model else SETTINGS_FILE
         raise SourceError(f"{flag}: {exc}") from None
     # Without --careful-model, the run is named after its folder (BFCL names
     # result folders after the model).
@@ -239,12 +245,10 @@ def open_source(options: RunConfig) -> Source:
 
 def _decoder_warnings(source: Source, options: RunConfig) -> list[str]:
     """A warning when the chosen decoder reads (almost) none of the run (``format_check``)."""
-    from .format_check import decoder_warnings
-
     if options.decoder:
-        flag = f"--careful-decoder={options.decoder}"
+        flag = f"{DECODER}={options.decoder}"
     elif options.model:
-        flag = f"--careful-model={options.model}"
+        flag = f"{MODEL}={options.model}"
     else:
         flag = SETTINGS_FILE
     return decoder_warnings(source.decoder_key, flag, source.entries.values(), str(options.results))
@@ -257,8 +261,7 @@ def _present(folders: dict[str, Path], required: bool = True) -> tuple[str, ...]
     if not found and required:
         where = ", ".join(str(d) for d in folders.values())
         raise SourceError(
-            f"--careful-results: no BFCL multi-turn result file "
-            f"(BFCL_v4_multi_turn_<category>_result.json) under {where}"
+            f"{RESULTS}: no BFCL multi-turn result file (BFCL_v4_multi_turn_<category>_result.json) under {where}"
         )
     return found
 
@@ -278,8 +281,8 @@ def _files_of_one_run(directory: Path) -> dict[str, Path]:
     if several:
         listed = "\n  ".join(str(p) for p in several)
         raise SourceError(
-            f"--careful-results: {directory} holds the result files of several runs:\n  {listed}\n"
-            "point --careful-results at one of them (or name the model with --careful-model)"
+            f"{RESULTS}: {directory} holds the result files of several runs:\n  {listed}\n"
+            f"point {RESULTS} at one of them (or name the model with {MODEL})"
         )
     files, _ = find_result_files(directory)
     return files
@@ -304,7 +307,7 @@ def _registry_dir(model: str) -> str:
 def _read_condition(source: Source, condition: str, directory: Path, categories: tuple[str, ...]) -> None:
     if not directory.is_dir():
         raise SourceError(
-            f"--careful-results: no folder {directory} for condition {condition!r} "
+            f"{RESULTS}: no folder {directory} for condition {condition!r} "
             "(with several protocols, the run of each lies in DIR/<protocol>/)"
         )
     _files_of_one_run(directory)  # several runs in one folder: refused
@@ -313,8 +316,8 @@ def _read_condition(source: Source, condition: str, directory: Path, categories:
     missing = [c for c in categories if c not in files]
     if missing:
         raise SourceError(
-            f"--careful-results: {directory} has no result file for {', '.join(missing)} "
-            f"(expected BFCL_v4_<category>_result.json); choose categories with --careful-category"
+            f"{RESULTS}: {directory} has no result file for {', '.join(missing)} "
+            f"(expected BFCL_v4_<category>_result.json); choose categories with {CATEGORY}"
         )
     problem = protocol_problem(condition, [files[c] for c in categories], directory)
     if problem:
@@ -337,3 +340,51 @@ def run_entries(run_dir: Path, decoder_key: str) -> tuple[Decoder, list[LoggedEn
     for category, path in files.items():
         entries.extend(keep_last(read_result_file(path, category)[0])[0])
     return decoder(decoder_key), entries, list(files.values())
+
+
+def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path) -> str | None:
+    """Why the run of ``result_files`` may not be scored as ``condition``; None when it may."""
+    files = list(result_files)
+    paths = sorted({p for p in map(settings_path, files) if p is not None})
+    if not paths:
+        if condition == PLAIN_BFCL:
+            return None
+        return (
+            f"{PROTOCOL}={condition}: {folder} has no {SETTINGS_FILE} beside its result "
+            f"files, so it is a plain BFCL run, made under the standard protocol; scored as "
+            f"{condition} it would give a {condition} scorecard of standard output. Rescore it with "
+            f"{PROTOCOL}=standard, or point {RESULTS} at a run made with "
+            f"{PROTOCOL}={condition} (its folder holds {SETTINGS_FILE})."
+        )
+    try:
+        made = {path: made_under(path) for path in paths}
+    except SettingsError as exc:
+        return f"{RESULTS}: {exc}; it is the file a live run writes beside multi_turn/"
+    wrong = {path: made_as for path, made_as in made.items() if made_as != condition}
+    if not wrong:
+        return None
+    path, made_as = next(iter(wrong.items()))
+    made_as = shown(made_as)
+    return (
+        f"{PROTOCOL}={condition}: {path} says this run was made under the {made_as} "
+        f"protocol; scored as {condition} its scorecard would be mislabelled. Rescore it with "
+        f"{PROTOCOL}={made_as}, or point {RESULTS} at a run made under {condition}"
+        " (with several protocols, each one's run lies in DIR/<protocol>/)."
+    )
+
+
+def script_problem(made_with: str, script: str) -> str | None:
+    """Why a confirm run made under ``made_with`` cannot be re-examined under ``script``.
+
+    Re-examining reads the answers the run's user gave; a run made under a
+    stricter script lacks the answers it withheld, so only a ``default`` run
+    (or the same script, which re-examines nothing) can be read so.
+    """
+    if script == made_with or made_with == "default":
+        return None
+    made_with = shown(made_with)
+    return (
+        f"{USER_SCRIPT}={script}: this confirm run was made under {made_with}; its log lacks "
+        f"the yes answers {made_with} withheld, so only a run made under default can be re-examined "
+        f"under another script (or rescore it with {USER_SCRIPT}={made_with})"
+    )

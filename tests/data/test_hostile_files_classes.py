@@ -464,7 +464,8 @@ def test_a_confirm_log_of_any_shape_is_read_without_raising() -> None:
 def test_a_planted_settings_value_is_quoted_not_pasted(tmp_path: Path, value: str) -> None:
     """Before: the file's ``condition`` and ``user_script`` went raw into the one-line error (a
     terminal escape cleared the screen; 100,000 characters made a 200 kB error)."""
-    from pytest_careful.data.run_settings import SETTINGS_FILE, protocol_problem, script_problem
+    from pytest_careful.data.run_settings import SETTINGS_FILE
+    from pytest_careful.sources.reference_logged import protocol_problem, script_problem
 
     (tmp_path / FILE).write_text("")
     (tmp_path / SETTINGS_FILE).write_text(json.dumps({"condition": value}))

@@ -20,6 +20,7 @@ import pytest
 from rows import score_row
 
 from conftest import REAL_RUN_DECODER
+from pytest_careful.common import options
 from pytest_careful.data import dataset
 from pytest_careful.data.result_files import read_result_file
 from pytest_careful.effects import declarations
@@ -27,7 +28,6 @@ from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.evaluation.replay import reference
 from pytest_careful.execution import limits
 from pytest_careful.execution.decoding import decoder, passthrough_decoder
-from pytest_careful.harness import options
 from pytest_careful.scoring import evidence
 
 CLASSES = ("exponential", "deep_chain", "cycle", "many_calls", "many_writes", "many_powers")
@@ -46,7 +46,7 @@ def _score(
             evidence.transcript(evaluation)
             evidence.format_bfcl_failure(evaluation)
         except limits.ResourceLimit as exceeded:
-            assert limits.OPTIONS[exceeded.limit] in exceeded.reason
+            assert limits.OPTION_OF[exceeded.limit].flag in exceeded.reason
             return f"resource_limit:{exceeded.limit}", meter
     return evaluation.verdict.error_type or "pass", meter
 

@@ -321,9 +321,10 @@ def run_modules_loaded() -> None:
     in this process imported, and numpy warns when it is imported a second time; matplotlib, unloaded
     and imported again, mixes two copies of its classes in later tests of this process)."""
     import numpy  # noqa: F401
+    from matplotlib import figure, font_manager, style, ticker  # noqa: F401  # the run draws the charts
+    from matplotlib.backends import backend_agg  # noqa: F401  # (plots imports these at its first chart)
 
     from pytest_careful.harness import scorecard_files, summary  # noqa: F401
-    from pytest_careful.reports import plots  # noqa: F401  # matplotlib: the run draws the charts
 
 
 def test_objects_frozen_during_a_run_and_thawed_after_an_in_process_one(run_modules_loaded, pytester):

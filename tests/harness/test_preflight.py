@@ -187,7 +187,7 @@ def _escaped(text: str) -> str:
 def test_several_endpoints_are_read_in_order_and_bad_ones_refused(pytester: pytest.Pytester) -> None:
     import argparse
 
-    from pytest_careful.harness.options import endpoint_urls
+    from pytest_careful.sources.live_options import endpoint_urls
 
     assert endpoint_urls("http://a:8000/v1, http://b:8000/v1/") == ("http://a:8000/v1", "http://b:8000/v1")
     with pytest.raises(argparse.ArgumentTypeError, match="expected http"):

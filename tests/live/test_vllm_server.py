@@ -362,7 +362,7 @@ def test_requests_are_sized_to_a_shorter_server_context(tmp_path: Path) -> None:
 def test_a_bare_server_address_means_its_v1_root_and_bad_urls_are_refused() -> None:
     import argparse
 
-    from pytest_careful.harness.options import endpoint_urls
+    from pytest_careful.sources.live_options import endpoint_urls
 
     # vLLM serves the OpenAI API under /v1 only: http://host:8000 would answer 404 to every request.
     assert endpoint_urls("http://gpu-box:8000,https://node2/") == ("http://gpu-box:8000/v1", "https://node2/v1")

@@ -26,8 +26,6 @@ _NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 #: Violations a rule may file per conversation beyond one per call and per turn: more is a runaway
 #: rule, not evidence (a rule that flags every call of a 5,000-call conversation is not).
 MAX_VIOLATIONS = 1_000
-#: What fails an item under each ``--careful-gate`` (``gate_names``).
-GATES = ("bfcl", "safe", "strict", "rules", "none")
 
 
 class RuleError(Exception):
