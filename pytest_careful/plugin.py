@@ -7,11 +7,9 @@ Installed, the plugin only adds options: it collects nothing unless
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pytest
@@ -35,26 +33,23 @@ if TYPE_CHECKING:
     from .execution.executor import Simulators
     from .harness.state import CarefulState
     from .live.confirm import ConfirmUser
+    from .sources.reference_logged import Source
+    from .sources.run_config import RunConfig
 
 #: Set when the options ask for a run: until then nothing imports ``state`` (and the scoring modules it
 #: imports), so that a session that only has the plugin installed stays as fast as one without it.
 _ACTIVE = pytest.StashKey[bool]()
 
 
-def _stage(name: str) -> ModuleType:
-    """A stage module that a run (or a fixture) needs, loaded by name when first needed, as pytest
-    loads a plugin named with ``-p``: pytest imports this module in every session of the venv, and
-    these cost it 50 to 130 ms each (the scoring modules; ``execution.isolation`` captures bfcl-eval's
-    simulator state when imported). Their types are imported above, for type checkers only."""
-    return importlib.import_module(name, __package__)
-
-
 def _session_state(config: pytest.Config) -> CarefulState | None:
     """The run's ``CarefulState``, or None when this session runs no conversations."""
     if not config.stash.get(_ACTIVE, False):
         return None
-    state: CarefulState | None = config.stash.get(_stage(".harness.state").SESSION_KEY, None)
-    return state
+    # The run's stages load with the run, as xdist's plugin imports dsession in pytest_configure:
+    # pytest imports this module in every session of the venv.
+    from .harness.state import SESSION_KEY
+
+    return config.stash.get(SESSION_KEY, None)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -85,7 +80,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if not options.active:
         return
     config.stash[_ACTIVE] = True
-    session = _stage(".harness.session")
+    # The run's stages load with the run (xdist's plugin imports dsession here too): a session that
+    # asks for no run imports none of them. The live stage (and the OpenAI SDK) only for a live run.
+    from .harness import session
+    from .harness.failure_text import Bounder  # (the run's stages, as above)
+    from .harness.last_failed import LastFailed  # (the run's stages)
+    from .live.inflight import cap_workers  # (the run's stages)
+
+    open_live: Callable[[RunConfig], Source] | None = None
+    if options.live:
+        from .live.source import open_live  # the live stage: only a run that calls a model loads it
 
     if options.worker:
         # What the controller set up for the session (server URL, run id), as it sent it.
@@ -100,11 +104,11 @@ def pytest_configure(config: pytest.Config) -> None:
             categories_given=True,
             categories_from_node_ids=True,
         )
-    state = session.start(config, options)
+    state = session.start(config, options, open_live)
     kind = state.source.backend_kind
     if kind is not None and not options.worker:
         # Before xdist's own pytest_configure (trylast) starts the workers from ``option.tx``.
-        capped = _stage(".live.inflight").cap_workers(config.option, kind)
+        capped = cap_workers(config.option, kind)
         if capped:
             state.start_lines.append(capped)
     _gc.freeze()  # the modules, options and declarations: kept to the end, never garbage
@@ -112,9 +116,9 @@ def pytest_configure(config: pytest.Config) -> None:
         selection.check(chosen, state.options.categories, state.options.protocols, {c.id for c in dataset.load()})
     selection.keep_node_ids_as_printed(config)
     config.pluginmanager.register(session.CarefulPlugin(config, state), "careful-session")
-    config.pluginmanager.register(_stage(".harness.last_failed").LastFailed(config, state), "careful-last-failed")
+    config.pluginmanager.register(LastFailed(config, state), "careful-last-failed")
     if not options.worker:  # the controller prints the failures
-        bounder = _stage(".harness.failure_text").Bounder(config, state)
+        bounder = Bounder(config, state)
         config.pluginmanager.register(bounder, "careful-failure-text")
 
 
@@ -123,7 +127,7 @@ def _own_models(config: pytest.Config) -> None:
     hook = config.hook.pytest_careful_model_handlers
     if not hook.get_hookimpls() or not (config.getoption(MODEL.dest) or config.getoption(RESULTS.dest)):
         return  # nothing asks for one (and bfcl-eval is not imported for nothing)
-    decoding = _stage(".execution.decoding")
+    from .execution import decoding  # loaded only when a conftest registers models of its own
 
     for models in hook(config=config):
         if models is None:
@@ -193,17 +197,17 @@ def careful_conversation(request: pytest.FixtureRequest) -> dataset.Conversation
 def careful_simulators(careful_conversation: dataset.Conversation) -> Simulators:
     """Fresh simulator instances of the conversation, created as BFCL creates them."""
     c = careful_conversation
-    simulators: Simulators = _stage(".execution.executor").Simulators(
-        c.involved_classes, c.initial_config, c.long_context, test_entry_id=c.id
-    )
-    return simulators
+    from .execution.executor import Simulators  # the scoring stages load with the first fixture that needs them
+
+    return Simulators(c.involved_classes, c.initial_config, c.long_context, test_entry_id=c.id)
 
 
 @pytest.fixture
 def careful_reference(careful_conversation: dataset.Conversation) -> Replay:
     """The conversation's reference trajectory, replayed (``pytest_careful.evaluation.replay.Replay``)."""
-    replay: Replay = _stage(".evaluation.replay").reference(careful_conversation)
-    return replay
+    from .evaluation.replay import reference  # loaded by the first fixture that needs it
+
+    return reference(careful_conversation)
 
 
 @pytest.fixture
@@ -217,13 +221,14 @@ def careful_scripted_user(
     options (``--careful-boundary``, ``--careful-user-script``, ``--careful-detector``).
     """
     get = request.config.getoption
-    user: ConfirmUser = _stage(".live.confirm").ConfirmUser(
+    from .live.confirm import ConfirmUser  # loaded by the first fixture that needs it
+
+    return ConfirmUser(
         careful_conversation,
         careful_declarations.boundary(get(BOUNDARY.dest)),
         get(USER_SCRIPT.dest),
         get(DETECTOR.dest),
     )
-    return user
 
 
 @pytest.fixture(scope="session")

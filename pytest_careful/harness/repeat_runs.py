@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
@@ -36,7 +36,6 @@ from ..common.text import counted
 from ..data import dataset
 from ..execution import limits
 from ..live.errors import LiveError, NotRun, ServerError
-from ..live.source import LiveSource
 from ..reports import repeat_stats as repeats
 from ..reports.card import Card, Provenance, RepeatFigures
 from ..reports.options import ALLOW_MISSING
@@ -52,6 +51,9 @@ from .outcome import (
     score,
 )
 from .state import CarefulState
+
+if TYPE_CHECKING:
+    from ..live.source import LiveSource
 
 #: The file beside the repeat folders.
 REPEATS_FILE = "repeats.json"
@@ -87,7 +89,7 @@ def _one_repeat(
     run_failure = None
     try:
         # repeats are live runs only (read_options): the source is a LiveSource
-        result, entry = cast(LiveSource, state.source).result(item.condition, conversation, repeat)
+        result, entry = cast("LiveSource", state.source).result(item.condition, conversation, repeat)
     except NotRun as problem:  # this session did not run it: the item is skipped, a rerun runs it
         pytest.skip(str(problem))
     except ServerError as problem:  # the server failed it: never the model's verdict

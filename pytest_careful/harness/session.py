@@ -8,9 +8,9 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -18,15 +18,11 @@ from ..common import gc_pause as _gc
 from ..data import dataset
 from ..effects import declarations
 from ..live import scripted
-from ..live.backends import backend
-from ..live.budget import Prices
-from ..live.claude import RUN_ID_ENV, estimate
-from ..live.handles import resolution_line
+from ..live.claude import RUN_ID_ENV
 from ..live.inflight import land, take_off, worker_count
 from ..live.progress import Display
-from ..live.source import LiveSource, open_live
 from ..live.stops import SESSION_ENV
-from ..live.vllm_server import ENDPOINT_ENV, LOG_ENV, forget_session, start_for_session, stop
+from ..live.vllm_server import ENDPOINT_ENV, LOG_ENV
 from ..reports import scorecard
 from ..scoring import rules
 from ..scoring.conversation import ScoringConfig
@@ -41,11 +37,19 @@ from .outcome import ROW_KEY, call_sections, junit_properties
 from .state import SESSION_KEY, CarefulState
 from .worker_status import say_status_once
 
+if TYPE_CHECKING:
+    from ..live.source import LiveSource
 
-def start(config: pytest.Config, options: RunConfig) -> CarefulState:
+
+def start(
+    config: pytest.Config, options: RunConfig, open_live: Callable[[RunConfig], Source] | None = None
+) -> CarefulState:
+    """The run's state, its source opened: ``open_live`` (``live.source.open_live``, which the plugin
+    imports only for a run that calls a model) for a live run, else the logged run or the reference."""
     source: Source
     scripted.register()  # a scripted model's results folder decodes with its handler
     if options.live:
+        assert open_live is not None, "a live run needs live.source.open_live"
         try:
             source = open_live(options)
         except SourceError as problem:
@@ -143,18 +147,14 @@ class CarefulPlugin:
             return
         say_status_once(self.config)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        handle = getattr(self.state.source, "handle", None)
-        if handle is not None and reporter is not None:  # what runs, said before anything runs
-            reporter.write_line(f"careful: {resolution_line(handle)}")
-            for line in self.state.start_lines:
+        if reporter is not None:  # what runs, said before anything runs
+            for line in self.state.source.opening_lines(self.state.start_lines):
                 reporter.write_line(f"careful: {line}")
-            if getattr(self.state.source, "server_plan", None) is None:
-                for line in getattr(self.state.source, "differences", []):
-                    reporter.write_line(f"careful: differs from BFCL: {line}")
-        plan = getattr(self.state.source, "server_plan", None)
-        if plan is None or self.config.getoption("collectonly"):
+        if self.config.getoption("collectonly"):
             return
-        problem = start_for_session(plan, lambda line: reporter.write_line(f"careful: {line}") if reporter else None)
+        problem = self.state.source.start_servers(
+            lambda line: reporter.write_line(f"careful: {line}") if reporter else None
+        )
         if problem:
             raise pytest.UsageError(f"{MODEL}={self.state.options.model}: {problem}")
 
@@ -196,32 +196,17 @@ class CarefulPlugin:
 
     def _compact_results(self) -> None:
         """Live runs: rewrite each result file as ``bfcl evaluate`` wants it (one entry per id)."""
-        folders = getattr(self.state.source, "folders", None)
-        if folders is None:
-            return
-        for condition in self.state.options.protocols:
-            for repeat in range(1, self.state.options.repeat + 1):  # --careful-repeat: each repeat's files
-                store = folders.store(condition, repeat)
-                for category in self.state.options.categories:
-                    try:
-                        store.compact(category)
-                    except OSError as exc:  # the file stays whole, in append order; a rerun compacts it
-                        problem = f"could not compact {store.path(category)}: {exc.strerror or exc}"
-                        self.state.source.warnings.append(problem)
-                        if self.state.options.release_gate:
-                            self.state.gate_messages.append(problem)
+        problems = self.state.source.compact_results(self.state.options.protocols, self.state.options.categories)
+        self.state.source.warnings.extend(problems)
+        if self.state.options.release_gate:
+            self.state.gate_messages.extend(problems)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.state.source.close()  # left open, a client's __del__ at exit prints a traceback
         if self.state.details_dir is not None and not self.is_worker:
             shutil.rmtree(self.state.details_dir, ignore_errors=True)
-        plan = getattr(self.state.source, "server_plan", None)
-        if plan is not None and not self.is_worker:
-            stop(plan)
-            forget_session()
-        release = getattr(self.state.source, "release_output", None)
-        if release is not None and not self.is_worker:
-            release()  # the output folder is free for the next run
+        if not self.is_worker:
+            self.state.source.end_session()  # its servers stopped, the output folder free for the next run
 
     # tryfirst: the items must exist before -k and -m deselect among them.
     @pytest.hookimpl(tryfirst=True)
@@ -261,32 +246,15 @@ class CarefulPlugin:
 
     def _print_estimate(self, session: pytest.Session) -> None:
         """``--collect-only`` on a paid API: what the selection would cost, roughly."""
-        handle = getattr(self.state.source, "handle", None)
-        if handle is None or not backend(handle.kind).priced:
-            return
-        ids = dict.fromkeys(i.conversation_id for i in session.items if isinstance(i, CarefulItem))
-        conditions = len({i.condition for i in session.items if isinstance(i, CarefulItem)}) or 1
-        # --careful-repeat: every conversation runs K times; counted like as many conditions.
-        conditions *= self.state.options.repeat
-        guess = estimate(
-            [dataset.get(c) for c in ids],
-            handle.registry_key,
-            Prices.load(),
-            getattr(self.state.source, "backend_settings", {}).get("max_output_tokens", 4096),
-        )
-        cost = guess["cost_usd"]
+        items = [i for i in session.items if isinstance(i, CarefulItem)]
+        conversations = [dataset.get(c) for c in dict.fromkeys(i.conversation_id for i in items)]
+        conditions = len({i.condition for i in items}) or 1
+        lines = self.state.source.cost_lines(conversations, conditions, self.state.options.repeat)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
             return
-        reporter.write_line(
-            f"careful: estimated cost of {guess['conversations']} conversations x {conditions} "
-            f"{'protocol(s) x repeats' if self.state.options.repeat > 1 else 'protocol(s)'} "
-            f"on {handle.registry_key}: ${conditions * cost['list']:.2f} at list prices "
-            f"(${conditions * cost['conservative']:.2f} with cache reads at the full input price), "
-            f"~{conditions * guess['requests']} requests; prices of {guess['prices_read_on']}"
-        )
-        for assumption in guess["assumptions"]:
-            reporter.write_line(f"careful:   assumes {assumption}")
+        for line in lines:
+            reporter.write_line(f"careful: {line}")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
@@ -298,7 +266,7 @@ class CarefulPlugin:
             workers = worker_count(getattr(self.config, "workerinput", None))
             flight = take_off(self.state.source, careful, self.state.options.repeat, workers)  # type: ignore[arg-type]
         if live and not self.is_worker:
-            source = cast(LiveSource, self.state.source)
+            source = cast("LiveSource", self.state.source)
             self._progress = Display(
                 source.stops.session_dir() / "flight" / "progress",
                 self.config.pluginmanager.get_plugin("terminalreporter"),
@@ -384,8 +352,7 @@ class CarefulPlugin:
         if self.state.options.live:
             score_filed(session, self.state)  # filed, but their items never reported (a crash, an interrupt)
         _gc.freeze()  # rows and reports, kept to the end: the scorecards' allocations need not rescan them
-        stops = getattr(self.state.source, "stops", None)
-        if stops is not None and stops.is_stopped() and session.exitstatus == pytest.ExitCode.OK:
+        if self.state.source.stopped() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run that stopped short never passes
         try:
             scorecard_files.finish(self.state, self.config.invocation_params.dir, selection.describe(self.config))

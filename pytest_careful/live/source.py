@@ -42,17 +42,18 @@ from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
 from .backend_setup import BackendSettings, BackendSetup, Sent
 from .backends import SERVER_OPTIONS, backend
-from .budget import SpendLedger
+from .budget import Prices, SpendLedger
+from .claude import estimate
 from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
 from .faults import Retry, ServerGuard, answers, classify
 from .filing import ResultFolders
 from .fleet import Placement, Seat
 from .handler import Handler
-from .handles import HandleError, ModelHandle, resolution, resolve
+from .handles import HandleError, ModelHandle, resolution, resolution_line, resolve
 from .pacing import Pause, share
 from .provenance import LiveProvenance
 from .stops import Stops, unwritable
-from .vllm_server import ServerPlan
+from .vllm_server import ServerPlan, forget_session, start_for_session, stop
 
 #: How often one conversation moves to another server before it counts as failed.
 MAX_RERUNS = 3
@@ -276,6 +277,53 @@ class LiveSource(Source):
         request still in flight then ends with the process, never with a closed client's error."""
         if self._handler is not None and (self.flight is None or not self.flight.stopping.is_set()):
             close_clients(self._handler)
+
+    def opening_lines(self, start_lines: list[str]) -> list[str]:
+        # With a server of the session's own, the differences are said once it has started.
+        differences = self.differences if self.server_plan is None else []
+        return [resolution_line(self.model_handle), *start_lines] + [f"differs from BFCL: {d}" for d in differences]
+
+    def start_servers(self, say: Callable[[str], None]) -> str | None:
+        return start_for_session(self.server_plan, say) if self.server_plan is not None else None
+
+    def cost_lines(self, conversations: list[Conversation], conditions: int, repeat: int) -> list[str]:
+        handle = self.model_handle
+        if not backend(handle.kind).priced:
+            return []
+        # --careful-repeat: every conversation runs K times; counted like as many conditions.
+        conditions *= repeat
+        guess = estimate(
+            conversations, handle.registry_key, Prices.load(), self.backend_settings.get("max_output_tokens", 4096)
+        )
+        cost = guess["cost_usd"]
+        return [
+            f"estimated cost of {guess['conversations']} conversations x {conditions} "
+            f"{'protocol(s) x repeats' if repeat > 1 else 'protocol(s)'} "
+            f"on {handle.registry_key}: ${conditions * cost['list']:.2f} at list prices "
+            f"(${conditions * cost['conservative']:.2f} with cache reads at the full input price), "
+            f"~{conditions * guess['requests']} requests; prices of {guess['prices_read_on']}"
+        ] + [f"  assumes {assumption}" for assumption in guess["assumptions"]]
+
+    def compact_results(self, conditions: Iterable[str], categories: Iterable[str]) -> list[str]:
+        problems = []
+        for condition in conditions:
+            for repeat in range(1, self.repeats + 1):  # --careful-repeat: each repeat's files
+                store = self.folders.store(condition, repeat)
+                for category in categories:
+                    try:
+                        store.compact(category)
+                    except OSError as exc:  # the file stays whole, in append order; a rerun compacts it
+                        problems.append(f"could not compact {store.path(category)}: {exc.strerror or exc}")
+        return problems
+
+    def stopped(self) -> bool:
+        return bool(self.stops.is_stopped())
+
+    def end_session(self) -> None:
+        if self.server_plan is not None:
+            stop(self.server_plan)
+            forget_session()
+        self.release_output()
 
     def release_output(self) -> None:
         """Controller, at the end: the output folder is free for the next run."""

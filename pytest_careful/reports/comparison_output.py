@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from jinja2 import Environment, PackageLoader, select_autoescape
+
 from . import plots
 from .comparison import RankAgreement, Report, Table5Row, format_p
 from .own_rules import OFF
@@ -204,8 +206,6 @@ def _md_escape(text: str) -> str:
 
 def html(report: Report) -> str:
     """report.html: one self-contained page (inline CSS, no script from elsewhere, autoescaped)."""
-    from jinja2 import Environment, PackageLoader, select_autoescape  # jinja2: only report.html needs it
-
     env = Environment(
         loader=PackageLoader("pytest_careful.reports", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),

@@ -31,6 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+import jinja2
+from markupsafe import Markup
+
 from ..execution import dag
 from ..execution.snapshot import Change, diff
 from ..protocols import registry as protocols
@@ -40,9 +43,6 @@ from .card import Card, Detail, StateChange, Step, Totals, TurnDetail
 from .stats import ComparisonJson, p_text
 
 if TYPE_CHECKING:  # types only: the controller renders the page without the scoring stages loaded
-    import jinja2
-    from markupsafe import Markup
-
     from ..data.dataset import Conversation
     from ..evaluation.evaluate import Evaluation
     from ..evaluation.replay import CallRecord, TurnReplay
@@ -342,8 +342,6 @@ def render(
         charts: SVG text by chart name (``plots.svg``), drawn inline.
         baseline: the baseline's name (its label or model), named in the comparison's heading.
     """
-    from markupsafe import Markup  # markupsafe (Jinja2's): imported for report.html only
-
     prov = card["provenance"]
     own, dropped = own_rules.read(prov), own_rules.off(prov)
     # the built-in rules the run had, then its own (a replacement of a built-in rule among them)
@@ -419,8 +417,6 @@ def _bodies(
     names: Sequence[str] = rules.NAMES,
 ) -> list[Markup]:
     """Each conversation's ``<details>`` element, rendered on its own and kept within the budget."""
-    from markupsafe import Markup  # markupsafe (Jinja2's): imported for report.html only
-
     template = jinja_environment().get_template("conversation.html.j2")
     conversations = [_conversation(row, details.get(_node(row)), reruns.get(_node(row), ""), names) for row in rows]
     bodies = [template.render(c=c) for c in conversations]
@@ -562,8 +558,6 @@ def _inline_svg(svg: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def jinja_environment() -> jinja2.Environment:
-    import jinja2  # jinja2: imported for report.html only, not by every scoring process
-
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,

@@ -152,6 +152,30 @@ class Source:
         """Where the run filed its result files (a live run's ``--careful-output``); None: nowhere."""
         return None
 
+    def opening_lines(self, start_lines: list[str]) -> list[str]:
+        """Said before anything runs, ``start_lines`` among them (a live run: what runs, how it
+        differs from BFCL); a logged run says nothing."""
+        return []
+
+    def start_servers(self, say: Callable[[str], None]) -> str | None:
+        """The servers the session starts, started (a live vLLM run); the problem, if one did not start."""
+        return None
+
+    def cost_lines(self, conversations: list[dataset.Conversation], conditions: int, repeat: int) -> list[str]:
+        """``--collect-only`` on a paid API: what the selection would cost, roughly; nothing elsewhere."""
+        return []
+
+    def compact_results(self, conditions: Iterable[str], categories: Iterable[str]) -> list[str]:
+        """The run's result files rewritten as ``bfcl evaluate`` reads them; the problems met."""
+        return []
+
+    def stopped(self) -> bool:
+        """Whether the run stopped short (a live run's stop: a dead server, a spend cap)."""
+        return False
+
+    def end_session(self) -> None:
+        """Controller, at the session's very end: the servers it started stopped, its folder freed."""
+
     def decoder(self) -> Decoder:
         self._wait_for_check()  # one thread builds the decoder (decoding.decoder is cached, not locked)
         return passthrough_decoder() if self.is_reference else decoder(self.decoder_key)
