@@ -14,6 +14,7 @@ The layer order between stages is import-linter's contract (pyproject.toml, ``li
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,3 +308,44 @@ def test_a_source_is_asked_only_through_its_declared_interface() -> None:
     (a logged run's plain answers; ``live.source.LiveSource`` gives its run's), never probed."""
     found = getattr_probes(sorted((ROOT / PACKAGE).rglob("*.py")))
     assert not found, "attributes probed on a source:\n" + "\n".join(found)
+
+
+_FLAG = re.compile(r"--careful-[a-z]+(?:-[a-z]+)*")
+
+
+def flag_literals(paths: list[Path], base: Path = ROOT) -> dict[str, list[str]]:
+    """Each ``--careful-*`` flag and where a string literal spells it (docstrings left out)."""
+    where: dict[str, list[str]] = {}
+    for path in paths:
+        tree = ast.parse(path.read_text(), str(path))
+        docs = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                for flag in _FLAG.findall(node.value):
+                    where.setdefault(flag, []).append(f"{path.relative_to(base)}:{node.lineno}")
+    return where
+
+
+def test_the_flag_check_sees_messages_and_skips_docstrings(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        '"""Reads --careful-model."""\nMODEL = "--careful-model"\n\n\n'
+        'def f(x):\n    """--careful-model again."""\n    return f"--careful-model={x}: unknown"\n'
+    )
+    assert flag_literals([sample], base=tmp_path) == {"--careful-model": ["sample.py:2", "sample.py:7"]}
+
+
+def test_each_flag_is_written_once() -> None:
+    """A flag's string is its option's (``common.options.Option`` in its stage's table); a message
+    names it through the object (``f"{MODEL}=..."``), so a renamed flag cannot leave a stale one."""
+    twice = {
+        f: places for f, places in flag_literals(sorted((ROOT / PACKAGE).rglob("*.py"))).items() if len(places) > 1
+    }
+    assert not twice, "flags spelt out more than once:\n" + "\n".join(f"{f}: {', '.join(p)}" for f, p in twice.items())

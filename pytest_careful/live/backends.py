@@ -16,6 +16,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..execution.decoding import import_handler_class, registry_entry
+from ..sources.live_options import (
+    BUDGET_USD,
+    DTYPE,
+    ENDPOINT,
+    MAX_MODEL_LEN,
+    MAX_OUTPUT_TOKENS,
+    REQUEST_TIMEOUT,
+    SERVER_TIMEOUT,
+    VLLM_ARG,
+)
+from ..sources.options import HANDLER
 from ..sources.run_config import RunConfig
 from . import claude, scripted, vllm_client
 from .backend_setup import BackendSetup, ModelSpec, Share
@@ -108,7 +119,7 @@ def _registered_handler(handle: ModelSpec, wrap: Callable[[type], type] | None =
 
 
 #: Options of the server the plugin starts for a vLLM model.
-SERVER_OPTIONS = ("--careful-vllm-arg", "--careful-dtype", "--careful-max-model-len", "--careful-server-timeout")
+SERVER_OPTIONS = (VLLM_ARG.flag, DTYPE.flag, MAX_MODEL_LEN.flag, SERVER_TIMEOUT.flag)
 
 
 @dataclass(frozen=True)
@@ -150,10 +161,10 @@ class Vllm:
     priced: bool = False
     options: frozenset[str] = frozenset(
         {
-            "--careful-max-output-tokens",
-            "--careful-request-timeout",
-            "--careful-endpoint",
-            "--careful-handler",
+            MAX_OUTPUT_TOKENS.flag,
+            REQUEST_TIMEOUT.flag,
+            ENDPOINT.flag,
+            HANDLER.flag,
             *SERVER_OPTIONS,
         }
     )
@@ -189,7 +200,7 @@ class Claude:
     guarded: bool = False
     single_driver: bool = False
     priced: bool = True
-    options: frozenset[str] = frozenset({"--careful-budget-usd", "--careful-max-output-tokens"})
+    options: frozenset[str] = frozenset({BUDGET_USD.flag, MAX_OUTPUT_TOKENS.flag})
     local_weights: bool = False
     registered: bool = True
 
@@ -216,7 +227,7 @@ class Api:
     guarded: bool = True
     single_driver: bool = False
     priced: bool = False
-    options: frozenset[str] = frozenset({"--careful-request-timeout"})
+    options: frozenset[str] = frozenset({REQUEST_TIMEOUT.flag})
     local_weights: bool = False
     registered: bool = True
 

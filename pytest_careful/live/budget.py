@@ -65,6 +65,7 @@ from typing import TypedDict
 import yaml
 
 from ..data.result_store import fsync_dir
+from ..sources.live_options import BUDGET_USD
 from .errors import StopRun
 
 PRICES_FILE = Path(__file__).with_name("prices.yaml")
@@ -402,9 +403,9 @@ class SpendLedger:
         mine = _totals(state, folder.cap_usd, self.session)
         earlier = folder.charged - mine.charged
         given = (
-            "--careful-budget-usd"
+            BUDGET_USD.flag
             if self.cap_usd is not None
-            else "recorded in the folder by an earlier session; give --careful-budget-usd to change it"
+            else f"recorded in the folder by an earlier session; give {BUDGET_USD} to change it"
         )
         return (
             f"budget ${folder.cap_usd:.4f} ({given}) reached for {self.path.parent.parent}: "

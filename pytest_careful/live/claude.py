@@ -64,6 +64,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..data.dataset import Conversation
 from ..execution.decoding import close_clients, import_handler_class, registry_entry
+from ..sources.live_options import MAX_OUTPUT_TOKENS
+from ..sources.options import MODEL, RESULTS
 from ..sources.run_config import RunConfig, SourceError
 from .backend_setup import BackendSetup, ModelSpec
 from .budget import (
@@ -162,7 +164,7 @@ def missing_credentials() -> str | None:
         client.close()
     return (
         "ANTHROPIC_API_KEY is not set: export it to run Claude (or ANTHROPIC_AUTH_TOKEN). "
-        "Without a key, --collect-only estimates the cost, and --careful-results=DIR "
+        f"Without a key, --collect-only estimates the cost, and {RESULTS}=DIR "
         "rescores results already written"
     )
 
@@ -473,7 +475,7 @@ def configure(handle: ModelSpec, options: RunConfig, concurrency: int) -> Backen
     try:
         prices.lookup(handle.registry_key)
     except UnknownPrice as exc:
-        raise SourceError(f"--careful-model={options.model}: {exc}") from None
+        raise SourceError(f"{MODEL}={options.model}: {exc}") from None
     try:
         run = run_id(options.worker)
     except StopRun as exc:
@@ -517,9 +519,7 @@ def differences(max_output_tokens: int, bfcl_max: int | None, bfcl_temperature: 
             "(it would refuse to run it)"
         )
     elif max_output_tokens != bfcl_max:
-        lines.append(
-            f"Claude: max_tokens {max_output_tokens} (--careful-max-output-tokens); BFCL's handler sends {bfcl_max}"
-        )
+        lines.append(f"Claude: max_tokens {max_output_tokens} ({MAX_OUTPUT_TOKENS}); BFCL's handler sends {bfcl_max}")
     return lines
 
 

@@ -40,6 +40,7 @@ import httpx2
 import openai
 from openai._constants import DEFAULT_CONNECTION_LIMITS
 
+from ..sources.live_options import REQUEST_TIMEOUT
 from .errors import DEFAULT_REQUEST_TIMEOUT, NotRun, ServerError, ServerGone, ServerHung, ServerStopped
 
 #: Connecting is bounded apart: a server that does not take the connection is not busy, it is gone.
@@ -60,7 +61,7 @@ class RequestTimedOut(openai.APITimeoutError):
 
     def __init__(self, request: httpx2.Request, seconds: float) -> None:
         super().__init__(request=request)
-        self.message = f"no answer within {seconds:g} s (--careful-request-timeout)"
+        self.message = f"no answer within {seconds:g} s ({REQUEST_TIMEOUT})"
         self.args = (self.message,)
 
 
@@ -268,7 +269,7 @@ def _gone(fault: Fault) -> str:
 def _hung(fault: Fault, seconds: float) -> str:
     where = f"the server at {fault.url}" if fault.url else "the server"
     return (
-        f"{where} did not answer within {seconds:g} s, twice (--careful-request-timeout): "
+        f"{where} did not answer within {seconds:g} s, twice ({REQUEST_TIMEOUT}): "
         "it is hung or overloaded; the run stopped, a rerun of the same command resumes it"
     )
 

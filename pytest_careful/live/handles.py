@@ -31,6 +31,7 @@ from ..execution.decoding import (
     registry_keys,
     shadow_eval,
 )
+from ..sources.options import HANDLER, MODEL
 from . import scripted
 from .backends import backend
 from .handler import Handler
@@ -175,7 +176,7 @@ def _unknown(name: str, keys: tuple[str, ...], local_only: bool) -> HandleError:
     return HandleError(
         f"{name!r} is not in bfcl-eval {_bfcl.PINNED_VERSION}'s model registry"
         + _close(name, keys)
-        + " (or give a local model directory with --careful-handler KEY)"
+        + f" (or give a local model directory with {HANDLER} KEY)"
     )
 
 
@@ -304,7 +305,7 @@ def resolution_line(handle: ModelHandle) -> str:
     handler = (info["handler_class"] or "scripted").rsplit(".", 1)[-1]
     local = f" (weights: {handle.model_path})" if handle.model_path else ""
     sibling = fc_sibling(handle)
-    option = "--careful-handler" if handle.model_path else "--careful-model"
+    option = HANDLER.flag if handle.model_path else MODEL.flag
     also = f" (BFCL's FC mode of this model is {sibling}: {option}={sibling})" if sibling else ""
     return (
         f"model {info['typed']} -> registry key {info['registry_key']}: handler {handler}, "
@@ -316,19 +317,19 @@ def _local_model(model: str, local: Path, handler_key: str | None) -> ModelHandl
     if handler_key is None:
         raise HandleError(
             f"{model} is a local model directory: name the bfcl-eval handler that "
-            "prompts and decodes it with --careful-handler KEY (e.g. a registry key "
+            f"prompts and decodes it with {HANDLER} KEY (e.g. a registry key "
             "of the same model family)"
         )
     if not local.is_dir():
-        raise HandleError(f"--careful-handler is for a local model directory; {model} is not a directory")
+        raise HandleError(f"{HANDLER} is for a local model directory; {model} is not a directory")
     if not (local / "config.json").is_file():
         raise HandleError(f"{local} has no config.json; expected a Hugging Face model directory")
     try:
         key = registry_key(handler_key, local_only=True)
     except HandleError as exc:
-        raise HandleError(f"--careful-handler: {exc}") from None
+        raise HandleError(f"{HANDLER}: {exc}") from None
     if not backend(_kind(registry_entry(key))).local_weights:
-        raise HandleError(f"--careful-handler {key}: its handler is not a local-model (OSS) handler")
+        raise HandleError(f"{HANDLER} {key}: its handler is not a local-model (OSS) handler")
     return ModelHandle("vllm", model, _installed(key), model_path=str(local.resolve()))
 
 

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
 from ..data.dataset import UnknownConversation, get
+from ..sources.live_options import CONCURRENCY
 from .backends import backend
 from .stops import Stops
 
@@ -661,7 +662,7 @@ def cap_workers(option: Any, kind: str, cpus: int | None = None) -> str | None:
     option.numprocesses = cpus
     return (
         f"{cpus} xdist workers, not {len(tx)}: this machine has {cpus} usable CPUs, and the conversations "
-        f"run many at a time whatever the workers (--careful-concurrency); more workers would only hold more memory"
+        f"run many at a time whatever the workers ({CONCURRENCY}); more workers would only hold more memory"
     )
 
 

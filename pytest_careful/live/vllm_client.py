@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..execution.decoding import registry_entry
+from ..sources.live_options import MAX_OUTPUT_TOKENS
 from ..sources.run_config import RunConfig
 from . import hub, tokens
 from .backend_setup import BackendSetup, ModelSpec, Share
@@ -50,7 +51,7 @@ def configure(handle: ModelSpec, options: RunConfig, concurrency: int, share: Sh
     made = BackendSetup(server_plan=plan)
     cap = options.max_output_tokens
     made.differences = plan.differences() + (
-        [f"max_tokens at most {cap} (--careful-max-output-tokens); bfcl generate: up to 4096, the context left"]
+        [f"max_tokens at most {cap} ({MAX_OUTPUT_TOKENS}); bfcl generate: up to 4096, the context left"]
         if cap is not None
         else []
     )
@@ -58,7 +59,7 @@ def configure(handle: ModelSpec, options: RunConfig, concurrency: int, share: Sh
     made.sent = {
         "model": model,
         "temperature": handle.temperature,
-        "max_tokens": bfcl_size if cap is None else f"{bfcl_size}, at most {cap} (--careful-max-output-tokens)",
+        "max_tokens": bfcl_size if cap is None else f"{bfcl_size}, at most {cap} ({MAX_OUTPUT_TOKENS})",
     }
     if cap is not None:  # recorded beside the result files: a resume under another cap is refused
         made.backend_settings = {"max_output_tokens": cap}

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from ..sources.live_options import ENDPOINT, REQUEST_TIMEOUT
 from .errors import NotRun, RunAgain, ServerGone, ServerHung
 from .fleet import Fleet, FleetLedger, FleetProvenance, Visit, queue_of, served_by, summary_lines, visit_key
 from .handler import Handler
@@ -122,13 +123,13 @@ class FleetClient:
         url = self._server_of(exc)
         if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
             return NotRun(
-                f"not run: the server at {url or 'a --careful-endpoint'} answered {exc.status_code} (rate limited) "
+                f"not run: the server at {url or f'a {ENDPOINT}'} answered {exc.status_code} (rate limited) "
                 "after the OpenAI SDK's retries"
             )
         if url is None:
             return None
         if isinstance(exc, ServerHung):
-            why = "stopped answering (no answer within --careful-request-timeout, twice)"
+            why = f"stopped answering (no answer within {REQUEST_TIMEOUT}, twice)"
         elif isinstance(exc, ServerGone):
             why = "stopped answering"
         elif isinstance(exc, (openai.APIConnectionError, ConnectionError, openai.NotFoundError)):
@@ -158,7 +159,7 @@ class FleetClient:
 
     def _none_left(self) -> str:
         gone = "; ".join(f"{s.url} {s.down}" for s in self.fleet.servers.values() if s.down)
-        return f"no --careful-endpoint server is left: {gone}{self._log_tail()}"
+        return f"no {ENDPOINT} server is left: {gone}{self._log_tail()}"
 
     # -- what the servers queue
 

