@@ -5,6 +5,7 @@ The baseline and the release gate are :mod:`.gate`'s; the terminal summary :mod:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -104,11 +105,11 @@ def _page_inputs(state: CarefulState, card: Card) -> Page:
     """What report.html adds to the card: the workers' details, rerun commands, the baseline's name."""
     nodes = [f"{r['id']}[{r['condition']}]" for r in card["rows"]]
     baseline = (state.baseline or {}).get("provenance", {})
-    return {
-        "details": read_details(state.details_dir, nodes),
-        "reruns": {n: rerun_command(state, n) for n in nodes},
-        "baseline": baseline.get("label") or baseline.get("model"),
-    }
+    return Page(
+        details=read_details(state.details_dir, nodes),
+        reruns={n: rerun_command(state, n) for n in nodes},
+        baseline=baseline.get("label") or baseline.get("model"),
+    )
 
 
 def _finish_repeats(
@@ -162,8 +163,8 @@ def _repeat_page(state: CarefulState, card: Card, index: int) -> Page:
     page = _page_inputs(state, card)
     if index > 1:
         suffix = f"@repeat-{index}"
-        keyed = read_details(state.details_dir, [n + suffix for n in page["reruns"]])
-        page["details"] = {n.removesuffix(suffix): detail for n, detail in keyed.items()}
+        keyed = read_details(state.details_dir, [n + suffix for n in page.reruns or {}])
+        page = dataclasses.replace(page, details={n.removesuffix(suffix): detail for n, detail in keyed.items()})
     return page
 
 

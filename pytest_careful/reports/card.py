@@ -8,6 +8,7 @@ dicts: the file is what it was. (No ``from __future__ import annotations`` here,
 imported for checking only are quoted: see ``common.json_types``.)
 """
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..common.json_types import NotRequired, TypedDict
@@ -174,10 +175,12 @@ class Detail(TypedDict):
     error: NotRequired[str]
 
 
-class Page(TypedDict, total=False):
+@dataclass(frozen=True)
+class Page:
     """What report.html shows beyond the card (``scorecard.write``): each conversation's turn-by-turn
-    ``details`` and ``reruns`` command by node id, and the ``baseline``'s name."""
+    ``details`` and ``reruns`` command by node id, and the ``baseline``'s name. It never leaves the
+    process: a dataclass, not a JSON contract."""
 
-    details: dict[str, Detail]
-    reruns: dict[str, str]
-    baseline: str | None
+    details: dict[str, Detail] | None = None
+    reruns: dict[str, str] | None = None
+    baseline: str | None = None

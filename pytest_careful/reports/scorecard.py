@@ -339,7 +339,7 @@ def write(
         files["comparison.json"] = json.dumps(comparison, indent=1, sort_keys=True) + "\n"
     written = _write_files(directory, files)
     page = page or Page()
-    charts, chart_key = _charts(directory, card, comparison, page.get("baseline"))
+    charts, chart_key = _charts(directory, card, comparison, page.baseline)
     written += _write_files(directory, charts)
     chart_cache.remember(directory, chart_key, charts)
     return written + _write_files(directory, {"report.html": _page(card, comparison, page, charts)})
@@ -363,9 +363,7 @@ def _page(
 ) -> str:
     """report.html, with the SVG charts inline."""
     svgs = {name.removesuffix(".svg"): str(content) for name, content in charts.items() if name.endswith(".svg")}
-    return html_report.render(
-        card, comparison, page.get("details"), page.get("reruns"), svgs, baseline=page.get("baseline")
-    )
+    return html_report.render(card, comparison, page.details, page.reruns, svgs, baseline=page.baseline)
 
 
 def prepare_page() -> None:

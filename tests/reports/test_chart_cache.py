@@ -12,6 +12,7 @@ from cycler import cycler
 from test_plots import COMPARISON, card
 
 from pytest_careful.reports import chart_cache, plots, scorecard
+from pytest_careful.reports.card import Page
 
 
 def full_card(**provenance: Any) -> dict[str, Any]:
@@ -38,7 +39,7 @@ def _no_tables(monkeypatch):
 
 
 def _write(directory: Path, the_card: dict[str, Any], comparison: Any = None) -> dict[str, bytes]:
-    scorecard.write(directory, the_card, comparison, page={"baseline": "base" if comparison else None})
+    scorecard.write(directory, the_card, comparison, page=Page(baseline="base" if comparison else None))
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.suffix in (".png", ".svg")}
 
 
