@@ -37,6 +37,8 @@ from ..data.run_settings import DECODER_KEY, RunSettings
 from ..effects import declarations
 from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder, close_clients, decoder
+from ..sources.live_options import BUDGET_USD, ENDPOINT, MAX_OUTPUT_TOKENS, OUTPUT, REQUEST_TIMEOUT
+from ..sources.options import HANDLER, MODEL
 from ..sources.reference_logged import LiveDetails, Source
 from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
@@ -475,7 +477,7 @@ def open_live(options: RunConfig) -> LiveSource:
     try:
         handle = resolve(options.model, options.handler)
     except HandleError as exc:
-        raise SourceError(f"--careful-model={options.model}: {exc}") from None
+        raise SourceError(f"{MODEL}={options.model}: {exc}") from None
     problem = inapplicable(options, handle)
     if problem:
         raise SourceError(problem)
@@ -496,7 +498,7 @@ def open_live(options: RunConfig) -> LiveSource:
     if not options.worker and not options.collect_only:  # on the controller, once
         problem = backend(handle.kind).preflight(handle, made)
         if problem:
-            raise SourceError(f"--careful-model={options.model}: {problem}")
+            raise SourceError(f"{MODEL}={options.model}: {problem}")
     if backend(handle.kind).guarded:
         alive = source.alive or source.server_alive
         source.guard = ServerGuard(Retry(timeout=options.request_timeout), alive=alive)
@@ -506,7 +508,7 @@ def open_live(options: RunConfig) -> LiveSource:
         problem = take_output(source, options.output)
         if problem:
             raise SourceError(problem)
-    if not options.worker:
+    if not options.worker and not options.collect_only:  # --collect-only runs nothing, and writes nothing
         source.stops.start_session()  # this session starts afresh: a stop or a skip of an earlier one is resumed
     if not options.worker:  # checked once, up front
         folders = source.folders
@@ -515,17 +517,17 @@ def open_live(options: RunConfig) -> LiveSource:
         paths += [folders.settings_file(c, r) for c, r in pairs]
         unusable = [str(path) for path in paths if os.path.lexists(path) and not path.is_file()]
         if unusable:
-            raise SourceError(
-                "--careful-output: not a regular file, results cannot be written to it: " + ", ".join(unusable)
-            )
+            raise SourceError(f"{OUTPUT}: not a regular file, results cannot be written to it: " + ", ".join(unusable))
         source.problems.extend(folders.stored_problems(options.categories, options.protocols))
+        if options.collect_only:
+            return source
         folders.snapshot_filed(options.categories, options.protocols)
         problems = [p for c, r in pairs if (p := folders.claim(c, options.categories, source.settings(c), r))]
         if problems:
             raise SourceError(
-                "--careful-output: resuming would mix runs made under other settings:\n  "
+                f"{OUTPUT}: resuming would mix runs made under other settings:\n  "
                 + "\n  ".join(problems)
-                + "\nchoose another --careful-output, or move those results away"
+                + f"\nchoose another {OUTPUT}, or move those results away"
             )
     return source
 
@@ -548,15 +550,15 @@ def take_output(source: LiveSource, output: Path) -> str | None:
         # Held read-only: a lock, not a writer (an output remounted read-only mid-run must not be "busy").
         fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_CREAT, 0o644)
     except OSError as exc:
-        return f"--careful-output={output}: cannot write there: {exc.strerror or exc} ({exc.filename or folder})"
+        return f"{OUTPUT}={output}: cannot write there: {exc.strerror or exc} ({exc.filename or folder})"
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "a process that did not say"
         os.close(fd)
         return (
-            f"--careful-output={output} is being written by another run ({holder}); "
-            "wait for it to end, or choose another --careful-output"
+            f"{OUTPUT}={output} is being written by another run ({holder}); "
+            f"wait for it to end, or choose another {OUTPUT}"
         )
     with contextlib.suppress(OSError):  # who holds it, for a second command's refusal
         (folder / LOCK_FILE).write_text(
@@ -573,30 +575,27 @@ def inapplicable(options: RunConfig, handle: ModelHandle) -> str | None:
     def refused(flag: str) -> bool:
         return flag in given and flag not in chosen.options
 
-    if refused("--careful-budget-usd"):
+    if refused(BUDGET_USD.flag):
+        return f"{BUDGET_USD}: the spend guard covers Claude models only; {model} is not one (nothing would be capped)"
+    if refused(MAX_OUTPUT_TOKENS.flag):
         return (
-            f"--careful-budget-usd: the spend guard covers Claude models only; "
-            f"{model} is not one (nothing would be capped)"
-        )
-    if refused("--careful-max-output-tokens"):
-        return (
-            f"--careful-max-output-tokens sets the output limit of Claude and vLLM-served models; {model} is "
+            f"{MAX_OUTPUT_TOKENS} sets the output limit of Claude and vLLM-served models; {model} is "
             "neither (BFCL's handler sets its own)"
         )
-    if refused("--careful-handler"):
-        return f"--careful-handler is for a local model directory; {model} is a scripted model"
-    if refused("--careful-request-timeout"):
+    if refused(HANDLER.flag):
+        return f"{HANDLER} is for a local model directory; {model} is a scripted model"
+    if refused(REQUEST_TIMEOUT.flag):
         return (
-            f"--careful-request-timeout bounds requests to vLLM and OpenAI-compatible servers; {model} is not "
+            f"{REQUEST_TIMEOUT} bounds requests to vLLM and OpenAI-compatible servers; {model} is not "
             "served by one" + (" (Claude's requests are bounded by BFCL's own 1200 s)" if chosen.priced else "")
         )
-    vllm_only = [f for f in ("--careful-endpoint", *SERVER_OPTIONS) if refused(f)]
+    vllm_only = [f for f in (ENDPOINT.flag, *SERVER_OPTIONS) if refused(f)]
     if vllm_only:
         return f"{vllm_only[0]} is for vLLM-served models; {model} is not one"
     server = [f for f in SERVER_OPTIONS if f in given]
     if options.endpoint and server:
         return (
-            f"{', '.join(server)}: settings of the server the plugin starts; with --careful-endpoint "
+            f"{', '.join(server)}: settings of the server the plugin starts; with {ENDPOINT} "
             "the server already runs (set them where it is started)"
         )
     return None

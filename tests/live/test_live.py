@@ -461,3 +461,18 @@ def test_each_backend_builds_the_handler_bfcl_generate_builds(name: str, monkeyp
         close = getattr(getattr(handler, "client", None), "close", None)
         if callable(close):
             close()
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["no-xdist", "n2"])
+def test_collect_only_writes_nothing(tmp_path: Path, workers: list[str]) -> None:
+    """``--collect-only`` lists the items of a live run; it creates no output folder, no session and no
+    settings file (it did: ``./result/.careful/sessions/...`` and ``careful_settings.json``)."""
+    done = subprocess.run(
+        [*_cli(tmp_path, "--careful-model=scripted:ask", "--careful-category=base", "--collect-only"), *workers],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "multi_turn_base_199[standard]" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
