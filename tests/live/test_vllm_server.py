@@ -497,46 +497,14 @@ def test_a_fleets_server_that_hangs_leaves_the_fleet_and_the_last_one_stops_the_
     assert fleet.classify(ServerHung("a server of no fleet", "http://elsewhere/v1")) is None
 
 
-def test_conversations_waiting_for_room_are_seated_in_the_order_they_asked(tmp_path: Path) -> None:
-    """The flight asks longest first: woken together, waiting conversations must not race for a seat
-    (a long one seated late ends the run late)."""
+def _seated_order(tmp_path: Path, asks: list[tuple[str, int]]) -> list[str]:
+    """Both seats of a two-seat fleet held, each of ``asks`` (conversation, user turns) asks for a
+    seat in turn, waiting until the one before it waits; then the seats free: the order they got one."""
     import threading
 
     urls = ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
     fleet = _fleet(tmp_path, urls, str(tmp_path / "model"), total=2)
-    held = [fleet.seat(("standard", f"multi_turn_base_{n}", 1), lambda: None) for n in range(2)]
-    seated: list[str] = []
-
-    def wait_for_seat(cid: str) -> None:
-        seat = fleet.seat(("standard", cid, 1), lambda: None)
-        seated.append(cid)
-        seat.leave()
-
-    threads = []
-    for n in range(2, 7):  # five ask, one after another, while both seats are held
-        asked = len(fleet._queue)
-        thread = threading.Thread(target=wait_for_seat, args=(f"multi_turn_base_{n}",))
-        thread.start()
-        threads.append(thread)
-        deadline = time.monotonic() + 10
-        while len(fleet._queue) == asked and time.monotonic() < deadline:
-            time.sleep(0.01)
-    for seat in held:
-        seat.leave()
-    for thread in threads:
-        thread.join(timeout=10)
-    assert seated == [f"multi_turn_base_{n}" for n in range(2, 7)]
-
-
-def test_a_longer_conversation_that_asks_later_is_seated_first(tmp_path: Path) -> None:
-    """The flight starts the longest first, but each thread claims its conversation and copies its
-    handler before it asks for a seat: a long one that asks after the short ones must not be
-    seated behind all of them (measured: a 10-request conversation seated 18 s late ended the run)."""
-    import threading
-
-    urls = ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
-    fleet = _fleet(tmp_path, urls, str(tmp_path / "model"), total=2)
-    held = [fleet.seat(("standard", f"multi_turn_base_{n}", 1), lambda: None, 3) for n in range(2)]
+    held = [fleet.seat(("standard", f"held_{n}", 1), lambda: None, 3) for n in range(2)]
     seated: list[str] = []
 
     def wait_for_seat(cid: str, turns: int) -> None:
@@ -545,7 +513,7 @@ def test_a_longer_conversation_that_asks_later_is_seated_first(tmp_path: Path) -
         seat.leave()
 
     threads = []
-    for cid, turns in [("short_a", 2), ("short_b", 2), ("long", 7), ("middle", 4)]:
+    for cid, turns in asks:
         asked = len(fleet._queue)
         thread = threading.Thread(target=wait_for_seat, args=(cid, turns))
         thread.start()
@@ -557,4 +525,19 @@ def test_a_longer_conversation_that_asks_later_is_seated_first(tmp_path: Path) -
         seat.leave()
     for thread in threads:
         thread.join(timeout=10)
-    assert seated == ["long", "middle", "short_a", "short_b"]
+    return seated
+
+
+def test_conversations_waiting_for_room_are_seated_in_the_order_they_asked(tmp_path: Path) -> None:
+    """The flight asks longest first: woken together, waiting conversations must not race for a seat
+    (a long one seated late ends the run late)."""
+    asks = [(f"multi_turn_base_{n}", 3) for n in range(2, 7)]
+    assert _seated_order(tmp_path, asks) == [cid for cid, _ in asks]
+
+
+def test_a_longer_conversation_that_asks_later_is_seated_first(tmp_path: Path) -> None:
+    """The flight starts the longest first, but each thread claims its conversation and copies its
+    handler before it asks for a seat: a long one that asks after the short ones must not be
+    seated behind all of them (measured: a 10-request conversation seated 18 s late ended the run)."""
+    asks = [("short_a", 2), ("short_b", 2), ("long", 7), ("middle", 4)]
+    assert _seated_order(tmp_path, asks) == ["long", "middle", "short_a", "short_b"]
