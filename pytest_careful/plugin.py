@@ -85,7 +85,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from .harness import session
     from .harness.failure_text import Bounder  # (the run's stages, as above)
     from .harness.last_failed import LastFailed  # (the run's stages)
-    from .live.inflight import cap_workers  # (the run's stages)
 
     open_live: Callable[[RunConfig], Source] | None = None
     if options.live:
@@ -107,6 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
     state = session.start(config, options, open_live)
     kind = state.source.backend_kind
     if kind is not None and not options.worker:
+        from .live.inflight import cap_workers  # the live stage: only a run that calls a model loads it
+
         # Before xdist's own pytest_configure (trylast) starts the workers from ``option.tx``.
         capped = cap_workers(config.option, kind)
         if capped:
