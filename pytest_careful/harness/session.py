@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -18,17 +17,12 @@ from ..common import gc_pause as _gc
 from ..data import dataset
 from ..effects import declarations
 from ..live import scripted
-from ..live.claude import RUN_ID_ENV
-from ..live.inflight import land, take_off, worker_count
-from ..live.progress import Display
-from ..live.stops import SESSION_ENV
-from ..live.vllm_server import ENDPOINT_ENV, LOG_ENV
 from ..reports import scorecard
 from ..scoring import rules
 from ..scoring.conversation import ScoringConfig
 from ..scoring.rules import Rule, Settings, checking
 from ..sources.options import MODEL
-from ..sources.reference_logged import Source, open_source
+from ..sources.reference_logged import RunAhead, ShowProgress, Source, open_source
 from ..sources.run_config import RunConfig, SourceError
 from . import gate, junit, scorecard_files, selection, summary
 from .filed import score_filed
@@ -38,7 +32,7 @@ from .state import SESSION_KEY, CarefulState
 from .worker_status import say_status_once
 
 if TYPE_CHECKING:
-    from ..live.source import LiveSource
+    pass
 
 
 def start(
@@ -119,7 +113,7 @@ class CarefulPlugin:
         #: node ids of failed tests that are not conversations (paths given beside a run)
         self._other_failures: list[str] = []
         self._page_prepared = False  # xdist controller: report.html's templates compiled on a thread
-        self._progress: Display | None = None  # live runs, controller
+        self._ahead: RunAhead | None = None  # a live run's conversations, running ahead of their items
         state.details_dir = self._details_dir(config)
         if not self.is_worker:
             config.pluginmanager.register(self.junit, "careful-junit")
@@ -188,9 +182,7 @@ class CarefulPlugin:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         """xdist controller: send each worker what this session set up (server URL, run id)."""
-        node.workerinput["careful_env"] = {
-            k: os.environ[k] for k in (RUN_ID_ENV, ENDPOINT_ENV, LOG_ENV, SESSION_ENV) if k in os.environ
-        }
+        node.workerinput["careful_env"] = self.state.source.worker_env()
         if self.state.details_dir is not None:
             node.workerinput["careful_details"] = str(self.state.details_dir)
 
@@ -259,34 +251,23 @@ class CarefulPlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
         """Live runs: the conversations run ahead of their items, many at once (``live.inflight``)."""
-        flight = None
-        live = self.state.options.live and not self.config.getoption("collectonly")
-        if live and session.items:
+        if not self.config.getoption("collectonly"):
             careful = [(i.condition, i.conversation_id) for i in session.items if isinstance(i, CarefulItem)]
-            workers = worker_count(getattr(self.config, "workerinput", None))
-            flight = take_off(self.state.source, careful, self.state.options.repeat, workers)  # type: ignore[arg-type]
-        if live and not self.is_worker:
-            source = cast("LiveSource", self.state.source)
-            self._progress = Display(
-                source.stops.session_dir() / "flight" / "progress",
-                self.config.pluginmanager.get_plugin("terminalreporter"),
-                stopped=source.stops.is_stopped,
-                capture=self.config.pluginmanager.get_plugin("capturemanager"),
+            plugins = self.config.pluginmanager
+            show = (
+                None
+                if self.is_worker
+                else ShowProgress(plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager"))
             )
-            self._progress.start()
+            self._ahead = self.state.source.run_ahead(careful, getattr(self.config, "workerinput", None), show)
         completed = False
         try:
             result = yield
             completed = not (session.shouldfail or session.shouldstop)
             return result
         finally:
-            if live and not completed and not self.is_worker:
-                # Interrupted (Ctrl-C to this process alone, or cut short): the workers send nothing new.
-                self.state.source.stops.interrupted()  # type: ignore[attr-defined]
-            if flight is not None:
-                land(flight, completed)
-            if self._progress is not None:
-                self._progress.stop()
+            if self._ahead is not None:
+                self._ahead.land(completed)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -323,8 +304,8 @@ class CarefulPlugin:
             )
         self._add_junit_properties(report, bool(row))
         self.junit.annotate(report)
-        if self._progress is not None:
-            self._progress.between_items()
+        if self._ahead is not None:
+            self._ahead.between_items()
 
     def _add_junit_properties(self, report: pytest.TestReport, has_row: bool) -> None:
         """The row's JUnit properties on its call and teardown reports, where the item used to put them.

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,13 +39,13 @@ from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder, close_clients, decoder
 from ..sources.live_options import BUDGET_USD, ENDPOINT, MAX_OUTPUT_TOKENS, OUTPUT, REQUEST_TIMEOUT
 from ..sources.options import HANDLER, MODEL
-from ..sources.reference_logged import LiveDetails, Source
+from ..sources.reference_logged import LiveDetails, RunAhead, ShowProgress, Source
 from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
 from .backend_setup import BackendSettings, BackendSetup, Sent
 from .backends import SERVER_OPTIONS, backend
 from .budget import Prices, SpendLedger
-from .claude import estimate
+from .claude import RUN_ID_ENV, estimate
 from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
 from .faults import Retry, ServerGuard, answers, classify
 from .filing import ResultFolders
@@ -53,9 +53,10 @@ from .fleet import Placement, Seat
 from .handler import Handler
 from .handles import HandleError, ModelHandle, resolution, resolution_line, resolve
 from .pacing import Pause, share
+from .progress import Display
 from .provenance import LiveProvenance
-from .stops import Stops, unwritable
-from .vllm_server import ServerPlan, forget_session, start_for_session, stop
+from .stops import SESSION_ENV, Stops, unwritable
+from .vllm_server import ENDPOINT_ENV, LOG_ENV, ServerPlan, forget_session, start_for_session, stop
 
 #: How often one conversation moves to another server before it counts as failed.
 MAX_RERUNS = 3
@@ -279,6 +280,24 @@ class LiveSource(Source):
         request still in flight then ends with the process, never with a closed client's error."""
         if self._handler is not None and (self.flight is None or not self.flight.stopping.is_set()):
             close_clients(self._handler)
+
+    def worker_env(self) -> dict[str, str]:
+        return {k: os.environ[k] for k in (RUN_ID_ENV, ENDPOINT_ENV, LOG_ENV, SESSION_ENV) if k in os.environ}
+
+    def run_ahead(
+        self, conversations: list[tuple[str, str]], workerinput: Mapping[str, object] | None, show: ShowProgress | None
+    ) -> RunAhead | None:
+        flight = inflight.take_off(self, conversations, self.repeats, inflight.worker_count(workerinput))
+        display = None
+        if show is not None:
+            display = Display(
+                self.stops.session_dir() / "flight" / "progress",
+                show.reporter,
+                stopped=self.stops.is_stopped,
+                capture=show.capture,
+            )
+            display.start()
+        return Ahead(flight, display, self.stops)
 
     def opening_lines(self, start_lines: list[str]) -> list[str]:
         # With a server of the session's own, the differences are said once it has started.
@@ -599,3 +618,27 @@ def inapplicable(options: RunConfig, handle: ModelHandle) -> str | None:
             "the server already runs (set them where it is started)"
         )
     return None
+
+
+@dataclass
+class Ahead:
+    """A live run's conversations running ahead of their items (``LiveSource.run_ahead``)."""
+
+    flight: inflight.Flight | None  # None: nothing of this process's to run
+    display: Display | None  # the controller's progress line
+    stops: Stops
+
+    def between_items(self) -> None:
+        if self.display is not None:
+            self.display.between_items()
+
+    def land(self, completed: bool) -> None:
+        try:
+            if not completed and self.display is not None:
+                # Interrupted (Ctrl-C to this process alone, or cut short): the workers send nothing new.
+                self.stops.interrupted()
+            if self.flight is not None:
+                inflight.land(self.flight, completed)
+        finally:
+            if self.display is not None:
+                self.display.stop()

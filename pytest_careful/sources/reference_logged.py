@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..common.bfcl import CATEGORIES
 from ..data import dataset
@@ -37,6 +37,10 @@ from .format_check import decoder_warnings
 from .options import CATEGORY, DECODER, MODEL, PROTOCOL, RESULTS
 from .run_config import REFERENCE_MODEL, RunConfig, SourceError
 
+if TYPE_CHECKING:
+    import pytest
+    from _pytest.capture import CaptureManager
+
 
 class RunRecord(Protocol):
     """One conversation run by a live source in this process (``live.runner.LiveRun``)."""
@@ -63,6 +67,24 @@ class LiveDetails:
 
     resumed: bool  # read back from an earlier result file, not rerun
     run: RunRecord | None  # run in this process: its entry, log and wall time
+
+
+class RunAhead(Protocol):
+    """What runs ahead of the items (``Source.run_ahead``): told between items and at the loop's end."""
+
+    def between_items(self) -> None: ...
+
+    def land(self, completed: bool) -> None:
+        """The run loop ended (``completed``: not cut short): finish or stop what runs ahead."""
+        ...
+
+
+@dataclass(frozen=True)
+class ShowProgress:
+    """Where the controller shows a live run's progress: pytest's terminal reporter and capture manager."""
+
+    reporter: pytest.TerminalReporter | None
+    capture: CaptureManager | None
 
 
 @dataclass
@@ -150,6 +172,18 @@ class Source:
 
     def result_folder(self) -> Path | None:
         """Where the run filed its result files (a live run's ``--careful-output``); None: nowhere."""
+        return None
+
+    def worker_env(self) -> dict[str, str]:
+        """What each xdist worker is sent of this process's environment (a live run's server URL, run id)."""
+        return {}
+
+    def run_ahead(
+        self, conversations: list[tuple[str, str]], workerinput: Mapping[str, object] | None, show: ShowProgress | None
+    ) -> RunAhead | None:
+        """Before the items run: a live run starts its conversations, many at once, ahead of the
+        items that score them, and (``show``: the controller) its progress display; None: nothing
+        runs ahead (a logged run)."""
         return None
 
     def opening_lines(self, start_lines: list[str]) -> list[str]:
