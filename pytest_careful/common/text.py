@@ -132,3 +132,18 @@ def did_you_mean(
     close = [prefix + c for c in close]
     others = f" (close matches: {', '.join(close)})" if len(close) > 1 else ""
     return f"; did you mean {close[0]}?{others}"
+
+
+def contains_words(text: str, value: str) -> bool:
+    """``value`` occurs in ``text`` and is not part of a longer word or number there."""
+    if not value:
+        return False
+    start = text.find(value)
+    while start >= 0:
+        end = start + len(value)
+        before = text[start - 1] if start else " "
+        after = text[end] if end < len(text) else " "
+        if not (before.isalnum() and value[0].isalnum()) and not (after.isalnum() and value[-1].isalnum()):
+            return True
+        start = text.find(value, start + 1)
+    return False

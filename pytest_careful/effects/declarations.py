@@ -37,6 +37,8 @@ def _declarations_dir() -> Path:
 
 DECLARATIONS_DIR = _declarations_dir()
 BOUNDARY_FILE = "destructive.yaml"
+#: What each read function's results show (``careful-declare`` infers it; the item audit reads it).
+READS_FILE = "reads.yaml"
 ANNOTATORS = ("A1", "A2", "A3", "A4")
 BOUNDARIES = ("final", "majority") + ANNOTATORS
 
@@ -175,6 +177,17 @@ def load(directory: Path = DECLARATIONS_DIR) -> Declarations:
             functions[name] = _declaration(class_name, name, entry)
     digest.update((directory / BOUNDARY_FILE).read_bytes())
     return Declarations(functions, reasons, annotators, digest.hexdigest()[:16])
+
+
+@functools.cache
+def reads(directory: Path = DECLARATIONS_DIR) -> Mapping[str, tuple[str, ...]]:
+    """Per read function, the public attributes of its class that its results show (``READS_FILE``).
+
+    Kept apart from the declarations and their digest: only the item audit reads it, so a
+    scorecard's declarations stay comparable when it is inferred again.
+    """
+    data = safe_load((directory / READS_FILE).read_text(encoding="utf-8")) or {}
+    return {str(f): tuple(map(str, attrs or ())) for functions in data.values() for f, attrs in functions.items()}
 
 
 def _declaration(class_name: str, name: str, entry: Mapping[str, Any]) -> Declaration:

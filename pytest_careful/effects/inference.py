@@ -13,6 +13,7 @@ Everything is seeded and sorted, so two runs write byte-identical files.
 from __future__ import annotations
 
 import ast
+import json
 import pickle
 import random
 import re
@@ -22,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from ..common import bfcl as _bfcl
+from ..common.text import contains_words
 from ..data import dataset
 from ..data.dataset import Conversation
 from ..evaluation.replay import OK, call_status
 from ..execution.executor import Simulators
-from ..execution.snapshot import Change, Snapshot, capture_class, diff
+from ..execution.snapshot import Change, ClassState, Snapshot, capture_class, diff, normalise
 
 SOURCES = ("reference", "logged", "synthetic")
 MAX_STATES_PER_CLASS = 40
@@ -65,6 +67,8 @@ class FunctionRecord:
     changed_public: bool = False
     signals: set[str] = field(default_factory=set)
     non_idempotent_examples: set[str] = field(default_factory=set)
+    #: Public attributes of its class whose values its successful results showed (``revealed``).
+    reveals: set[str] = field(default_factory=set)
 
     @property
     def is_write(self) -> bool:
@@ -106,6 +110,7 @@ class Observer:
         evidence.successful += 1
         changes = diff(before, after)
         if not changes:
+            record.reveals |= revealed(before.classes[owner], execution.result)
             return True
         evidence.changed += 1
         self._record_changes(record, changes)
@@ -130,6 +135,48 @@ class Observer:
             record.non_idempotent_examples.add(call)
         else:
             evidence.probes_unchanged += 1
+
+
+def revealed(state: ClassState, result: str) -> set[str]:
+    """The public attributes of ``state`` that a result shows: one of its leaves (a string of
+    two characters or more, a number other than 0 and 1, a key) is a leaf of the result's
+    JSON, or a string leaf stands in the result's text as whole words."""
+    shown = _leaves(_json_or_text(result))
+    texts = [leaf for leaf in shown if isinstance(leaf, str)]
+    found = set()
+    for attribute, value in state.public_values.items():
+        if any(_shows(leaf, shown, texts) for leaf in _leaves(normalise(value))):
+            found.add(attribute)
+    return found
+
+
+def _json_or_text(result: str) -> object:
+    try:
+        return json.loads(result)
+    except ValueError:
+        return result
+
+
+def _leaves(value: object, limit: int = 20_000) -> set[object]:
+    """A value's leaves and keys (strings, numbers), at most ``limit`` of them."""
+    found: set[object] = set()
+    stack = [value]
+    while stack and len(found) < limit:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+            stack.extend(item.keys())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        elif isinstance(item, (str, int, float)) and not isinstance(item, bool):
+            found.add(item)
+    return found
+
+
+def _shows(leaf: object, shown: set[object], texts: list[str]) -> bool:
+    if isinstance(leaf, str):
+        return len(leaf) >= 2 and (leaf in shown or any(contains_words(text, leaf) for text in texts))
+    return leaf not in (0, 1) and leaf in shown
 
 
 def call_name(call: str) -> str | None:

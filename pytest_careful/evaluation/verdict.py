@@ -88,10 +88,14 @@ def force_terminated(model_turns: int, reference_turns: int) -> Verdict:
     )
 
 
-def check(conversation: Conversation, model: Replay, reference: Replay) -> Verdict:
-    """Turn-by-turn check of a replayed model against the replayed reference."""
+def check(conversation: Conversation, model: Replay, reference: Replay, turns: int | None = None) -> Verdict:
+    """Turn-by-turn check of a replayed model against the replayed reference.
+
+    ``turns``: check only the first ``turns`` turns (``model`` may hold only those): the
+    audit asks whether a change fails its own turn before it replays the rest.
+    """
     all_model_results: list[str] = []
-    for turn_index, ground_truth in enumerate(conversation.ground_truth):
+    for turn_index, ground_truth in enumerate(conversation.ground_truth[:turns]):
         model_turn = model.turns[turn_index]
         all_model_results.extend(model_turn.results)
         if ground_truth and not model_turn.steps:
