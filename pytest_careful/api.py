@@ -24,6 +24,8 @@ from .scoring.conversation import RESOURCE_LIMIT, ConversationResult, ScoringCon
 from .scoring.rules import DUPLICATE_WRITES, Rule, Settings, built_in, checking
 from .sources.reference_logged import Source, open_source
 from .sources.run_config import RunConfig, SourceError
+from .verify.audit_file import for_mode
+from .verify.options import AUDIT_MODES, MARK
 
 
 def score_run(
@@ -42,6 +44,7 @@ def score_run(
     budget: limits.Limits | None = None,
     models: Mapping[str, ModelEntry] | None = None,
     modify_rules: Callable[[list[Rule]], None] | None = None,
+    audit: str = MARK,
 ) -> list[ConversationResult]:
     """Score a logged BFCL run: one typed result per conversation, in dataset order.
 
@@ -68,6 +71,8 @@ def score_run(
             gives them: ``decoder`` may then name one. Registered for this call only.
         modify_rules: changes the run's rules in place, as ``pytest_careful_modify_rules`` does
             (a built-in rule turned off, or a variant in its place).
+        audit: ``mark`` (each result's ``audit`` holds the item audit's findings of its reference),
+            or ``off``, as ``--careful-audit``; ``exclude`` concerns the figures, which a scorecard makes.
 
     Raises:
         SourceError (a ValueError): the folder, decoder or a setting cannot be used; the message says why.
@@ -80,7 +85,9 @@ def score_run(
         _check_ids(chosen, config.categories)
     scripted.register()  # a scripted model's results folder decodes with its handler
     budget = budget or limits.Limits()
-    config = dataclasses.replace(config, user_script=user_script, limits=budget)
+    if audit not in AUDIT_MODES:
+        raise SourceError(f"audit: {audit!r} is not one of {', '.join(AUDIT_MODES)}")
+    config = dataclasses.replace(config, user_script=user_script, limits=budget, audit=audit)
     run_rules = _rules(config, rules, modify_rules)
     try:
         undo = own_models(models or {}, "score_run(models=...)")
@@ -167,6 +174,7 @@ def _score(
         settings=_settings(config),
         rules=run_rules,
         reexamined=source.reexamined(config, decl),
+        audit=for_mode(config.audit),
     )
     chosen = source.categories or config.categories
     protocol = config.protocols[0]

@@ -16,13 +16,15 @@ from ..common.text import counted
 from ..data import dataset
 from ..data.dataset import category_of
 from ..reports import scorecard, stats
-from ..reports.baseline import baseline_coverage, baseline_parts, read_scorecard
+from ..reports.baseline import audit_problem, baseline_coverage, baseline_parts, read_scorecard
 from ..reports.card import Card, Totals
 from ..reports.options import ALLOW_MISSING, ALLOW_PARTIAL_BASELINE, BASELINE, MIN_BFCL, MIN_SAFE
 from ..reports.runs import printable
+from ..reports.scorecard import has_defect
 from ..reports.stats import ComparisonJson
 from ..scoring.row import Row
 from ..scoring.rules import Rule, checking
+from ..verify.options import EXCLUDE
 from .state import CarefulState
 
 
@@ -57,6 +59,12 @@ def _check_baseline(path: Path, state: CarefulState) -> None:
             f"({prov.get('declarations')} != {current_decl}); rescore it first"
         )
     _check_baseline_ids(file, rows)
+    ours: dict[str, object] = {
+        "audit": {"mode": state.options.audit, "sha256": getattr(state.scoring.audit, "sha256", "")}
+    }
+    problem = audit_problem(ours, prov)
+    if problem is not None:
+        raise pytest.UsageError(f"{BASELINE}: {file} and this run: {problem}")
     covered, expected = baseline_coverage(rows)
     partial = covered < expected or prov.get("selection", {}).get("complete") is False
     if partial and not state.options.allow_partial_baseline:
@@ -84,6 +92,8 @@ def compare_with_baseline(state: CarefulState, rows: list[Row], condition: str) 
     baseline = state.baseline
     if baseline is None:
         return None
+    if state.options.audit == EXCLUDE:  # the items with a defect count in no figure, the comparison's neither
+        rows = [r for r in rows if not has_defect(r)]
     current = {r["id"]: bool(r["bfcl"]["valid"]) for r in rows}
     before = {i: bool(r["bfcl"]["valid"]) for i, r in baseline["rows"].items() if i in current}
     if set(before) != set(current):

@@ -3,7 +3,7 @@
 
 Each stage declares its own options (``common.options.Option``, a table per stage): what to score
 (``sources/options.py``), how (``scoring/options.py``), where scorecards go and the release gate
-(``reports/options.py``), live runs (``sources/live_options.py``), the confirm protocol's user
+(``reports/options.py``), the item audit (``verify/options.py``), live runs (``sources/live_options.py``), the confirm protocol's user
 (``protocols/options.py``), each conversation's budget (``execution/limits.py``) and JUnit XML
 (here). A message names an option through its object, so each flag is written once.
 """
@@ -54,6 +54,8 @@ from ..sources.live_options import (
 )
 from ..sources.options import CATEGORY, DECODER, HANDLER, MODEL, PROTOCOL, RESULTS
 from ..sources.run_config import DEFAULT_REQUEST_TIMEOUT, DEFAULT_SERVER_TIMEOUT, REFERENCE_MODEL, RunConfig
+from ..verify import options as audit_options
+from ..verify.options import AUDIT
 
 _T = TypeVar("_T")
 
@@ -72,6 +74,7 @@ DEFAULT_OUTPUT = Path("result")
 TABLES: tuple[tuple[Option, ...], ...] = (
     run_options.OPTIONS,
     scoring_options.OPTIONS,
+    audit_options.OPTIONS,
     report_options.OPTIONS,
     live_options.OPTIONS,
     live_options.RUN_OPTIONS,
@@ -176,6 +179,7 @@ def read_options(config: pytest.Config) -> RunConfig:
         duplicate_writes=get(DUPLICATE_WRITES.dest),
         repeat=_or(get(REPEAT.dest), 1),
         concurrency=get(CONCURRENCY.dest),
+        audit=get(AUDIT.dest),
     )
     if options.active:
         _validate(options)

@@ -12,6 +12,7 @@ from typing import Any, NoReturn, Protocol, TypeGuard
 
 import pytest
 
+from ..common.text import counted, shorten
 from ..data import dataset
 from ..data.result_files import LoggedEntry
 from ..evaluation.evaluate import Evaluation
@@ -27,6 +28,9 @@ from ..scoring.evidence import format_bfcl_failure, format_violations, transcrip
 from ..scoring.row import CostUsd, Row
 from ..scoring.rules import Rule, checking, is_built_in
 from ..sources.reference_logged import Source
+from ..verify.audit import DEFECT
+from ..verify.audit_file import AuditMark
+from ..verify.options import AUDIT, EXCLUDE
 from .state import SESSION_KEY, CarefulState
 
 ROW_KEY = pytest.StashKey[str]()
@@ -147,6 +151,7 @@ def _failure_text(row: Row, evaluation: Evaluation, gate: str, bfcl_fails: bool,
     errors = row.get("rule_errors", {})
     reasons += [f"{rule} raised" if rule in errors else f"{rule} {row['counts'][rule]}" for rule in failing]
     lines = [f"[{gate} gate] " + ", ".join(reasons)]
+    lines += audit_block(row)
     if bfcl_fails:
         lines += ["", "[bfcl] failed", _indent(format_bfcl_failure(evaluation))]
     for rule in failing:
@@ -158,8 +163,46 @@ def _failure_text(row: Row, evaluation: Evaluation, gate: str, bfcl_fails: bool,
     return "\n".join(lines)
 
 
+def audit_block(row: Row) -> list[str]:
+    """The item audit's defects of the reference, one titled block before the rules' (none: nothing)."""
+    defects = [m for m in row.get("audit", []) if m["severity"] == DEFECT]
+    if not defects:
+        return []
+    lines = ["", f"[audit] the reference has {counted(len(defects), 'defect')}: no model can pass it as given"]
+    for mark in defects:
+        argument = mark["argument"] or "the call"
+        lines.append(f"  {mark['finding']}: turn {mark['turn']}, call {mark['call']}, {argument} = {_literal(mark)}")
+        if mark["near_miss"]:
+            lines.append(f"    near miss: {mark['near_miss']}")
+        lines.append(f"    {mark['detail']}; BFCL reads it in the {mark['checked_by']}")
+    lines.append("  (careful-audit; docs/audit.md: the classes and their evidence)")
+    return lines
+
+
+def _literal(mark: AuditMark) -> str:
+    value = mark["literal"]
+    return shorten(repr(value), 200) if not isinstance(value, str) else repr(shorten(value, 200))
+
+
+def audit_defects(row: Row) -> str:
+    """The row's defects as the ``careful_audit`` JUnit property says them (``""``: none)."""
+    return ", ".join(
+        f"defect:{m['finding']} (turn {m['turn']}, {m['argument'] or 'the call'})"
+        for m in row.get("audit", [])
+        if m["severity"] == DEFECT
+    )
+
+
 def _indent(text: str) -> str:
     return "\n".join("  " + line if line else line for line in text.splitlines())
+
+
+def fail_or_exclude(state: CarefulState, row: Row, failure: str) -> NoReturn:
+    """Fail the item; under ``--careful-audit=exclude``, one whose reference has a defect is xfailed
+    instead: it counts in no figure, and its text still says why it failed."""
+    if state.options.audit == EXCLUDE and audit_defects(row):
+        pytest.xfail(f"excluded by {AUDIT}={EXCLUDE}: {audit_defects(row)}\n{failure}")
+    pytest.fail(failure, pytrace=False)
 
 
 def record(item: ConversationItem, row: Row) -> None:
@@ -286,8 +329,9 @@ def _shows_passed_sections(config: pytest.Config) -> bool:
 JUNIT_TALLIES = ("collateral_changed_state",)
 
 
-def junit_properties(row: Row, model: str, rules: Sequence[Rule]) -> dict[str, str | int]:
-    """The stable JUnit property contract: JSON-safe strings and ints only."""
+def junit_properties(row: Row, model: str, rules: Sequence[Rule], audit: bool = False) -> dict[str, str | int]:
+    """The stable JUnit property contract: JSON-safe strings and ints only; ``audit``: the run
+    carries the item audit (``careful_audit``, empty for an item whose reference has no defect)."""
     props: dict[str, str | int] = {
         "careful_model": model,
         "careful_conversation": row["id"],
@@ -304,6 +348,8 @@ def junit_properties(row: Row, model: str, rules: Sequence[Rule]) -> dict[str, s
         props["careful_turns"], props["careful_turns_matched"] = int(row["turns"]), int(row["turns_matched"])
         first = row["first_divergent_turn"]
         props["careful_first_divergent_turn"] = "" if first is None else int(first)
+    if audit:
+        props["careful_audit"] = audit_defects(row)
     if "unscored" in row:
         props["careful_input_error"] = row["unscored"]
     if "resource_limit" in row:

@@ -65,6 +65,9 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
         prov["label"], prov["source"] = label, identity
         prov["duplicate_writes"] = options.duplicate_writes
         prov["selection"] = _selection(rows, expected, not_run, complete, options, narrowed_by)
+        audit = state.scoring.audit
+        if audit is not None:  # the audit the rows were marked from, and what it does to the figures
+            prov["audit"] = {"mode": options.audit, "sha256": audit.sha256, "bfcl_eval": audit.bfcl_eval}
         own = state.scoring.own_rules
         if own:  # the run's own rules: what every report needs to show them
             prov["custom_rules"] = checking.describe(own)

@@ -24,6 +24,9 @@ from ..scoring.rules import Rule, Settings, checking
 from ..sources.options import MODEL
 from ..sources.reference_logged import RunAhead, ShowProgress, Source, open_source
 from ..sources.run_config import RunConfig, SourceError
+from ..verify import audit_file
+from ..verify.audit_file import Audit, AuditFileError
+from ..verify.options import AUDIT
 from . import gate, junit, scorecard_files, selection, summary
 from .filed import score_filed
 from .item import CarefulCollector, CarefulItem, make_items
@@ -64,12 +67,21 @@ def start(
         settings=settings,
         rules=run_rules(config, settings),
         reexamined=source.reexamined(options, decl),
+        audit=run_audit(options.audit),
     )
     state = CarefulState(options, source, decl, settings, scoring, hook=config.hook)
     if options.baseline is not None:
         gate.load_baseline(options.baseline, state)  # refuses incompatible runs up front
     config.stash[SESSION_KEY] = state
     return state
+
+
+def run_audit(mode: str) -> Audit | None:
+    """The shipped item audit the rows carry, under ``--careful-audit`` (None: off)."""
+    try:
+        return audit_file.for_mode(mode)
+    except AuditFileError as problem:
+        raise pytest.UsageError(f"{AUDIT}: {problem}") from None
 
 
 class BuiltInRules:
@@ -318,7 +330,8 @@ class CarefulPlugin:
         """
         if report.when == "call" and has_row:
             row = self.state.rows[report.nodeid]
-            props = list(junit_properties(row, self.state.source.model, self.state.scoring.rules).items())
+            audit = self.state.scoring.audit is not None
+            props = list(junit_properties(row, self.state.source.model, self.state.scoring.rules, audit).items())
             self._junit_pending[report.nodeid] = (len(report.user_properties), props)
             report.user_properties = [*report.user_properties, *props]
         elif report.when == "teardown" and report.nodeid in self._junit_pending:

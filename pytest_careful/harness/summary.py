@@ -37,6 +37,7 @@ from ..sources.live_options import (
 )
 from ..sources.options import DECODER, HANDLER, MODEL, PROTOCOL, RESULTS
 from ..sources.run_config import DEFAULT_SERVER_TIMEOUT, RunConfig
+from ..verify.options import AUDIT, EXCLUDE
 from .gate import gate_passes, gate_verdict
 from .outcome import SERVER_ERROR
 from .repeat_runs import summary_lines
@@ -51,6 +52,8 @@ def summary_text(state: CarefulState, width: int) -> str:
         console.print(line, highlight=False, markup=False)
 
     for line in headlines(state):
+        say(line)
+    for line in audit_lines(state):
         say(line)
     if state.rows:
         say(
@@ -111,6 +114,26 @@ def headlines(state: CarefulState) -> list[str]:
             line += f"; each passing in all {state.options.repeat} repeats ({REPEAT})"
         lines.append(line)
     return lines or [state.empty_selection or "no conversation was scored"]
+
+
+def audit_lines(state: CarefulState) -> list[str]:
+    """Per condition whose rows carry the item audit: how many references have a defect, and the
+    accuracies twice, on every conversation and on those without one (each figure labelled)."""
+    lines = []
+    for condition, card in state.cards.items():
+        audit = card["totals"]["all"].get("audit")
+        if audit is None or not audit["defect_items"]:
+            continue
+        every, clean = audit["all"], audit["no_defect"]
+        excluded = state.options.audit == EXCLUDE
+        lines.append(
+            f"audit [{condition}]: {counted(audit['defect_items'], 'conversation')} of {every['conversations']} "
+            f"have a defect in their reference (no model can pass them as given); "
+            f"without them BFCL {100 * clean['bfcl_accuracy']:.1f}%, safe {100 * clean['safe_accuracy']:.1f}% "
+            f"(all: BFCL {100 * every['bfcl_accuracy']:.1f}%, safe {100 * every['safe_accuracy']:.1f}%)"
+            + (f"; excluded from every figure ({AUDIT}={EXCLUDE})" if excluded else "")
+        )
+    return lines
 
 
 def _unscored_causes(rows: list[Row]) -> str:

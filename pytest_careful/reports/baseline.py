@@ -15,6 +15,7 @@ from typing import Any
 
 from ..common import bfcl
 from ..data import dataset
+from ..verify.options import AUDIT, EXCLUDE, OFF
 
 #: A scorecard larger than this is refused before it is parsed (800 rows take ~2 MB).
 SCORECARD_MAX_BYTES = 256 * 1024 * 1024
@@ -77,3 +78,31 @@ def baseline_coverage(rows: Collection[str]) -> tuple[int, int]:
     categories = {conversation_id.rsplit("_", 1)[0] for conversation_id in rows}
     expected = {c.id for c in dataset.load(tuple(c for c in bfcl.CATEGORIES if c in categories))}
     return len(set(rows) & expected), len(expected)
+
+
+def audit_of(provenance: dict[str, Any]) -> tuple[str, str]:
+    """A scorecard's audit mode and the audit's sha256 (an older scorecard: ``off``)."""
+    audit = provenance.get("audit")
+    if not isinstance(audit, dict):
+        return OFF, ""
+    return str(audit.get("mode", OFF)), str(audit.get("sha256", ""))
+
+
+def audit_problem(first: dict[str, Any], second: dict[str, Any]) -> str | None:
+    """Why two scorecards' figures cannot be paired for their audits; None when they can.
+
+    Only ``exclude`` changes a figure: a run under it pairs with runs under it, on the same
+    audit; ``mark`` and ``off`` (an older scorecard) pair with each other, their figures alike.
+    """
+    (mode_a, sha_a), (mode_b, sha_b) = audit_of(first), audit_of(second)
+    if EXCLUDE in (mode_a, mode_b) and mode_a != mode_b:
+        return (
+            f"one was scored under {AUDIT}={mode_a}, the other under {AUDIT}={mode_b}: exclude leaves the "
+            "items with a defect out of every figure; rescore one under the other's mode"
+        )
+    if mode_a == mode_b == EXCLUDE and sha_a != sha_b:
+        return (
+            f"both were scored under {AUDIT}={EXCLUDE}, with different audits ({sha_a[:12]} != {sha_b[:12]}): "
+            "they exclude different items; rescore them with the same pytest-careful"
+        )
+    return None

@@ -47,6 +47,14 @@ class SelectionJson(Narrowed, total=False):
     categories: list[str]
 
 
+class AuditProvenance(TypedDict):
+    """``provenance.audit``: the item audit the run carried (absent: ``--careful-audit=off``, or an older scorecard)."""
+
+    mode: str  # mark or exclude
+    sha256: str  # of the audit.json the rows were marked from
+    bfcl_eval: str  # the version it audited
+
+
 class Provenance(TypedDict):
     """How the scorecard was made (``scorecard.provenance``); what the session adds is optional
     (``scorecard_files.finish``)."""
@@ -75,6 +83,7 @@ class Provenance(TypedDict):
     live: NotRequired["LiveProvenance"]  # a live run's resolution, requests and server
     repeat: NotRequired[int]
     repeats: NotRequired[int]
+    audit: NotRequired[AuditProvenance]
 
 
 class ReexaminedTotals(TypedDict, total=False):
@@ -88,6 +97,24 @@ class ReexaminedTotals(TypedDict, total=False):
     lost: int
     gained_with_withheld: int
     lost_with_withheld: int
+
+
+class AuditFigures(TypedDict):
+    """BFCL accuracy and success under effect safety over a set of conversations."""
+
+    conversations: int
+    bfcl_pass: int
+    safe_pass: int
+    bfcl_accuracy: float
+    safe_accuracy: float
+
+
+class AuditTotals(TypedDict):
+    """The figures twice: on every conversation, and on those whose reference has no defect (``audit.json``)."""
+
+    defect_items: int
+    all: AuditFigures
+    no_defect: AuditFigures
 
 
 class Totals(TypedDict):
@@ -115,6 +142,7 @@ class Totals(TypedDict):
     silent_turns: NotRequired["SilentTurns"]
     reexamined: NotRequired[ReexaminedTotals]
     cost_usd: NotRequired["CostUsd"]
+    audit: NotRequired[AuditTotals]  # the item audit on (under exclude, the figures above leave the defects out)
 
 
 #: ``--careful-repeat``'s figures: per category (``all`` too), per verdict (``bfcl``, ``safe``).

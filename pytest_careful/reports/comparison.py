@@ -5,11 +5,13 @@ rank agreement; ``comparison.json``'s types.
 """
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 
 from ..common import bfcl as _bfcl
 from ..common.json_types import NotRequired, TypedDict
 from ..protocols import registry as protocols
+from ..verify import audit_file
 from . import own_rules, stats
 from . import repeat_stats as repeats
 from .agreement import spearman_rho
@@ -130,6 +132,24 @@ class RankAgreement(TypedDict):
     rho: NotRequired[dict[str, Rho | None]]
 
 
+class UniversalFailure(TypedDict):
+    """A conversation every run fails (BFCL's verdict), with the audit's findings of its reference."""
+
+    id: str
+    findings: list[str]  # "defect:one_word_changed", ... (empty: none)
+
+
+class UniversalFailures(TypedDict):
+    """The items every run fails, and how many the item audit explains (gorilla#1367's cross-check)."""
+
+    audit_sha256: str
+    count: int
+    with_defect: int
+    with_doubt_only: int
+    by_class: dict[str, int]
+    items: list[UniversalFailure]
+
+
 class Report(TypedDict):
     """``comparison.json``: everything careful-report's three files show."""
 
@@ -145,6 +165,28 @@ class Report(TypedDict):
     pairs: list[Pair]
     repeats: list[RepeatGroup]
     repeat: NotRequired[RepeatSection]  # when every run repeats one model and condition
+    universal_failures: UniversalFailures
+
+
+def universal_failures(runs: list[Run], ids: list[str]) -> UniversalFailures:
+    """Items that every run fails under BFCL's verdict, each with the shipped audit's findings: a defect
+    explains a universal failure; a universal failure with no finding is worth a look."""
+    audit = audit_file.load()
+    failing = [i for i in ids if not any(r.rows[i].bfcl for r in runs)]
+    items: list[UniversalFailure] = []
+    for cid in failing:
+        found = sorted({f"{f.get('severity')}:{f.get('finding')}" for f in audit.findings(cid)})
+        items.append({"id": cid, "findings": found})
+    classes = Counter(name.split(":", 1)[1] for item in items for name in item["findings"])
+    defect = sum(any(f.startswith("defect:") for f in item["findings"]) for item in items)
+    return {
+        "audit_sha256": audit.sha256,
+        "count": len(items),
+        "with_defect": defect,
+        "with_doubt_only": sum(bool(item["findings"]) for item in items) - defect,
+        "by_class": dict(sorted(classes.items())),
+        "items": items,
+    }
 
 
 def _accuracy(run: Run, ids: list[str], metric: str) -> Accuracy:
@@ -404,6 +446,7 @@ def build(runs: list[Run], ids: list[str], coverage: str, notes: list[str]) -> R
         "rank_agreement": rank_agreement(runs, ids),
         "pairs": [compare_pair(a, b, ids) for a, b in itertools.combinations(runs, 2)],
         "repeats": repeated,
+        "universal_failures": universal_failures(runs, ids),
     }
     if len(groups) == 1 and repeated:
         out["repeat"] = repeated[0]["repeat"]  # all runs repeat one model and condition

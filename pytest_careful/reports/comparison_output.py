@@ -146,7 +146,29 @@ def markdown(report: Report) -> str:
         for sentences in (pair["bfcl_sentences"], pair["safe_sentences"]):
             lines += [f"- {_md_escape(s)}" for s in sentences.values()]
     lines += _md_repeats(report)
+    lines += _md_universal(report)
     return "\n".join(lines) + "\n"
+
+
+def universal_text(report: Report) -> str:
+    """One sentence on the items every run fails, and how many the item audit explains."""
+    found = report["universal_failures"]
+    if not found["count"]:
+        return "No conversation is failed by every run."
+    return (
+        f"{found['count']} conversations are failed by every run (BFCL's verdict): {found['with_defect']} carry a "
+        f"defect in the item audit, {found['with_doubt_only']} a doubt only, "
+        f"{found['count'] - found['with_defect'] - found['with_doubt_only']} no finding (worth a look)."
+    )
+
+
+def _md_universal(report: Report) -> list[str]:
+    found = report["universal_failures"]
+    lines = ["", "## Failed by every run", "", universal_text(report)]
+    if found["items"]:
+        lines += ["", "| conversation | audit findings |", "|---|---|"]
+        lines += [f"| {item['id']} | {', '.join(item['findings']) or '—'} |" for item in found["items"]]
+    return lines
 
 
 def _note_numbers(report: Report) -> list[int | None]:
@@ -226,6 +248,7 @@ def html(report: Report) -> str:
         legend=LEGEND + (OWN_LEGEND if own_columns(report) else ()),
         rank=_rank_text(report["rank_agreement"]),
         charts=_charts(report),
+        universal=universal_text(report),
     )
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from ..common import bfcl as _bfcl
 from ..common.text import escape
 from ..protocols import registry as protocols
-from .baseline import baseline_parts, read_scorecard
+from ..verify.options import AUDIT, EXCLUDE
+from .baseline import audit_of, audit_problem, baseline_parts, read_scorecard
 from .own_rules import names as custom_rules
 
 #: Short names of the categories, as the paper's Table 5 heads its columns.
@@ -49,6 +50,7 @@ class ComparedRow:
     answers: tuple[int, int, int] | None  # yes, no, restate; None when the row has no answers
     #: the run's own rules (``pytest_careful_rules``): violations per rule name
     custom: tuple[tuple[str, int], ...] = ()
+    defect: bool = False  # the item audit marked a defect in its reference (``Row.audit``)
 
 
 @dataclass
@@ -201,7 +203,14 @@ def _row(
         confirmed=_count(counts.get("confirmed_destructive", 0), f"{where} confirmed_destructive"),
         answers=answers,
         custom=tuple((name, _count(counts.get(name, 0), f"{where} {name}")) for name in own),
+        defect=_defect(row.get("audit", []), where),
     )
+
+
+def _defect(marks: object, where: str) -> bool:
+    if not isinstance(marks, list) or not all(isinstance(m, dict) for m in marks):
+        raise ValueError(f"{where}: audit must be a list of findings")
+    return any(m.get("severity") == "defect" for m in marks)
 
 
 # --- pairing ---------------------------------------------------------------------
@@ -221,10 +230,22 @@ def check_pairable(runs: list[Run], dataset: str) -> None:
                 f"{run.path}: scored under other declarations ({run.provenance.get('declarations')}"
                 f" != {first.provenance.get('declarations')} of {first.path}); rescore one of them"
             )
+        problem = audit_problem(dict(first.provenance), dict(run.provenance))
+        if problem is not None:
+            raise ReportError(f"{run.path} and {first.path}: {problem}")
 
 
 def paired_ids(runs: list[Run], common: bool) -> tuple[list[str], str]:
-    """The conversation ids every figure is computed on, and a sentence saying which."""
+    """The conversation ids every figure is computed on, and a sentence saying which (runs under
+    ``--careful-audit=exclude``: without the items whose reference has a defect)."""
+    ids, coverage = _shared_ids(runs, common)
+    if not all(audit_of(dict(r.provenance))[0] == EXCLUDE for r in runs):
+        return ids, coverage
+    kept = [i for i in ids if not any(r.rows[i].defect for r in runs)]
+    return kept, f"{coverage}; {len(ids) - len(kept)} with a defect in their reference left out ({AUDIT}={EXCLUDE})"
+
+
+def _shared_ids(runs: list[Run], common: bool) -> tuple[list[str], str]:
     sets = [set(r.rows) for r in runs]
     shared = set.intersection(*sets)
     if not shared:

@@ -19,9 +19,11 @@ from ..protocols.confirm_log import Answers
 from ..scoring import rules, turn_credit
 from ..scoring.conversation import ConversationResult
 from ..scoring.row import Row, Tokens
+from ..verify.audit import DEFECT
+from ..verify.options import EXCLUDE, MARK, OFF
 from . import chart_cache, html_report, own_rules, plots
 from .baseline import baseline_parts, read_scorecard
-from .card import Card, Page, Provenance, Totals
+from .card import AuditFigures, AuditTotals, Card, Page, Provenance, Totals
 from .own_rules import names as custom_rules
 from .stats import ComparisonJson
 
@@ -118,15 +120,50 @@ def _share(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def totals_by_category(rows: Iterable[Row], columns: Sequence[str] = COUNT_COLUMNS) -> dict[str, Totals]:
+def totals_by_category(
+    rows: Iterable[Row], columns: Sequence[str] = COUNT_COLUMNS, audit: str = OFF
+) -> dict[str, Totals]:
+    """Per category and ``all``; ``audit``: mark or exclude adds the figures on the conversations whose
+    reference has no defect (``audit_totals``), and exclude leaves those with one out of every figure."""
     rows = list(rows)
     out = {
-        c: totals((r for r in rows if r["category"] == c), columns)
+        c: _totals_audited([r for r in rows if r["category"] == c], columns, audit)
         for c in _bfcl.CATEGORIES
         if any(r["category"] == c for r in rows)
     }
-    out["all"] = totals(rows, columns)
+    out["all"] = _totals_audited(rows, columns, audit)
     return out
+
+
+def _totals_audited(rows: list[Row], columns: Sequence[str], audit: str) -> Totals:
+    counted = [r for r in rows if not has_defect(r)] if audit == EXCLUDE else rows
+    out = totals(counted, columns)
+    if audit in (MARK, EXCLUDE):
+        out["audit"] = audit_totals(rows)
+    return out
+
+
+def has_defect(row: Row) -> bool:
+    """The item audit found a defect in the row's reference (``Row.audit``)."""
+    return any(m["severity"] == DEFECT for m in row.get("audit", []))
+
+
+def audit_totals(rows: Sequence[Row]) -> AuditTotals:
+    """The accuracies on every row and on the rows whose reference has no defect."""
+    clean = [r for r in rows if not has_defect(r)]
+    return {"defect_items": len(rows) - len(clean), "all": _figures(rows), "no_defect": _figures(clean)}
+
+
+def _figures(rows: Sequence[Row]) -> AuditFigures:
+    n = len(rows)
+    bfcl_pass, safe_pass = sum(bool(r["bfcl"]["valid"]) for r in rows), sum(bool(r["safe"]) for r in rows)
+    return {
+        "conversations": n,
+        "bfcl_pass": bfcl_pass,
+        "safe_pass": safe_pass,
+        "bfcl_accuracy": round(bfcl_pass / n, 4) if n else 0.0,
+        "safe_accuracy": round(safe_pass / n, 4) if n else 0.0,
+    }
 
 
 def dataset_digest() -> str:
@@ -172,7 +209,8 @@ def provenance(
 
 def scorecard(rows: list[Row], prov: Provenance) -> Card:
     rows = sorted(rows, key=lambda r: (_bfcl.CATEGORIES.index(r["category"]), int(r["id"].rsplit("_", 1)[1])))
-    return {"provenance": prov, "totals": totals_by_category(rows, own_rules.count_columns(prov)), "rows": rows}
+    audit = prov["audit"]["mode"] if "audit" in prov else OFF
+    return {"provenance": prov, "totals": totals_by_category(rows, own_rules.count_columns(prov), audit), "rows": rows}
 
 
 def csv_text(rows: Sequence[Row], columns: Sequence[str] = COUNT_COLUMNS) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..common.gc_pause import paused
 from ..data.dataset import Conversation
@@ -22,6 +23,9 @@ from . import tokens, turn_credit
 from .row import Row, ViolationJson
 from .rules import Rule, Settings, built_in, checking, is_built_in, row_order
 from .rules.rule import empty_view, view
+
+if TYPE_CHECKING:  # the audit's file is read by whoever opens the run (harness.session, api)
+    from ..verify.audit_file import Audit, AuditMark
 
 #: BFCL error type of a conversation that could not be scored (the row says why).
 UNSCORED = "careful:unscored"
@@ -43,6 +47,7 @@ class ScoringConfig:
         rules: the run's rules, the built-in ones first (None: the built-in ones under ``settings``).
         reexamined: per condition, the stricter script a logged confirm run's answers are re-examined
             under (``answer_log.reexamination``); absent: not re-examined.
+        audit: the item audit whose findings rows carry (``verify.audit_file``); None: ``--careful-audit=off``.
     """
 
     model: str
@@ -51,6 +56,7 @@ class ScoringConfig:
     settings: Settings = Settings()
     rules: tuple[Rule, ...] = None  # type: ignore[assignment]  # None: replaced in __post_init__
     reexamined: Mapping[str, tuple[str, frozenset[str], str]] = field(default_factory=dict)
+    audit: Audit | None = None
 
     def __post_init__(self) -> None:
         if self.rules is None:
@@ -97,6 +103,7 @@ def score_evaluation(evaluation: Evaluation, condition: str, config: ScoringConf
         confirmations = confirm_log.confirmations(entry.inference_log, evaluation.run.raw_index)
     row = score_replay(evaluation, config, condition, confirmations)
     row["condition"], row["model"] = condition, config.model
+    _mark_audit(row, config)
     if scripted_user and entry is not None:
         row["answers"] = confirm_log.answer_counts(entry.inference_log)
         run = evaluation.run
@@ -209,7 +216,17 @@ def unscored_row(
         row["resource_limit"] = reason
     else:
         row["unscored"] = reason
+    _mark_audit(row, config)
     return row
+
+
+def _mark_audit(row: Row, config: ScoringConfig) -> None:
+    """The audit's findings of the conversation's reference, on its row (nothing when it has none)."""
+    if config.audit is None:
+        return
+    marks = config.audit.marks(row["id"])
+    if marks:
+        row["audit"] = marks
 
 
 @dataclass(frozen=True)
@@ -256,6 +273,11 @@ class ConversationResult:
             rule_errors=dict(row.get("rule_errors", {})),
             row=row,
         )
+
+    @property
+    def audit(self) -> list[AuditMark]:
+        """The item audit's findings of the conversation's reference, defects first (``[]``: none, or audit off)."""
+        return list(self.row.get("audit", []))
 
     @property
     def node_id(self) -> str:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # types only: importing this module (the plugin's harness doe
     from ..execution.snapshot import ChangeJson
     from ..protocols.answer_log import AfterYes, Reexamined, SilentTurns
     from ..protocols.confirm_log import Answers
+    from ..verify.audit_file import AuditMark
 
 
 class Tokens(TypedDict):
@@ -98,6 +99,8 @@ class Row(TurnCredit):
     scored_after: NotRequired[str]
     seconds: NotRequired[float]
     cost_usd: NotRequired[CostUsd]
+    # the item audit's findings of its reference (--careful-audit mark or exclude), defects first
+    audit: NotRequired[list["AuditMark"]]
     # --careful-repeat: which repeat the row is of; the representative row carries every repeat's
     repeat: NotRequired[int]
     repeat_rows: NotRequired[list["Row"]]

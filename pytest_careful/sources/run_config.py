@@ -74,6 +74,7 @@ class RunConfig:
     duplicate_writes: str = "paper"  # rules.DUPLICATE_WRITES
     repeat: int = 1  # --careful-repeat: runs of each conversation (live runs only)
     concurrency: int | None = None  # --careful-concurrency (None: the backend's default, live/inflight.py)
+    audit: str = "mark"  # --careful-audit: off, mark or exclude (verify/options.py)
 
     @property
     def live(self) -> bool:

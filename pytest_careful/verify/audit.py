@@ -30,7 +30,7 @@ from ..evaluation.verdict import RESPONSE_MISMATCH, STATE_MISMATCH, Verdict, che
 from ..execution.executor import Simulators
 from .literals import Literal, literals_of, sentinel, with_value
 from .normal_forms import VERSION as FORMS_VERSION
-from .normal_forms import dated_spans, numbered_spans, parse_date, parse_number, unquote
+from .normal_forms import Text, dated_spans, find_in_text, numbered_spans, parse_date, parse_number, unquote
 from .provenance import (
     DOC,
     READ,
@@ -97,8 +97,8 @@ CONTRADICTED_KINDS = ("date", "number", "code", "id", "file")
 #: user's 550 against a reference's 500 is a defect; their 10 ("10 times the price") is not.
 NUMBER_DISTANCE = 0.5
 
-_WORD = re.compile(r"\w+(?:'\w+)?")
-_TOKEN = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
+#: A text's words: a number with its decimals and separators whole (``10000.00``), else letters and digits.
+_WORD = re.compile(r"\d+(?:[.,]\d+)*|\w+(?:'\w+)?")
 _CODE = re.compile(r"\b[A-Z]{2,5}\b")
 _FILE = re.compile(r"\b[\w-]+\.[A-Za-z0-9]{1,5}\b")
 _ID = re.compile(r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z_])[\w-]{2,}\b")
@@ -138,7 +138,7 @@ class Finding:
     """One literal (or one call) of a reference that a model could not have learned."""
 
     turn: int
-    call: int  # the call's position in its turn
+    call: int  # the call's place among its turn's calls (0: the first)
     call_text: str
     function: str
     argument: str | None  # None: the finding is the call itself (a function offered too late)
@@ -184,7 +184,7 @@ def audit_conversation(
     trajectory = Trajectory(conversation, ref, reads)
     audit = ConversationAudit(conversation.id)
     for index, record in enumerate(trajectory.calls):
-        late = _function_late(conversation, record)
+        late = _function_late(conversation, record, trajectory.within(index))
         if late is not None:
             audit.findings.append(late)
         for literal in literals_of(record.call):
@@ -192,7 +192,7 @@ def audit_conversation(
     return audit
 
 
-def _function_late(conversation: Conversation, record: CallRecord) -> Finding | None:
+def _function_late(conversation: Conversation, record: CallRecord, within: int) -> Finding | None:
     first = first_offered(conversation, record.name)
     if first is not None and first <= record.turn:
         return None
@@ -204,7 +204,7 @@ def _function_late(conversation: Conversation, record: CallRecord) -> Finding | 
         "the call's own result and state change",
         f"turn {record.turn} calls {record.name}, which the conversation offers {when}",
     )
-    return Finding(record.turn, record.position, record.call, record.name, None, "function_arrives_late", evidence)
+    return Finding(record.turn, within, record.call, record.name, None, "function_arrives_late", evidence)
 
 
 def _audit_literal(
@@ -267,7 +267,7 @@ def _verdict_with(conversation: Conversation, ref: Replay, record: CallRecord, c
     The turns up to the changed one are replayed and checked first: most changes fail there.
     """
     steps = [[[call] for call in turn] for turn in conversation.ground_truth]
-    steps[record.turn][record.position] = [changed]
+    steps[record.turn][record.step][record.position] = changed
     upto = record.turn + 1
     verdict = check(conversation, replay(conversation, steps[:upto], snapshots=False, prefix=ref), ref, upto)
     if verdict.valid and upto < conversation.n_turns:
@@ -290,7 +290,7 @@ def _classify(
     def finding(kind: str, near_miss: str | None, detail: str) -> Finding:
         evidence = FindingEvidence(value, searched, near_miss, checked_by, detail)
         argument = literal.argument(parameters)
-        return Finding(record.turn, record.position, record.call, record.name, argument, kind, evidence)
+        return Finding(record.turn, trajectory.within(index), record.call, record.name, argument, kind, evidence)
 
     later = trajectory.later_user(record.turn, value)
     if later is not None:
@@ -348,7 +348,7 @@ def _source_texts(trajectory: Trajectory, index: int) -> Iterator[tuple[str, str
     for earlier in range(index):
         call = trajectory.calls[earlier]
         for shown in trajectory.result_strings(earlier):
-            yield f"result of turn {call.turn}, call {call.position}", shown
+            yield f"result of turn {call.turn}, call {trajectory.within(earlier)}", shown
 
 
 def _text_near_miss(trajectory: Trajectory, index: int, value: str) -> tuple[str, str, bool] | None:
@@ -386,9 +386,12 @@ def _window_kind(window: list[str], words: list[str]) -> str | None:
 
 
 def _changed_word_sourced(trajectory: Trajectory, index: int, window: list[str], words: list[str]) -> bool:
-    """The reference's changed word has a source of its own (a placeholder the user left to fill)."""
-    changed = next(b for a, b in zip(window, words) if a != b)
+    """The reference's changed word has a source of its own (a placeholder the user left to fill), and
+    is not the source's word written otherwise (the user's ``10000`` as ``10000.00`` is a change)."""
+    original, changed = next((a, b) for a, b in zip(window, words) if a != b)
     number = parse_number(changed)
+    if find_in_text(changed if number is None else number, Text(original)) is not None:
+        return False
     return any(trajectory.sources(index, v) for v in ([changed] if number is None else [changed, number]))
 
 
@@ -480,7 +483,7 @@ def _result_contradiction(trajectory: Trajectory, ref: Replay, index: int, liter
         calls = {s.call for s in trajectory.sources(index, other.value) if s.kind == RESULT and s.call is not None}
         if not calls:
             return None
-        feeding |= {t for t, _ in calls}
+        feeding |= {trajectory.calls[c].turn for c in calls}
     used = {repr(o.value) for o in others}
     candidates = [
         (earlier, value)
@@ -503,7 +506,7 @@ def _result_contradiction(trajectory: Trajectory, ref: Replay, index: int, liter
         return None
     source = trajectory.calls[earlier]
     return (
-        f"the result of turn {source.turn}, call {source.position} ({shorten_call(source.call, 80)}) gives "
+        f"the result of turn {source.turn}, call {trajectory.within(earlier)} ({shorten_call(source.call, 80)}) gives "
         f"{value!r}; with it: {shorten_call(changed, 200)}"
     )
 

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import yaml
 
@@ -30,6 +31,7 @@ from ..data.dataset import category_of
 from ..effects.declarations import DECLARATIONS_DIR
 from . import normal_forms, provenance
 from .audit import CLASSES, DEFECT, DOUBT, SEVERITIES, ConversationAudit
+from .options import OFF
 
 SCHEMA = 1
 AUDIT_FILE = "audit.json"
@@ -38,6 +40,20 @@ OVERRIDES_FILE = "audit_overrides.yaml"
 SHIPPED = DECLARATIONS_DIR / AUDIT_FILE
 #: A reviewer's verdict on a finding: kept as is, dropped, or given another severity.
 VERDICTS = ("confirmed", "rejected", DEFECT, DOUBT)
+
+
+class AuditMark(TypedDict):
+    """A finding as a scorecard row carries it (``Row.audit``): what the failure text and reports show."""
+
+    finding: str
+    severity: str
+    turn: int
+    call: int
+    argument: str | None
+    literal: object
+    detail: str
+    near_miss: str | None
+    checked_by: str
 
 
 class AuditFileError(ValueError):
@@ -227,6 +243,27 @@ class Audit:
     def defects(self, conversations: Iterable[str]) -> set[str]:
         return {c for c in conversations if self.has_defect(c)}
 
+    def marks(self, conversation: str) -> list[AuditMark]:
+        """The conversation's findings as its row carries them, defects first."""
+        found = sorted(self.findings(conversation), key=lambda f: (f.get("severity") != DEFECT, f.get("turn", 0)))
+        return [_mark(f) for f in found]
+
+
+def _mark(finding: Mapping[str, object]) -> AuditMark:
+    evidence = finding.get("evidence")
+    shown: Mapping[str, object] = evidence if isinstance(evidence, dict) else {}
+    return {
+        "finding": str(finding.get("finding", "")),
+        "severity": str(finding.get("severity", "")),
+        "turn": int(str(finding.get("turn", 0))),
+        "call": int(str(finding.get("call", 0))),
+        "argument": None if finding.get("argument") is None else str(finding.get("argument")),
+        "literal": shown.get("literal"),
+        "detail": str(shown.get("detail", "")),
+        "near_miss": None if shown.get("near_miss") is None else str(shown.get("near_miss")),
+        "checked_by": str(shown.get("checked_by", "")),
+    }
+
 
 @functools.cache
 def load(path: Path = SHIPPED) -> Audit:
@@ -247,6 +284,11 @@ def load(path: Path = SHIPPED) -> Audit:
         str(data.get("bfcl_eval", "")),
         {str(k): tuple(v) for k, v in conversations.items()},
     )
+
+
+def for_mode(mode: str) -> Audit | None:
+    """The shipped audit that rows carry under ``--careful-audit=mode``; None under ``off``."""
+    return None if mode == OFF else load()
 
 
 def differences(shipped: Mapping[str, object], computed: Mapping[str, object]) -> list[str]:

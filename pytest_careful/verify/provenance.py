@@ -77,27 +77,27 @@ class LiteralSource:
         kind: one of ``KINDS``.
         where: the place, for a reader (``turn 1``, ``turn 0, call 2: cat(...)``, ``TravelAPI.credit_card_list``).
         form: the normal form it matched under (``FORMS``), or how else (``value``, ``enum``, ...).
-        call: for a ``result``, the (turn, position) of the call whose result shows it.
+        call: for a ``result``, the index (among the trajectory's calls) of the call whose result shows it.
     """
 
     kind: str
     where: str
     form: str
-    call: tuple[int, int] | None = None
+    call: int | None = None
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"kind": self.kind, "where": self.where, "form": self.form}
         if self.call is not None:
-            out["call"] = list(self.call)
+            out["call"] = self.call
         return out
 
 
 @dataclass(frozen=True)
 class Place:
-    """One call of a trajectory: its turn, its position in the turn, its index among all calls."""
+    """One call of a trajectory: its turn, its place among the turn's calls, its index among all calls."""
 
     turn: int
-    position: int
+    within: int
     index: int
 
 
@@ -123,6 +123,7 @@ class Trajectory:
         self.reads = _declarations.reads() if reads is None else reads
         self.user = [[Text(m["content"]) for m in messages] for messages in conversation.questions]
         self._results = [_Shown(c.result) for c in self.calls]
+        self._within = [sum(1 for e in self.calls[:i] if e.turn == c.turn) for i, c in enumerate(self.calls)]
         self._offered = _offered_by_turn(conversation)
         self._state_leaves: dict[tuple[int, str], tuple[set[str], set[float], list[str]]] = {}
         self._kept: list[ClassState] = []  # id() keys stay valid while the states they name are alive
@@ -133,8 +134,11 @@ class Trajectory:
     # -- what the model has at a call --------------------------------------------------
 
     def place(self, index: int) -> Place:
-        call = self.calls[index]
-        return Place(call.turn, call.position, index)
+        return Place(self.calls[index].turn, self._within[index], index)
+
+    def within(self, index: int) -> int:
+        """Call ``index``'s place among the calls of its turn (0: the turn's first)."""
+        return self._within[index]
 
     def offered(self, turn: int) -> Mapping[str, FunctionDoc]:
         """The functions offered in ``turn`` (miss_func holds some back until a later turn)."""
@@ -191,8 +195,8 @@ class Trajectory:
             form = self._results[earlier].holds(value)
             if form is not None:
                 call = self.calls[earlier]
-                where = f"turn {call.turn}, call {call.position}: {shorten_call(call.call, 120)}"
-                found.append(LiteralSource(RESULT, where, form, (call.turn, call.position)))
+                where = f"turn {call.turn}, call {self._within[earlier]}: {shorten_call(call.call, 120)}"
+                found.append(LiteralSource(RESULT, where, form, earlier))
         return found
 
     def _state(self, index: int, value: object) -> list[LiteralSource]:
@@ -251,9 +255,11 @@ class Trajectory:
         wanted = " ".join(unquote(value).split())
         for written_in, text in self.user_texts(turn):
             for template in quoted_spans(text.raw):
-                for pattern in _template_patterns(template):
+                for pattern, word in _template_patterns(template):
                     match = pattern.fullmatch(wanted)
-                    if match and all(self._filled(index, part) for part in match.groups()):
+                    if not match or (word is not None and _reworded(word, match.group(1))):
+                        continue
+                    if all(self._filled(index, part) for part in match.groups()):
                         return [LiteralSource(USER, f"turn {written_in}", "template")]
         return []
 
@@ -312,7 +318,8 @@ class Trajectory:
         return list(dict.fromkeys(self._given_numbers(index) + seen))[:DERIVED_NUMBERS]
 
     def _arithmetic(self, index: int, value: float) -> LiteralSource | None:
-        """One operation on a number the user, the doc or a result gives, and another given or seen.
+        """One operation on a number the user, the doc or a result gives, and another given or seen,
+        neither of them 0, 1 or -1.
 
         For each given number and operation, the other operand the literal needs is solved for and
         looked up among the sorted candidates, within the rounding the literal allows: linear in
@@ -322,11 +329,13 @@ class Trajectory:
         others = sorted(set(given + self._seen_numbers(index)))
         rounds = _ROUNDING.search(" ".join(t.raw for _, t in self.user_texts(self.calls[index].turn))) is not None
         slack = _slack(value, rounds)
-        for a in given:
+        for a in (n for n in given if abs(n) > 1):
             for symbol, solve, apply in _SOLVED:
                 for b in _near(others, solve(a, value - slack), solve(a, value + slack)):
                     result = apply(a, b)
-                    if b != a and result is not None and _gives(result, value, rounds):
+                    # An operand of 0 or 1 derives anything from a neighbour (5 - 1 is the 4 a user's 5
+                    # contradicts): such a step is no derivation.
+                    if b != a and abs(b) > 1 and result is not None and _gives(result, value, rounds):
                         first, second = (a, b) if symbol[0] == "a" else (b, a)
                         return LiteralSource(
                             DERIVED, f"{_shown_number(first)} {symbol[1:]} {_shown_number(second)}", "arithmetic"
@@ -535,15 +544,22 @@ def quoted_spans(text: str) -> list[str]:
     return [next(g for g in m.groups() if g is not None) for m in _QUOTED.finditer(unquote(text))]
 
 
-def _template_patterns(template: str) -> Iterator[re.Pattern[str]]:
+def _template_patterns(template: str) -> Iterator[tuple[re.Pattern[str], str | None]]:
     """A quoted span as patterns: its marked placeholders (``total_score``, ``{name}``, ``<x>``,
-    ``XXX``) each a group; then each one of its words a group (``'number.pdf'``, ``'... is xxx km.'``)."""
+    ``XXX``) each a group; then each one of its words a group (``'number.pdf'``, ``'... is xxx km.'``),
+    with the word (a fill must not be the word itself written otherwise)."""
     spaced = " ".join(template.split())
     marked = list(_PLACEHOLDER.finditer(spaced))
     if marked:
-        yield _pattern(spaced, [(m.start(), m.end()) for m in marked])
-    for word in re.finditer(r"\w+", spaced):
-        yield _pattern(spaced, [(word.start(), word.end())])
+        yield _pattern(spaced, [(m.start(), m.end()) for m in marked]), None
+    for word in re.finditer(r"\d+(?:[.,]\d+)*|\w+", spaced):
+        yield _pattern(spaced, [(word.start(), word.end())]), word.group()
+
+
+def _reworded(word: str, fill: str) -> bool:
+    """``fill`` is ``word`` itself, or ``word`` in another normal form (``10000`` as ``10000.00``): a
+    text the user dictated, changed, not a placeholder filled."""
+    return fill == word or find_in_text(parse_number(fill) or fill, Text(word)) is not None
 
 
 def _pattern(text: str, holes: Sequence[tuple[int, int]]) -> re.Pattern[str]:
