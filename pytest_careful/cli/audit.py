@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..data import dataset
-from ..verify.audit import DEFECT, DOUBT, ConversationAudit, audit_conversation
+from ..verify.audit import CLASSES, DEFECT, DOUBT, ConversationAudit, audit_conversation
 from ..verify.audit_file import (
     OVERRIDES_FILE,
     SHIPPED,
@@ -53,27 +53,46 @@ def _audit_chunk(conversation_ids: list[str]) -> list[ConversationAudit]:
 
 
 def markdown(doc: Mapping[str, object]) -> str:
-    """The findings as a Markdown table: defects first, then doubts."""
+    """The audit as Markdown: counts per class and category, the base items with a defect, then every
+    finding with its evidence (defects first). docs/audit.md holds this output (a test compares them)."""
     conversations = doc["conversations"]
-    assert isinstance(conversations, dict)
+    totals = doc["totals"]
+    assert isinstance(conversations, dict) and isinstance(totals, dict)
+    by_category = totals["by_category"]
+    classes = list(CLASSES)
+    lines = ["| class | severity | " + " | ".join(c.removeprefix("multi_turn_") for c in by_category) + " | all |"]
+    lines.append("|---|---|" + "---|" * (len(by_category) + 1))
+    for name in classes:
+        counts = [by_category[c]["findings"].get(name, 0) for c in by_category]
+        lines.append(f"| {name} | {CLASSES[name][0]} | " + " | ".join(map(str, counts)) + f" | {sum(counts)} |")
+    with_defect = [by_category[c]["with_defect"] for c in by_category]
+    lines.append("| conversations with a defect | | " + " | ".join(map(str, with_defect)) + f" | {sum(with_defect)} |")
+    lines += ["", "Base items whose mirror carries a defect in some category (`-`: none, `doubt`: a doubt only):", ""]
+    lines += ["| item | " + " | ".join(c.removeprefix("multi_turn_") for c in by_category) + " |"]
+    lines.append("|---|" + "---|" * len(by_category))
+    for item, marks in totals["base_items"].items():
+        if DEFECT in marks.values():
+            cells = [marks.get(c.removeprefix("multi_turn_"), "-") for c in by_category]
+            lines.append(f"| {item} | " + " | ".join(cells) + " |")
     rows = [(cid, f) for cid, found in conversations.items() for f in found]
-    rows.sort(key=lambda r: (r[1]["severity"] != DEFECT, r[0]))
-    lines = [
-        "| conversation | turn | call | argument | finding | severity | literal | evidence |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for cid, f in rows:
-        evidence = f["evidence"]
-        shown = evidence.get("near_miss") or evidence.get("detail") or ""
-        lines.append(
-            f"| {cid} | {f['turn']} | {f['call']} | {f.get('argument') or '(the call)'} | {f['finding']} | "
-            f"{f['severity']} | {_cell(repr(evidence['literal']))} | {_cell(str(shown))} |"
-        )
+    for severity in (DEFECT, DOUBT):
+        lines += ["", f"{severity.capitalize()}s:", ""]
+        lines += [
+            "| conversation | turn | call | argument | finding | literal | evidence |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for cid, f in (r for r in rows if r[1]["severity"] == severity):
+            evidence = f["evidence"]
+            shown = evidence.get("near_miss") or evidence.get("detail") or ""
+            lines.append(
+                f"| {cid} | {f['turn']} | {f['call']} | {f.get('argument') or '(the call)'} | {f['finding']} | "
+                f"{_cell(repr(evidence['literal']))} | {_cell(str(shown))} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def _cell(text: str) -> str:
-    text = text if len(text) <= 160 else text[:159] + "…"
+    text = text if len(text) <= 200 else text[:199] + "…"
     return text.replace("|", "\\|").replace("\n", " ")
 
 

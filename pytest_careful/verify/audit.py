@@ -356,9 +356,10 @@ def _text_near_miss(trajectory: Trajectory, index: int, value: str) -> tuple[str
     words = [w.lower() for w in _WORD.findall(unquote(value))]
     best: tuple[int, str, str, bool] | None = None
     for where, text in _source_texts(trajectory, index):
-        source = _WORD.findall(unquote(text))
-        lowered = [w.lower() for w in source]
-        for start in range(0, max(len(source) - len(words), 0) + 1):
+        plain = unquote(text)
+        spans = list(_WORD.finditer(plain))
+        lowered = [m.group().lower() for m in spans]
+        for start in range(0, max(len(spans) - len(words), 0) + 1):
             window = lowered[start : start + len(words)]
             if len(window) != len(words):
                 continue
@@ -367,7 +368,12 @@ def _text_near_miss(trajectory: Trajectory, index: int, value: str) -> tuple[str
                 continue
             rank = {"punctuation": 0, "one_word_changed": 1, "reordered": 2}[kind]
             if best is None or rank < best[0]:
-                shown = _marked(source[start : start + len(words)], _WORD.findall(unquote(value)))
+                if kind == "punctuation":  # the source as written: the difference is in what lies between words
+                    shown = repr(shorten(plain[spans[start].start() : spans[start + len(words) - 1].end() + 1], 400))
+                else:
+                    shown = _marked(
+                        [m.group() for m in spans[start : start + len(words)]], _WORD.findall(unquote(value))
+                    )
                 sourced = kind == "one_word_changed" and _changed_word_sourced(trajectory, index, window, words)
                 best = (rank, kind, f"{where}: {shown}", sourced)
     if best is None:

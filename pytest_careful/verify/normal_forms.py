@@ -30,10 +30,13 @@ FORMS: dict[str, str] = {
     "rounded to the literal's decimals (10.0384 is 10.04)",
     "date": "the same date in words (October 10th, 2026; the 6th day of October in 2026), as M/D/Y, D/M/Y, "
     "M/D or ISO (2026-10-10); a date without its year matches any year; a month and year alike (12/25, "
-    "12/2025, December 2025)",
+    "12/2025, December 2025); a day, a month and a year the text gives apart ('the 15th of next month, "
+    "which is November of 2026'; 'the eleventh month')",
     "joined": "two of the text's words or numbers written together, with or without a space or hyphen "
     "('US' and 9148817941 as US9148817941)",
     "list": "a list of strings a result shows, joined by a comma and a space",
+    "extension": "a file name a result or the state shows, its extension changed to one the user names "
+    "(file3.txt as file3.docx)",
     "empty": "the empty string, where the text asks for an empty or blank value",
     "template": "a quoted template of the user's with its placeholder filled by a value from another source",
 }
@@ -112,7 +115,9 @@ class Text:
 
     @functools.cached_property
     def dates(self) -> list[Date]:
-        return list(dates_in(self.raw)) if any(c.isdigit() for c in self.raw) else []
+        if not any(c.isdigit() for c in self.raw):
+            return []
+        return list(dates_in(self.raw)) + composite_dates(self.raw)
 
 
 def unquote(text: str) -> str:
@@ -283,6 +288,29 @@ def dated_spans(text: str) -> Iterator[tuple[str, Date]]:
             yield match.group(), (_full_year(after), month, None)
             if len(after) == 2 and 1 <= int(after) <= 31:  # 11/15: November 15th, any year
                 yield match.group(), (None, month, int(after))
+
+
+_ORDINAL_DAY = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)\b", re.IGNORECASE)
+_ORDINAL_MONTH = re.compile(
+    r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth)\s+month\b", re.IGNORECASE
+)
+_ORDINALS = "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split()
+_A_MONTH = re.compile(
+    r"\b(" + "|".join(sorted((m for m in _MONTHS if len(m) > 3), key=len, reverse=True)) + r")\b", re.IGNORECASE
+)
+_A_YEAR = re.compile(r"\b(19\d\d|20\d\d)\b")
+
+
+def composite_dates(text: str) -> list[Date]:
+    """Dates whose day, month and year a text gives apart: an ordinal day, a month by name (or 'the
+    eleventh month'), a year; every combination of the ones it gives (a handful)."""
+    days = {int(m.group(1)) for m in _ORDINAL_DAY.finditer(text) if 1 <= int(m.group(1)) <= 31}
+    months = {_MONTHS[m.group(1).lower()] for m in _A_MONTH.finditer(text)}
+    months |= {_ORDINALS.index(m.group(1).lower()) + 1 for m in _ORDINAL_MONTH.finditer(text)}
+    years: set[int | None] = {int(y) for y in _A_YEAR.findall(text)} or {None}
+    if not days or not months or len(days) * len(months) * len(years) > 64:
+        return []
+    return [(year, month, day) for day in sorted(days) for month in sorted(months) for year in sorted(years, key=str)]
 
 
 def _date_of(groups: dict[str, str | None]) -> Date:

@@ -56,6 +56,7 @@ SEEN_NUMBERS = 2_000
 #: Numbers taken from each earlier result for it (a long context's history holds thousands).
 NUMBERS_PER_RESULT = 12
 
+_FILE_NAME = re.compile(r"([\w.-]+)\.([A-Za-z0-9]{1,5})")
 _ROUNDING = re.compile(r"\b(round|rounded|rounding|nearest)\b", re.IGNORECASE)
 
 #: Path names every file system gives (the file system's own convention, in no doc).
@@ -170,7 +171,7 @@ class Trajectory:
         if value in CONVENTIONS and _owners(self.conversation).get(self.calls[index].name) == "GorillaFileSystem":
             found.append(LiteralSource(DOC, CONVENTIONS[value], "convention"))  # type: ignore[index]
         if not found and isinstance(value, str):
-            found += self._template(index, value)
+            found += self._template(index, value) or self._renamed(index, value)
         return found
 
     def _user(self, turn: int, value: object) -> Iterator[LiteralSource]:
@@ -261,6 +262,27 @@ class Trajectory:
                         continue
                     if all(self._filled(index, part) for part in match.groups()):
                         return [LiteralSource(USER, f"turn {written_in}", "template")]
+        return []
+
+    def _renamed(self, index: int, value: str) -> list[LiteralSource]:
+        """A file name an earlier result or the state shows, its extension changed to one the user names."""
+        match = _FILE_NAME.fullmatch(value)
+        if match is None:
+            return []
+        stem, extension = match.groups()
+        turn = self.calls[index].turn
+        if not any(contains_words(text.lower, extension.lower()) for _, text in self.user_texts(turn)):
+            return []
+        shown = [s for e in range(index) for s in self._results[e].strings]
+        before = self.calls[index].before
+        for class_name, attributes in self.visible(turn).items():
+            state = before.classes.get(class_name) if before is not None else None
+            for attribute in attributes if state is not None else ():
+                shown += self._leaves_of(state, class_name, attribute)[0]  # type: ignore[arg-type]
+        for name in shown:
+            other = _FILE_NAME.fullmatch(name.rsplit("/", 1)[-1])
+            if other is not None and other.group(1) == stem and other.group(2) != extension:
+                return [LiteralSource(USER, f"{name}, as .{extension}", "extension")]
         return []
 
     def _filled(self, index: int, part: str) -> bool:

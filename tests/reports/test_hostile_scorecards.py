@@ -34,10 +34,11 @@ def card(real_run: Path) -> dict[str, Any]:
 
 
 def _state(card: dict[str, Any]) -> Any:
-    """What load_baseline reads of the session: the declarations' digest and the partial switch."""
+    """What load_baseline reads of the session: the declarations' digest, the partial switch, the audit's mode."""
     return SimpleNamespace(
         declarations=SimpleNamespace(digest=card["provenance"]["declarations"]),
-        options=SimpleNamespace(allow_partial_baseline=True),
+        options=SimpleNamespace(allow_partial_baseline=True, audit="mark"),
+        scoring=SimpleNamespace(audit=None),
         baseline=None,
     )
 
@@ -94,7 +95,8 @@ def test_only_regular_files_are_read(card: dict[str, Any], tmp_path: Path, kind:
     code = (
         "import sys, pytest, json; from types import SimpleNamespace as N; from pathlib import Path; "
         "from pytest_careful.harness import gate as report\n"
-        "s = N(declarations=N(digest='x'), options=N(allow_partial_baseline=True), baseline=None)\n"
+        "s = N(declarations=N(digest='x'), options=N(allow_partial_baseline=True, audit='mark'), "
+        "scoring=N(audit=None), baseline=None)\n"
         "try:\n    report.load_baseline(Path(sys.argv[1]), s)\nexcept pytest.UsageError as e:\n    print(e)"
     )
     proc = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=60)

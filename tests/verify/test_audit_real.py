@@ -41,7 +41,7 @@ def test_the_originals_are_clean(conversation_id: str) -> None:
     [
         ("Kelly Final Score: 96", "one_word_changed", "[Total → Final]"),
         ("Score Kelly Total: 96", "reordered", "[∅ → Score] Kelly Total [Score → ∅] 96"),
-        ("Kelly Total Score - 96", "punctuation", "Kelly Total Score 96"),
+        ("Kelly Total Score - 96", "punctuation", "'Kelly Total Score: 96'"),  # the source as written
         ("Kelly Total Score: 97", "one_word_changed", "→ 97]"),  # the user's template, or the file's line
     ],
 )
