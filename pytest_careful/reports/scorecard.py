@@ -301,6 +301,7 @@ def markdown(card: Card) -> str:
             f"| {100 * t.get('turn_credit', 0.0):.1f} |"
         )
     lines += _custom_table(card)
+    lines += _audit_lines(card)
     selection = prov.get("selection") or {}
     if selection and not selection.get("complete", True):
         lines += [
@@ -321,6 +322,31 @@ def markdown(card: Card) -> str:
         "Every conversation, turn by turn, with its state diff and rerun command: [report.html](report.html)",
     ]
     return "\n".join(lines + ["", *MARKDOWN_LEGEND]) + "\n"
+
+
+def _audit_lines(card: Card) -> list[str]:
+    """The item audit's figures: per category, the accuracies on all items and on those without a defect."""
+    rows = [(c, t["audit"]) for c, t in card["totals"].items() if "audit" in t]
+    if not rows or not any(a["defect_items"] for _, a in rows):
+        return []
+    excluded = card["provenance"].get("audit", {}).get("mode") == EXCLUDE
+    lines = [
+        "",
+        "Item audit (audit.json): conversations whose reference has a defect, which no model can pass as given"
+        + (", left out of every figure above" if excluded else "")
+        + "; BFCL and safe accuracy on all items and without them:",
+        "",
+        "| category | defects | BFCL (all) | safe (all) | n without | BFCL (without) | safe (without) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for category, audit in rows:
+        every, clean = audit["all"], audit["no_defect"]
+        lines.append(
+            f"| {category} | {audit['defect_items']} | {100 * every['bfcl_accuracy']:.1f} | "
+            f"{100 * every['safe_accuracy']:.1f} | {clean['conversations']} | {100 * clean['bfcl_accuracy']:.1f} | "
+            f"{100 * clean['safe_accuracy']:.1f} |"
+        )
+    return lines
 
 
 def _custom_table(card: Card) -> list[str]:

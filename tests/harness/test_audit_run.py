@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -124,3 +125,41 @@ def test_a_misspelt_mode_is_one_line(pytester: pytest.Pytester, run_dir: Path) -
     )
     assert result.ret == 4
     assert "--careful-audit: invalid choice: 'exclud'" in result.stderr.str()
+
+
+def _report(pytester: pytest.Pytester, *folders: str) -> pytest.RunResult:
+    return pytester.run(str(Path(sys.executable).parent / "careful-report"), *folders, "--out", "compared", timeout=300)
+
+
+def test_careful_report_names_the_items_every_run_fails(pytester: pytest.Pytester, run_dir: Path) -> None:
+    _run_labelled(pytester, run_dir, "first")
+    _run_labelled(pytester, run_dir, "second")
+    result = _report(pytester, "scorecards/first", "scorecards/second")
+    assert result.ret == 0, result.stderr.str()
+    comparison = json.loads((pytester.path / "compared" / "comparison.json").read_text())
+    found = comparison["universal_failures"]
+    assert (found["count"], found["with_defect"], found["with_doubt_only"]) == (2, 2, 0)
+    assert {i["id"]: i["findings"] for i in found["items"]} == {
+        "multi_turn_base_4": ["defect:reordered"],
+        "multi_turn_base_176": ["defect:one_word_changed"],
+    }
+    table = (pytester.path / "compared" / "table.md").read_text()
+    assert "2 conversations are failed by every run (BFCL's verdict): 2 carry a defect" in table
+    card = (pytester.path / "scorecards" / "first" / "standard" / "scorecard.md").read_text()
+    assert "| all | 2 | 33.3 | 33.3 | 1 | 100.0 | 100.0 |" in card
+
+
+def test_careful_report_refuses_exclude_beside_another_mode(pytester: pytest.Pytester, run_dir: Path) -> None:
+    _run_labelled(pytester, run_dir, "first")
+    _run_labelled(pytester, run_dir, "second", "--careful-audit=exclude")
+    result = _report(pytester, "scorecards/first", "scorecards/second")
+    assert result.ret == 2
+    assert "--careful-audit=mark, the other under --careful-audit=exclude" in result.stderr.str()
+
+
+def _run_labelled(pytester: pytest.Pytester, run_dir: Path, label: str, *extra: str) -> None:
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", f"--careful-results={run_dir}", f"--careful-decoder={QWEN}",
+        f"--careful-label={label}", *extra, *(f"{cid}[standard]" for cid in IDS), timeout=600,
+    )  # fmt: skip
+    assert result.ret in (0, 1), result.stdout.str()[-2000:]
