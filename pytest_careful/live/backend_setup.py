@@ -14,6 +14,7 @@ from typing import Protocol, TypedDict
 from .budget import SpendLedger
 from .fleet import Placement
 from .handler import Handler
+from .progress import ServerProbe
 from .vllm_server import ServerPlan
 
 #: What each new OpenAI client of a handler goes through: the run's rate-limit pause and each
@@ -76,3 +77,5 @@ class BackendSetup:
     sent: Sent = field(default_factory=lambda: Sent())  # what each request carries (provenance)
     differences: list[str] = field(default_factory=list)  # settings that differ from BFCL's own run
     spend_ledger: SpendLedger | None = None  # Claude: the session's ledger (the summary reads its totals)
+    #: what the servers say they are doing (vLLM: /metrics), for the progress line; None: they do not say
+    server_work: ServerProbe | None = None

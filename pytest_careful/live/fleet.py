@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypedDict
 
+from . import vllm_metrics
 from .handler import Handler
 
 #: Conversations a server takes before it has answered: enough to fill a small server, few
@@ -183,32 +183,9 @@ def queue_of(metrics: str, model: str) -> tuple[int | None, int | None]:
     vLLM labels each engine's gauge (``engine="0"`` ... under data parallel) and model
     (``model_name``): the engines of ``model`` are summed, other models' left out.
     """
-    found: dict[str, float] = {}
-    for line in metrics.splitlines():
-        match = _GAUGE.match(line)
-        if match is None:
-            continue
-        name, labels, value = match.groups()
-        served = _label(labels or "", "model_name")
-        if served is not None and served != model:
-            continue
-        try:
-            found[name] = found.get(name, 0.0) + float(value)
-        except ValueError:
-            continue
-    waiting, running = found.get("vllm:num_requests_waiting"), found.get("vllm:num_requests_running")
+    found = vllm_metrics.sums(metrics, model)
+    waiting, running = found.get(vllm_metrics.WAITING), found.get(vllm_metrics.RUNNING)
     return (None if waiting is None else int(waiting)), (None if running is None else int(running))
-
-
-_GAUGE = re.compile(r"^(vllm:num_requests_(?:waiting|running))(?:\{([^}]*)\})?\s+(\S+)")
-
-
-def _label(labels: str, name: str) -> str | None:
-    for part in labels.split(","):
-        key, _, value = part.partition("=")
-        if key.strip() == name:
-            return value.strip().strip('"')
-    return None
 
 
 # -- what each server served ---------------------------------------------------

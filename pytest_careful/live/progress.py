@@ -13,7 +13,15 @@ Each process with conversations in flight writes its counts every second
   and by a thread of its own when no item reports (a silent server, a long wait).
 
 While requests are in flight and none has been answered for :data:`QUIET_SECONDS`,
-the line says so; once the run stopped it says that, and no ETA.
+the line says so; once the run stopped it says that, and no ETA. A non-streamed request
+says nothing until it is answered, so a long generation and a silent server look alike
+from the client: where the backend can ask its servers (vLLM's ``/metrics``, a
+:data:`ServerProbe`), the line tells them apart (``1 request generating (312 tokens so
+far, no answer for 2m40s)``), from the servers' generated-token counter read every second.
+
+The ETA is estimated when a conversation ends (the time so far, per conversation ended,
+times those left) and counts down from there until the next one ends; a wait longer than
+the estimate says ``ETA overdue by ...`` rather than push the estimate up each second.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from _pytest.capture import CaptureManager
@@ -41,6 +49,26 @@ TTY_SECONDS = 1.0
 RATE_WINDOW = 10.0
 #: Requests in flight and no answer for this long: the line says so.
 QUIET_SECONDS = 15.0
+#: The servers' generated tokens unchanged this long: no longer "generating" (a hung engine).
+STALL_SECONDS = QUIET_SECONDS
+
+
+class ServerWork(Protocol):
+    """What the model servers say they are doing, all of them together (vLLM: ``vllm_metrics``)."""
+
+    @property
+    def running(self) -> int:
+        """Requests being generated."""
+        ...
+
+    @property
+    def generated(self) -> float:
+        """Tokens generated since the servers started (a counter)."""
+        ...
+
+
+#: Asks the servers what they are doing; None: they do not say now (no metrics, not answering).
+ServerProbe = Callable[[], ServerWork | None]
 
 
 @dataclass(frozen=True)
@@ -86,17 +114,69 @@ def read_totals(folder: Path) -> ProgressCounts:
     )
 
 
+@dataclass(frozen=True)
+class Generating:
+    """Requests the servers are generating while none has been answered (``GenerationWatch``)."""
+
+    requests: int
+    tokens: int  # generated since the last answer (all requests together)
+
+
+class GenerationWatch:
+    """The servers' generated tokens since the last answer, from successive readings of their counter.
+
+    Read every second while requests are in flight: the counter's value when an answer is first
+    seen is the base, and tokens past it are what the requests in flight generated since. Until
+    the counter grows past the base (a prompt being read) and once it has not grown for
+    :data:`STALL_SECONDS` (a stalled engine), nothing is said to be generating.
+    """
+
+    def __init__(self, probe: ServerProbe) -> None:
+        self.probe = probe
+        self._answer: float | None = None  # the last answer's time the base was taken at
+        self._base = 0.0
+        self._last: ServerWork | None = None
+        self._grew: float | None = None  # wall time the counter last grew past the base (None: not yet)
+
+    def observe(self, totals: ProgressCounts, wall: float) -> None:
+        """One reading of the servers (none while nothing is in flight: nothing to tell)."""
+        work = self.probe() if totals.running else None
+        last, self._last = self._last, work
+        if work is None:
+            return
+        if self._answer != totals.last_answer or last is None or work.generated < self._base:
+            # A new answer, the first reading, or a restarted server: count from here (nothing seen yet).
+            self._answer, self._base, self._grew = totals.last_answer, work.generated, None
+        elif work.generated > last.generated:
+            self._grew = wall
+
+    def generating(self, wall: float) -> Generating | None:
+        """What the servers generate now, or None: they do not say, run nothing, or stalled."""
+        work = self._last
+        if work is None or work.running <= 0 or self._grew is None or wall - self._grew >= STALL_SECONDS:
+            return None
+        return Generating(work.running, int(work.generated - self._base))
+
+
 class ProgressMeter:
     """Rates and the ETA from successive totals."""
 
     def __init__(self) -> None:
         self.started = time.monotonic()
         self._history: collections.deque[tuple[float, int]] = collections.deque()
+        self._ended = 0  # conversations ended when the ETA was last estimated
+        self._estimate: tuple[float, float] | None = None  # (when, seconds left then)
 
     def line(
-        self, totals: ProgressCounts, now: float | None = None, stopped: str | None = None, wall: float | None = None
+        self,
+        totals: ProgressCounts,
+        now: float | None = None,
+        stopped: str | None = None,
+        wall: float | None = None,
+        generating: Generating | None = None,
     ) -> str:
-        """The progress line; ``stopped``: why the run stopped (then no ETA); ``wall``: time.time() now."""
+        """The progress line; ``stopped``: why the run stopped (then no ETA); ``wall``: time.time() now;
+        ``generating``: what the servers say they generate (else a quiet server is "no answer")."""
         now = time.monotonic() if now is None else now
         self._history.append((now, totals.requests))
         while len(self._history) > 2 and now - self._history[0][0] > RATE_WINDOW:
@@ -113,13 +193,23 @@ class ProgressMeter:
         if stopped:  # no ETA: nothing more is sent (the reason is the summary's "run stopped" line)
             return text + "; the run stopped"
         quiet = _quiet(totals, time.time() if wall is None else wall)
-        if quiet is not None:
+        if quiet is not None and generating is not None:
+            requests = f"{generating.requests} request{'s' if generating.requests != 1 else ''}"
+            text += f", {requests} generating ({generating.tokens} tokens so far, no answer for {_duration(quiet)})"
+        elif quiet is not None:
             text += f", no answer from the server for {_duration(quiet)}"
-        remaining = totals.total - finished
+        return text + self._eta(finished, totals.total - finished, now)
+
+    def _eta(self, finished: int, remaining: int, now: float) -> str:
+        """Estimated when a conversation ends, counted down until the next one ends."""
         elapsed = now - self.started
-        if finished and remaining > 0 and elapsed > 0:
-            text += f", ETA {_duration(remaining * elapsed / finished)}"
-        return text
+        if finished != self._ended and finished and elapsed > 0:
+            self._ended, self._estimate = finished, (now, remaining * elapsed / finished)
+        if self._estimate is None or remaining <= 0:
+            return ""
+        when, estimate = self._estimate
+        left = estimate - (now - when)
+        return f", ETA {_duration(max(left, 0.0))}" if left > -0.5 else f", ETA overdue by {_duration(-left)}"
 
 
 def _quiet(totals: ProgressCounts, wall: float) -> float | None:
@@ -151,12 +241,15 @@ class Display:
         reporter: pytest.TerminalReporter | None,
         stopped: Callable[[], str | None] | None = None,
         capture: CaptureManager | None = None,
+        probe: ServerProbe | None = None,
     ) -> None:
         self.folder = folder
         self.reporter = reporter
         self.capture = capture  # pytest's capture manager: a line written while an item runs is not captured
         self.stopped = stopped or (lambda: None)  # why the run stopped, if it did
         self.meter = ProgressMeter()
+        self.watch = GenerationWatch(probe) if probe is not None else None  # the servers' own word, if any
+        self._watch_lock = threading.Lock()  # the display's thread and the main thread, between items
         self._tty = _open_tty() if getattr(reporter, "isatty", False) else None
         self._last_plain = time.monotonic()
         self._plain_lock = threading.Lock()
@@ -172,16 +265,35 @@ class Display:
         if self._thread is not None:
             self._thread.start()
 
-    def _line(self) -> str:
-        return self.meter.line(read_totals(self.folder), stopped=self.stopped())
+    def _line(self, observe: bool = False) -> str:
+        """The line now; ``observe``: ask the servers first (else their last reading, a second old at most)."""
+        totals, wall = read_totals(self.folder), time.time()
+        if observe:
+            self._observe(totals, wall)
+        return self.meter.line(totals, stopped=self.stopped(), wall=wall, generating=self._generating(wall))
+
+    def _observe(self, totals: ProgressCounts, wall: float) -> None:
+        """The servers asked what they generate: every second, from the display's thread (the
+        counter's base is its value at the last answer)."""
+        if self.watch is not None:
+            with self._watch_lock:
+                self.watch.observe(totals, wall)
+
+    def _generating(self, wall: float) -> Generating | None:
+        if self.watch is None:
+            return None
+        with self._watch_lock:
+            return self.watch.generating(wall)
 
     def _redraw(self) -> None:
         while not self._stopped.wait(TTY_SECONDS):
-            line = self._line()[: self._size().columns - 1]
+            line = self._line(observe=True)[: self._size().columns - 1]
             self._write(f"\0337\033[{self._rows()};1H\033[2K{line}\0338")
 
     def _plain(self) -> None:
         while not self._stopped.wait(TTY_SECONDS):
+            if self.watch is not None:  # read every second, though a line comes every PLAIN_SECONDS
+                self._observe(read_totals(self.folder), time.time())
             self.between_items()
 
     def between_items(self) -> None:

@@ -53,7 +53,7 @@ from .fleet import Placement, Seat
 from .handler import Handler
 from .handles import HandleError, ModelHandle, resolution, resolution_line, resolve
 from .pacing import Pause, share
-from .progress import Display
+from .progress import Display, ServerProbe
 from .provenance import LiveProvenance
 from .stops import SESSION_ENV, Stops, unwritable
 from .vllm_server import ENDPOINT_ENV, LOG_ENV, ServerPlan, forget_session, start_for_session, stop
@@ -93,6 +93,7 @@ class LiveSource(Source):
     _handler_lock: threading.Lock = field(default_factory=threading.Lock)
     _lock_fd: int | None = None  # the output folder's run lock (controller), held to the end
     spend_ledger: SpendLedger | None = None  # Claude: the session's ledger (the summary reads its totals)
+    server_work: ServerProbe | None = None  # what the servers say they do (vLLM: /metrics), for the progress line
     folders: ResultFolders = field(init=False)  # where results are filed, and what is filed (``filing``)
     stops: Stops = field(init=False)  # the session's stop marks, shared by its processes (``stops``)
 
@@ -100,6 +101,7 @@ class LiveSource(Source):
         """The backend's set-up of this process's run (``Backend.configure``)."""
         self.setup, self.classify_error, self.alive = made.setup, made.classify_error, made.alive
         self.server_plan, self.placement, self.spend_ledger = made.server_plan, made.placement, made.spend_ledger
+        self.server_work = made.server_work
         self.backend_settings = {**self.backend_settings, **made.backend_settings}
         self.sent, self.differences = made.sent, made.differences
 
@@ -295,6 +297,7 @@ class LiveSource(Source):
                 show.reporter,
                 stopped=self.stops.is_stopped,
                 capture=show.capture,
+                probe=self.server_work,
             )
             display.start()
         return Ahead(flight, display, self.stops)

@@ -288,11 +288,29 @@ def exact_loader(folder: Path) -> Callable[[], Any]:
         # the vllm extra's libraries: only a local model run loads them (seconds, hundreds of MB)
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(
-            pretrained_model_name_or_path=str(folder), local_files_only=True, trust_remote_code=True
+        return without_length_warning(
+            AutoTokenizer.from_pretrained(
+                pretrained_model_name_or_path=str(folder), local_files_only=True, trust_remote_code=True
+            )
         )
 
     return load
+
+
+#: The key under which transformers' tokenizer notes that it has warned of a text longer than
+#: the model's context (``_eventual_warn_about_too_long_sequence``: once per tokenizer).
+LENGTH_WARNING = "sequence-length-is-longer-than-the-specified-maximum"
+
+
+def without_length_warning(tokenizer: Any) -> Any:
+    """``tokenizer``, marked as having given its warning "Token indices sequence length is longer
+    than the specified maximum sequence length for this model": a stray line on the terminal, since
+    BFCL counts a whole prompt only to size its request and nothing here runs one through the model
+    (a prompt past the context is the server's 400, filed as BFCL files it). Its other warnings stay."""
+    warned = getattr(tokenizer, "deprecation_warnings", None)
+    if isinstance(warned, dict):
+        warned[LENGTH_WARNING] = True
+    return tokenizer
 
 
 def light_setup(handler: Handler, local_model_path: str | None) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..execution.decoding import registry_entry
 from ..sources.live_options import MAX_OUTPUT_TOKENS
 from ..sources.run_config import RunConfig
-from . import hub, tokens
+from . import hub, tokens, vllm_metrics
 from .backend_setup import BackendSetup, ModelSpec, Share
 from .errors import NotRun, StopRun
 from .handler import Handler
@@ -78,6 +78,9 @@ def configure(handle: ModelSpec, options: RunConfig, concurrency: int, share: Sh
     made.classify_error = fleet.classify if fleet is not None else lambda exc: classify_error(exc, plan)
     # A fault, or the server gone: the one the request went to (after a failover, maybe not the current one).
     made.alive = lambda url: unusable((url or endpoint_of(plan)).rstrip("/"), plan.model) is None
+    # A non-streamed request says nothing until answered: the servers' /metrics tell a long generation
+    # from a silent server (a started server's URL is known once it runs: asked each time).
+    made.server_work = vllm_metrics.MetricsProbe(lambda: endpoints_of(plan), plan.model)
     return made
 
 
@@ -151,6 +154,7 @@ def setup_handler(
             handler.spin_up_local_server(
                 num_gpus=1, gpu_memory_utilization=0.9, backend="vllm", skip_server_setup=True, local_model_path=local
             )
+            tokens.without_length_warning(handler.tokenizer)  # transformers' own (light_setup's: exact_loader)
     if fleet is not None:  # the model's own context here; each server's on its station
         fleet.attach(handler)
         return

@@ -7,6 +7,7 @@ entries, test by test, with and without xdist.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -15,16 +16,18 @@ import sys
 import threading
 import time
 import types
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from careful_cli import careful_command
+from loopback_vllm import LoopbackVLLM
 
 from pytest_careful.data import dataset
 from pytest_careful.data.result_store import ResultStore
 from pytest_careful.effects import declarations
-from pytest_careful.live import backends, inflight, progress, runner, scripted
+from pytest_careful.live import backends, inflight, progress, runner, scripted, vllm_metrics
 from pytest_careful.live.inflight import Board, Flight, Outcome
 
 DECL = declarations.load()
@@ -395,6 +398,146 @@ def test_the_line_says_when_the_server_is_silent_and_gives_no_eta_once_the_run_s
     assert "no answer" not in meter.line(answering, now=meter.started + 61, wall=wall)
     stopped = meter.line(waiting, now=meter.started + 62, stopped="the server at X did not answer", wall=wall)
     assert stopped.endswith("; the run stopped") and "ETA" not in stopped
+
+
+def test_the_eta_counts_down_until_the_next_conversation_ends_and_then_says_it_is_overdue() -> None:
+    """One long generation holds the last conversation: the estimate made when the first one ended
+    counts down, and once it has run out the line says by how much, instead of growing every second."""
+    meter = progress.ProgressMeter()
+    start = meter.started
+    running = progress.ProgressCounts(3, 0, 0, 2, 4)
+    assert "ETA" not in meter.line(running, now=start + 10)  # nothing ended: nothing to estimate from
+    one_done = progress.ProgressCounts(3, 1, 0, 2, 6)
+    assert meter.line(one_done, now=start + 60).endswith(", ETA 2m00s")  # 60 s per conversation, 2 left
+    assert meter.line(one_done, now=start + 90).endswith(", ETA 1m30s")
+    assert meter.line(one_done, now=start + 180).endswith(", ETA 0s")
+    assert meter.line(one_done, now=start + 200).endswith(", ETA overdue by 20s")
+    two_done = progress.ProgressCounts(3, 1, 1, 1, 8)  # a failed conversation ended too
+    assert meter.line(two_done, now=start + 240).endswith(", ETA 2m00s")  # 120 s each now, 1 left
+    assert "ETA" not in meter.line(progress.ProgressCounts(3, 2, 1, 0, 9), now=start + 250)  # all ended
+
+
+class Readings:
+    """Stands in for the servers' /metrics: the readings given, one per call, then the last again."""
+
+    def __init__(self, *readings: tuple[int, float] | None) -> None:
+        self.readings = list(readings)
+        self.calls = 0
+
+    def __call__(self) -> progress.ServerWork | None:
+        self.calls += 1
+        reading = self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+        return None if reading is None else vllm_metrics.ServerLoad(reading[0], 0, reading[1])
+
+
+def _watched(meter: progress.ProgressMeter, watch: progress.GenerationWatch, totals: Any, wall: float) -> str:
+    watch.observe(totals, wall)
+    return meter.line(totals, now=meter.started + 1, wall=wall, generating=watch.generating(wall))
+
+
+def test_a_long_generation_is_told_from_a_silent_server_by_the_servers_token_counter() -> None:
+    wall = 1_000_000.0
+    totals = progress.ProgressCounts(2, 0, 0, 1, 3, last_answer=wall, started=wall - 100)
+    # The counter when the last answer came is the base; the tokens past it are the request's so far.
+    readings = Readings((1, 5000.0), (1, 5100.0), (1, 5312.0), (1, 5312.0))
+    watch, meter = progress.GenerationWatch(readings), progress.ProgressMeter()
+    assert "generating" not in _watched(meter, watch, totals, wall + 1)  # answered a second ago: nothing to say
+    line = _watched(meter, watch, totals, wall + 30)
+    assert ", 1 request generating (100 tokens so far, no answer for 30s)" in line, line
+    line = _watched(meter, watch, totals, wall + 160)
+    assert ", 1 request generating (312 tokens so far, no answer for 2m40s)" in line, line
+    # The counter stands still: an engine that stopped generating is a silent server again.
+    line = _watched(meter, watch, totals, wall + 160 + progress.STALL_SECONDS)
+    assert "generating" not in line and ", no answer from the server for 2m55s" in line, line
+    # A new answer takes a new base: the next request's tokens count from there.
+    answered = progress.ProgressCounts(2, 0, 0, 1, 4, last_answer=wall + 200, started=wall - 100)
+    watch.probe = Readings((2, 5400.0), (2, 5450.0))
+    _watched(meter, watch, answered, wall + 200)
+    line = _watched(meter, watch, answered, wall + 220)
+    assert ", 2 requests generating (50 tokens so far, no answer for 20s)" in line, line
+
+
+@pytest.mark.parametrize(
+    "readings",
+    [(None,), ((0, 10.0), (0, 10.0)), ((1, 900.0), (1, 10.0))],
+    ids=["no-metrics", "nothing-running", "counter-restarted"],
+)
+def test_without_a_word_from_the_servers_the_line_is_what_it_was(readings: tuple[Any, ...]) -> None:
+    wall = 1_000_000.0
+    totals = progress.ProgressCounts(2, 0, 0, 1, 3, last_answer=wall - 40, started=wall - 100)
+    watch, meter = progress.GenerationWatch(Readings(*readings)), progress.ProgressMeter()
+    _watched(meter, watch, totals, wall - 1)
+    line = _watched(meter, watch, totals, wall)
+    assert line.endswith(", no answer from the server for 40s"), line
+
+
+def test_nothing_is_asked_of_the_servers_while_nothing_is_in_flight() -> None:
+    readings = Readings((1, 10.0))
+    watch = progress.GenerationWatch(readings)
+    watch.observe(progress.ProgressCounts(2, 2, 0, 0, 9, last_answer=1.0, started=0.5), 100.0)
+    assert readings.calls == 0 and watch.generating(100.0) is None
+
+
+def _progress_file(tmp_path: Path) -> None:
+    # One request in flight for a minute, never answered: the line has something to say about it.
+    Board(tmp_path).write_progress({"total": 2, "running": 1, "requests": 1, "started": time.time() - 60})
+
+
+def _plain_lines(tmp_path: Path, probe: progress.ServerProbe, seconds: float) -> list[str]:
+    written: list[str] = []
+    display = progress.Display(
+        tmp_path / "progress", types.SimpleNamespace(isatty=False, write_line=written.append), probe=probe
+    )
+    display.start()
+    time.sleep(seconds)
+    display.stop()
+    return written
+
+
+def _request(server: LoopbackVLLM) -> threading.Thread:
+    body = json.dumps({"model": "m", "prompt": "<|im_start|>user\nhello<|im_end|>\n", "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"{server.url}/completions", body, {"content-type": "application/json"})
+
+    def send() -> None:
+        with contextlib.suppress(OSError):  # cut short when the server stops (503, a reset)
+            urllib.request.urlopen(request, timeout=30).read()
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("server_kind", ["generating", "hung", "stalled", "no-metrics"], ids=lambda kind: str(kind))
+def test_the_line_says_generating_while_the_loopback_server_generates_and_no_answer_while_it_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_kind: str
+) -> None:
+    """The loopback vLLM's /metrics, read by the probe a vLLM run gives the display: a slow request
+    counts its tokens as it goes; a hung one (no sequence slot), one whose counter stands still and
+    a server without /metrics leave the line as it was."""
+    monkeypatch.setattr(progress, "PLAIN_SECONDS", 0.3)
+    monkeypatch.setattr(progress, "TTY_SECONDS", 0.05)
+    monkeypatch.setattr(progress, "STALL_SECONDS", 0.5)
+    _progress_file(tmp_path)
+    settings: dict[str, Any] = {
+        "generating": {"latency": 5.0},
+        "hung": {"latency": 5.0, "hang_from": 1},
+        "stalled": {"latency": 5.0, "token_rate": 0.0},
+        "no-metrics": {"latency": 5.0, "metrics": False},
+    }[server_kind]
+    with LoopbackVLLM(models=["m"], **settings) as server:
+        request = _request(server)
+        probe = vllm_metrics.MetricsProbe(lambda: [server.url], "m")
+        lines = _plain_lines(tmp_path, probe, 2.0)
+        server.stop()
+        request.join(timeout=5)
+    assert len(lines) >= 3, lines
+    last = lines[-2]  # the one before stop()'s own final line
+    if server_kind == "generating":
+        assert ", 1 request generating (" in last and "tokens so far, no answer for 1m0" in last, lines
+        tokens = [int(line.split("generating (")[1].split()[0]) for line in lines if "generating (" in line]
+        assert tokens == sorted(tokens) and tokens[-1] > 0, tokens  # counted up as the request goes
+    else:
+        assert "generating" not in "".join(lines) and ", no answer from the server for 1m0" in last, lines
 
 
 def test_ci_logs_get_a_plain_line_even_while_no_item_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

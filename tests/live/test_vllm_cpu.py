@@ -174,6 +174,35 @@ def test_a_hub_model_is_fetched_once_then_served_from_the_cache(tmp_path: Path) 
     assert entry["id"] == IDS[0] and entry["result"]
 
 
+def test_the_metrics_the_progress_line_reads_are_named_as_this_vllm_names_them() -> None:
+    """``live/vllm_metrics.py`` reads vLLM's /metrics by name: the names are those this vLLM's
+    Prometheus logger defines, exposed by its own metric classes (a counter gets ``_total``)."""
+    import inspect
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from vllm.v1.metrics import loggers
+
+    from pytest_careful.live import vllm_metrics
+
+    logger = loggers.PrometheusStatLogger
+    defined = set(re.findall(r'name="(vllm:[a-z_]+)"', inspect.getsource(logger)))
+    gauges, counter = ("vllm:num_requests_running", "vllm:num_requests_waiting"), "vllm:generation_tokens"
+    assert {*gauges, counter} <= defined
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    running, waiting = (
+        logger._gauge_cls(name=n, documentation=n, labelnames=labels, registry=registry) for n in gauges
+    )
+    generated = logger._counter_cls(name=counter, documentation=counter, labelnames=labels, registry=registry)
+    for engine, (run, wait, tokens) in enumerate([(2, 1, 300), (1, 0, 12)]):
+        running.labels("m", str(engine)).set(run)
+        waiting.labels("m", str(engine)).set(wait)
+        generated.labels("m", str(engine)).inc(tokens)
+    running.labels("other", "0").set(40)
+    found = vllm_metrics.sums(generate_latest(registry).decode(), "m")
+    assert found == {vllm_metrics.RUNNING: 3.0, vllm_metrics.WAITING: 1.0, vllm_metrics.GENERATED: 312.0}
+
+
 def _only_context_overflows(proc: subprocess.CompletedProcess[str], log: Path) -> None:
     """The run succeeded, or its only failures are SmolLM2 writing until its 8,192-token context was
     full (sampled: it varies from run to run), which fails the item as BFCL scores it: an error entry."""
