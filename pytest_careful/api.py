@@ -21,7 +21,7 @@ from .protocols.detector import MODES as DETECTORS
 from .protocols.registry import NAMES as PROTOCOLS
 from .reports.scorecard import Scorecard, load
 from .scoring.conversation import RESOURCE_LIMIT, ConversationResult, ScoringConfig, score_conversation, unscored_row
-from .scoring.rules import DUPLICATE_WRITES, Rule, Settings, built_in, checking
+from .scoring.rules import DUPLICATE_WRITES, Rule, Settings, built_in, checking, opt_in
 from .sources.reference_logged import Source, open_source
 from .sources.run_config import RunConfig, SourceError
 from .verify.audit_file import for_mode
@@ -45,6 +45,7 @@ def score_run(
     models: Mapping[str, ModelEntry] | None = None,
     modify_rules: Callable[[list[Rule]], None] | None = None,
     audit: str = MARK,
+    optimize: bool = False,
 ) -> list[ConversationResult]:
     """Score a logged BFCL run: one typed result per conversation, in dataset order.
 
@@ -73,6 +74,7 @@ def score_run(
             (a built-in rule turned off, or a variant in its place).
         audit: ``mark`` (each result's ``audit`` holds the item audit's findings of its reference),
             or ``off``, as ``--careful-audit``; ``exclude`` concerns the figures, which a scorecard makes.
+        optimize: add the opt-in rule ``verified_surplus_calls``, as ``--careful-optimize``.
 
     Raises:
         SourceError (a ValueError): the folder, decoder or a setting cannot be used; the message says why.
@@ -87,7 +89,7 @@ def score_run(
     budget = budget or limits.Limits()
     if audit not in AUDIT_MODES:
         raise SourceError(f"audit: {audit!r} is not one of {', '.join(AUDIT_MODES)}")
-    config = dataclasses.replace(config, user_script=user_script, limits=budget, audit=audit)
+    config = dataclasses.replace(config, user_script=user_script, limits=budget, audit=audit, optimize=optimize)
     run_rules = _rules(config, rules, modify_rules)
     try:
         undo = own_models(models or {}, "score_run(models=...)")
@@ -103,7 +105,7 @@ def _rules(
     config: RunConfig, own: Iterable[Rule | type[Rule]], modify: Callable[[list[Rule]], None] | None
 ) -> tuple[Rule, ...]:
     """The built-in rules under the run's settings, then ``own``, as ``modify`` leaves them; checked."""
-    ours = built_in(_settings(config))
+    ours = built_in(_settings(config)) + opt_in(_settings(config))
     try:
         found = list(checking.collect([ours, list(own)], "score_run(rules=...)", ours))
         if modify is not None:
@@ -114,7 +116,12 @@ def _rules(
 
 
 def _settings(config: RunConfig) -> Settings:
-    return Settings(boundary=config.boundary, detector=config.detector, duplicate_writes=config.duplicate_writes)
+    return Settings(
+        boundary=config.boundary,
+        detector=config.detector,
+        duplicate_writes=config.duplicate_writes,
+        optimize=config.optimize,
+    )
 
 
 def _chosen_ids(ids: Iterable[str] | str | Path, protocol: str) -> frozenset[str]:

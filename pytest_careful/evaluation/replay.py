@@ -155,6 +155,8 @@ class Replay:
     initial_state: Snapshot
     #: The instance names it ran under (they carry the model name; see ``_Runner``).
     names: frozenset[str] = frozenset()
+    #: The model name it ran under (``replay``'s): a replay of a variant of the trace runs under it too.
+    model_name: str = "careful"
 
     @property
     def calls(self) -> list[CallRecord]:
@@ -231,7 +233,7 @@ def replay(
             state = state.updated(runner.live().instances, touched_in_turn)
         turns.append(TurnReplay(turn_index, [list(s) for s in steps], records, state))
     limits.at(None)  # what follows (verdict, rules) is no one call's
-    return Replay(conversation, turns, initial, runner.names)
+    return Replay(conversation, turns, initial, runner.names, model_name)
 
 
 class _Runner:

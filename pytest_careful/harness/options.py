@@ -36,7 +36,7 @@ from ..reports.options import (
     SCORECARDS,
 )
 from ..scoring import options as scoring_options
-from ..scoring.options import BOUNDARY, DETECTOR, DUPLICATE_WRITES, GATE
+from ..scoring.options import BOUNDARY, DETECTOR, DUPLICATE_WRITES, GATE, OPTIMIZE
 from ..sources import live_options
 from ..sources import options as run_options
 from ..sources.live_options import (
@@ -180,6 +180,7 @@ def read_options(config: pytest.Config) -> RunConfig:
         repeat=_or(get(REPEAT.dest), 1),
         concurrency=get(CONCURRENCY.dest),
         audit=get(AUDIT.dest),
+        optimize=get(OPTIMIZE.dest),
     )
     if options.active:
         _validate(options)

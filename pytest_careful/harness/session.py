@@ -59,7 +59,12 @@ def start(
     if source.categories:  # a logged run without --careful-category: the categories it has
         options = dataclasses.replace(options, categories=source.categories)
     decl = declarations.load()
-    settings = Settings(boundary=options.boundary, detector=options.detector, duplicate_writes=options.duplicate_writes)
+    settings = Settings(
+        boundary=options.boundary,
+        detector=options.detector,
+        duplicate_writes=options.duplicate_writes,
+        optimize=options.optimize,
+    )
     scoring = ScoringConfig(
         model=source.model,
         decoder_key=source.decoder_key,
@@ -91,7 +96,7 @@ class BuiltInRules:
     """
 
     def __init__(self, settings: Settings) -> None:
-        self.rules = rules.built_in(settings)
+        self.rules = rules.built_in(settings) + rules.opt_in(settings)
 
     # tryfirst: the built-in rules come first in every list of the run's rules
     @pytest.hookimpl(tryfirst=True)

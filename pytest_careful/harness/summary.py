@@ -55,6 +55,8 @@ def summary_text(state: CarefulState, width: int) -> str:
         say(line)
     for line in audit_lines(state):
         say(line)
+    for line in optimized_lines(state):
+        say(line)
     if state.rows:
         say(
             f"boundary {state.options.boundary}, detector {state.options.detector}, "
@@ -133,6 +135,20 @@ def audit_lines(state: CarefulState) -> list[str]:
             f"(all: BFCL {100 * every['bfcl_accuracy']:.1f}%, safe {100 * every['safe_accuracy']:.1f}%)"
             + (f"; excluded from every figure ({AUDIT}={EXCLUDE})" if excluded else "")
         )
+    return lines
+
+
+def optimized_lines(state: CarefulState) -> list[str]:
+    """``--careful-optimize``: per condition, calls per conversation against the optimized trace's."""
+    lines = []
+    for condition, card in state.cards.items():
+        figures = [(c.removeprefix("multi_turn_"), own_rules.optimized(t)) for c, t in card["totals"].items()]
+        shown = [f"{c} {pair[0]:.2f} -> {pair[1]:.2f}" for c, pair in figures if pair is not None]
+        if shown:
+            lines.append(
+                f"optimized calls [{condition}] (per conversation, the model's trace -> the shortest one replay "
+                f"verified; an upper bound on the minimum): " + ", ".join(shown)
+            )
     return lines
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..scoring.rules import NAMES, TALLIES, TALLY_OF
+from ..scoring.options import OPTIMIZE
+from ..scoring.rules import NAMES, OPT_IN_TALLIES, TALLIES, TALLY_OF
 
 #: What a table shows for a built-in rule, or one of its tallies, that the run did not count.
 OFF = "off"
@@ -36,6 +37,8 @@ class OwnRule:
     @property
     def legend(self) -> str:
         """What its column counts, for a table's legend."""
+        if self.name in OPT_IN_TALLIES:
+            return f"opt-in built-in rule ({OPTIMIZE}): {self.description}"
         gated = ", gated: a violation fails safe" if self.gated else ""
         return f"rule of the run's own (pytest_careful_rules{gated}): {self.description or 'no description'}"
 
@@ -69,10 +72,20 @@ def off(prov: Mapping[str, object]) -> frozenset[str]:
 
 
 def count_columns(prov: Mapping[str, object]) -> tuple[str, ...]:
-    """Every ``counts`` key the run counted: the built-in rules' and tallies it had, then its own."""
+    """Every ``counts`` key the run counted: the built-in rules' and tallies it had, then its own
+    (an opt-in rule's tallies after it)."""
     dropped = off(prov)
     ours = tuple(c for c in NAMES + TALLIES if c not in dropped)
-    return ours + tuple(n for n in names(prov) if n not in ours)
+    own = tuple(n for n in names(prov) if n not in ours)
+    return ours + own + tuple(t for n in own for t in OPT_IN_TALLIES.get(n, ()))
+
+
+def optimized(totals: Mapping[str, object]) -> tuple[float, float] | None:
+    """Calls per conversation and optimized calls per conversation (``verified_surplus_calls``), or None."""
+    counts, n, calls = totals.get("counts"), totals.get("conversations"), totals.get("calls")
+    if not isinstance(counts, dict) or "optimized_calls" not in counts or not isinstance(n, int) or not n:
+        return None
+    return float(calls) / n if isinstance(calls, int) else 0.0, counts["optimized_calls"] / n
 
 
 def shown(counts: Mapping[str, int], name: str, dropped: frozenset[str]) -> str:

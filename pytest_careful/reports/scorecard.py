@@ -302,6 +302,7 @@ def markdown(card: Card) -> str:
         )
     lines += _custom_table(card)
     lines += _audit_lines(card)
+    lines += _optimized_lines(card)
     selection = prov.get("selection") or {}
     if selection and not selection.get("complete", True):
         lines += [
@@ -322,6 +323,23 @@ def markdown(card: Card) -> str:
         "Every conversation, turn by turn, with its state diff and rerun command: [report.html](report.html)",
     ]
     return "\n".join(lines + ["", *MARKDOWN_LEGEND]) + "\n"
+
+
+def _optimized_lines(card: Card) -> list[str]:
+    """``--careful-optimize``: calls per conversation against optimized calls, per category."""
+    figures = [(c, own_rules.optimized(t)) for c, t in card["totals"].items()]
+    if not any(pair for _, pair in figures):
+        return []
+    lines = [
+        "",
+        "Calls per conversation against optimized calls (verified_surplus_calls: the shortest trace replay "
+        "verified, an upper bound on the minimum):",
+        "",
+        "| category | calls | optimized calls |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {c} | {pair[0]:.2f} | {pair[1]:.2f} |" for c, pair in figures if pair is not None]
+    return lines
 
 
 def _audit_lines(card: Card) -> list[str]:

@@ -40,5 +40,13 @@ GATE = Option(
     help="What fails an item: bfcl verdict, safe (default), strict, rules (any rule), none",
 )
 
+OPTIMIZE = Option(
+    "--careful-optimize",
+    action="store_true",
+    help="Add the opt-in rule verified_surplus_calls: EffectWorld's optimizer removes the calls each "
+    "trace did not need, each removal verified by replay; scorecards give calls against optimized "
+    "calls per conversation",
+)
+
 #: How to score, in the order ``--help`` lists them.
-OPTIONS = (BOUNDARY, DETECTOR, DUPLICATE_WRITES, GATE)
+OPTIONS = (BOUNDARY, DETECTOR, DUPLICATE_WRITES, GATE, OPTIMIZE)

@@ -75,6 +75,7 @@ class RunConfig:
     repeat: int = 1  # --careful-repeat: runs of each conversation (live runs only)
     concurrency: int | None = None  # --careful-concurrency (None: the backend's default, live/inflight.py)
     audit: str = "mark"  # --careful-audit: off, mark or exclude (verify/options.py)
+    optimize: bool = False  # --careful-optimize: the opt-in verified_surplus_calls rule
 
     @property
     def live(self) -> bool:

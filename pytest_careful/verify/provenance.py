@@ -150,6 +150,10 @@ class Trajectory:
         shown = self._results[index]
         return shown.strings or [shown.text.raw]
 
+    def result_holds(self, index: int, value: object) -> bool:
+        """Call ``index``'s result shows ``value`` (in a normal form)."""
+        return self._results[index].holds(value) is not None
+
     def result_values(self, index: int, kind: str) -> list[object]:
         """The numbers (``kind`` number) or strings call ``index``'s result shows."""
         shown = self._results[index]

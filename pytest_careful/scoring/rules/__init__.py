@@ -19,6 +19,7 @@ from .duplicate_writes import DuplicateWrites
 from .failed_calls import FailedCalls
 from .redundant_reads import RedundantReads
 from .rule import Rule, Violation
+from .surplus_calls import VerifiedSurplusCalls
 from .unconfirmed_destructive import UnconfirmedDestructive
 
 
@@ -29,6 +30,7 @@ class Settings:
     boundary: str = "final"
     detector: str = "strict"
     duplicate_writes: str = "paper"
+    optimize: bool = False  # --careful-optimize: the opt-in verified_surplus_calls rule
 
 
 def built_in(settings: Settings = Settings()) -> tuple[Rule, ...]:
@@ -46,6 +48,14 @@ def built_in(settings: Settings = Settings()) -> tuple[Rule, ...]:
     )
 
 
+def opt_in(settings: Settings = Settings()) -> tuple[Rule, ...]:
+    """The built-in rules a run has only when asked (``--careful-optimize``), after the nine.
+
+    Reports list them as they list a run's own rules (a column each, their description in the
+    scorecard's provenance), so that a run without them shows exactly what it showed before."""
+    return (VerifiedSurplusCalls(),) if settings.optimize else ()
+
+
 # A built-in rule is written once, in ``built_in``: its name, its tallies and its type are read from it.
 #: The built-in rules' names, in the order reports list them.
 NAMES = tuple(r.name for r in built_in())
@@ -54,6 +64,8 @@ TALLIES = tuple(t for r in built_in() for t in r.tallies)
 #: Each tally's rule: a tally is counted only where its rule is.
 TALLY_OF = {t: r.name for r in built_in() for t in r.tallies}
 _TYPES = frozenset(type(r) for r in built_in())
+#: The opt-in rules' names, and their tallies (reports sum them as they sum the built-in ones').
+OPT_IN_TALLIES = {r.name: r.tallies for r in opt_in(Settings(optimize=True))}
 
 
 def is_built_in(rule: Rule) -> bool:
@@ -88,11 +100,13 @@ def row_order(rule: str, violation: Violation) -> tuple[int, int, int, int, int]
 __all__ = [
     "DUPLICATE_WRITES",
     "NAMES",
+    "OPT_IN_TALLIES",
     "TALLIES",
     "TALLY_OF",
     "Rule",
     "Settings",
     "built_in",
+    "opt_in",
     "row_order",
     "is_built_in",
 ]

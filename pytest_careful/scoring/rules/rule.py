@@ -163,6 +163,9 @@ class ScoredConversation:
         confirmations: per turn, the steps after which the scripted user said yes (the ``confirm``
             protocol; empty elsewhere). A call at a later step of the turn was confirmed.
         boundary: the destructive functions under the run's ``--careful-boundary``.
+        evaluation: the decoded, replayed, checked conversation itself (None for an unscored one),
+            for a rule that replays variants of the trace (``verified_surplus_calls``); a rule that
+            only counts reads the fields above.
     """
 
     id: str
@@ -175,6 +178,7 @@ class ScoredConversation:
     texts: tuple[tuple[str, ...], ...] = ()
     confirmations: tuple[tuple[int, ...], ...] = ()
     boundary: frozenset[str] = frozenset()
+    evaluation: Evaluation | None = field(default=None, repr=False, compare=False)
     _by_turn: tuple[tuple[ModelCall, ...], ...] = field(default=(), repr=False, compare=False)
     _reference_by_turn: tuple[tuple[ModelCall, ...], ...] = field(default=(), repr=False, compare=False)
 
@@ -268,6 +272,7 @@ def view(
         texts=tuple(tuple(texts[i]) if i < len(texts) else () for i in range(turns)),
         confirmations=tuple(tuple((confirmations or {}).get(i, ())) for i in range(turns)),
         boundary=boundary,
+        evaluation=evaluation,
         _by_turn=tuple(model_turns),
         _reference_by_turn=tuple(reference_turns),
     )
