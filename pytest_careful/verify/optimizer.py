@@ -10,8 +10,9 @@ what BFCL's checker reads:
   (the multiset the response check reads), and no error appears that the original did not have;
 * BFCL's verdict and error type are the original's (a passing trace stays passing, a failing one
   never becomes passing);
-* no literal that stays has its only source in a removed call's result (``provenance``): a
-  trace without the ``ls`` that showed ``'documents'`` would teach a model to guess it.
+* no literal that stays has its only source in removed calls' results (``provenance``: the
+  user's words, the doc, or a kept call's result must give it): a trace without the ``ls``
+  that showed ``'documents'`` would teach a model to guess it.
 
 The passes, in order: failed calls, redundant reads (the same read, nothing changed since),
 duplicate writes (a write repeated with no effect), constant folding (a ``MathAPI`` computation
@@ -38,7 +39,7 @@ from ..evaluation.replay import OK, Replay, replay
 from ..evaluation.verdict import FORCE_TERMINATED, INFERENCE_ERROR, Verdict, check, missing_results
 from ..execution.snapshot import Snapshot
 from .literals import literals_of
-from .provenance import RESULT, Trajectory, parameter_names
+from .provenance import DOC, RESULT, USER, Trajectory, parameter_names
 
 FAILED_CALL, REDUNDANT_READ, DUPLICATE_WRITE, CONSTANT_FOLDING, DEAD_CALL, BATCHED = (
     "failed_call",
@@ -154,6 +155,9 @@ def optimize(evaluation: Evaluation, max_trials: int = MAX_TRIALS, max_calls: in
     calls = evaluation.replay.calls
     if len(calls) > max_calls:
         result.bounded = f"{len(calls)} calls: over the optimizer's bound of {max_calls}; not optimized"
+        return result
+    if evaluation.verdict.error_type == INFERENCE_ERROR:
+        result.bounded = "the run logged no list of turns (an inference error): nothing to optimize"
         return result
     if not calls:
         return result
@@ -283,7 +287,10 @@ class _Search:
                 parameter = names[head] if isinstance(head, int) and head < len(names) else str(head)
                 sources = self.trajectory.sources(index, literal.value, parameter)
                 results = [s.call for s in sources if s.kind == RESULT and s.call is not None]
-                found.append((literal.value, results, any(s.kind != RESULT for s in sources)))
+                # Only what the trace itself shows counts: the user's words, the doc, kept results. A
+                # value the visible state holds is a source for the audit (a read could show it), but
+                # not here: the read that showed it may be the call removed.
+                found.append((literal.value, results, any(s.kind in (USER, DOC) for s in sources)))
             self._literal_sources[index] = found
         return self._literal_sources[index]
 

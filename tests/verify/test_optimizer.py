@@ -1,0 +1,160 @@
+"""EffectWorld's optimizer: each pass on a minimal trace and on its twin, which keeps the call for a
+reason (its result is demanded, the state changed in between, a later literal's only source)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from test_audit_classes import FILES, TICKETS, conversation
+
+from pytest_careful.data.dataset import Conversation
+from pytest_careful.evaluation.evaluate import evaluate
+from pytest_careful.execution import limits
+from pytest_careful.execution.decoding import passthrough_decoder
+from pytest_careful.verify.optimizer import MAX_CALLS, Optimized, optimize
+
+Trace = list[list[list[str]]]
+
+
+def optimized(c: Conversation, trace: Trace) -> Optimized:
+    """The trace (per turn, per step, calls) as a logged run gives it, evaluated and optimized."""
+    evaluation = evaluate(c, trace, passthrough_decoder())
+    return optimize(evaluation)
+
+
+def kinds(o: Optimized) -> list[tuple[str, str]]:
+    return [(r.kind, r.call) for r in o.rewrites]
+
+
+def files(questions: Sequence[str], reference: list[list[str]]) -> Conversation:
+    return conversation(["GorillaFileSystem"], FILES, questions, reference)
+
+
+def test_a_read_repeated_with_nothing_changed_goes() -> None:
+    c = files(["List the files."], [["ls()"]])
+    o = optimized(c, [[["ls()"], ["ls()"]]])
+    assert kinds(o) == [("redundant_read", "ls()")] and (o.calls_before, o.calls_after) == (2, 1)
+    assert "nothing changed since" in o.rewrites[0].evidence
+
+
+def test_twin_a_read_after_a_change_stays() -> None:
+    """The second ls sees the new file, and the reference demands both results."""
+    c = files(["List the files, create new.txt, list them again."], [["ls()", "touch(file_name='new.txt')", "ls()"]])
+    o = optimized(c, [[["ls()"], ["touch(file_name='new.txt')"], ["ls()"]]])
+    assert [r.kind for r in o.rewrites if r.kind != "batched"] == []
+    assert o.calls_after == 3
+
+
+def test_a_write_repeated_after_it_took_effect_goes() -> None:
+    c = files(["Write 'hi' into notes.txt."], [["echo(content='hi', file_name='notes.txt')"]])
+    o = optimized(c, [[["echo(content='hi', file_name='notes.txt')"], ["echo(content='hi', file_name='notes.txt')"]]])
+    assert kinds(o)[0] == ("duplicate_write", "echo(content='hi', file_name='notes.txt')") and o.calls_after == 1
+
+
+def test_twin_two_writes_of_two_files_stay() -> None:
+    c = files(
+        ["Write 'hi' into notes.txt and into other.txt."],
+        [["echo(content='hi', file_name='notes.txt')", "touch(file_name='other.txt')", "echo(content='hi', file_name='other.txt')"]],
+    )
+    trace = [[["echo(content='hi', file_name='notes.txt')", "touch(file_name='other.txt')", "echo(content='hi', file_name='other.txt')"]]]
+    assert optimized(c, trace).calls_after == 3
+
+
+def test_a_failed_call_goes() -> None:
+    c = files(["List the files."], [["ls()"]])
+    o = optimized(c, [[["cat(file_name='missing.txt')"], ["ls()"]]])
+    assert kinds(o)[0] == ("failed_call", "cat(file_name='missing.txt')") and o.calls_after == 1
+
+
+def test_twin_a_failed_call_the_reference_makes_too_stays() -> None:
+    """The reference's own cat fails the same way: its error is a result the response check demands."""
+    c = files(["Show missing.txt."], [["cat(file_name='missing.txt')"]])
+    assert optimized(c, [[["cat(file_name='missing.txt')"]]]).calls_after == 1
+
+
+def test_a_computation_no_turn_demands_is_folded() -> None:
+    c = conversation(["MathAPI", "TicketAPI"], TICKETS, ["Open a ticket titled 'T' with priority 5."], [["create_ticket(title='T', priority=5)"]])
+    o = optimized(c, [[["add(a=2, b=3)"], ["create_ticket(title='T', priority=5)"]]])
+    assert kinds(o)[0] == ("constant_folding", "add(a=2, b=3)") and o.calls_after == 1
+
+
+def test_twin_a_computation_that_is_a_literals_only_source_stays() -> None:
+    """The user gives 2 and 2, not 4: without add, priority=4 would be a guess."""
+    c = conversation(
+        ["MathAPI", "TicketAPI"], TICKETS, ["Open a ticket titled 'T' with the priority 2 plus 2."], [["create_ticket(title='T', priority=4)"]]
+    )
+    o = optimized(c, [[["add(a=2, b=2)"], ["create_ticket(title='T', priority=4)"]]])
+    assert o.calls_after == 2 and not o.removed
+
+
+def test_a_call_nothing_reads_is_dead() -> None:
+    c = files(["List the files."], [["ls()"]])
+    o = optimized(c, [[["pwd()"], ["ls()"]]])
+    assert kinds(o)[0] == ("dead_call", "pwd()") and o.calls_after == 1
+
+
+def test_twin_a_read_that_is_a_later_literals_only_source_stays() -> None:
+    """The user says 'the file', not its name: ls is where the name comes from."""
+    c = files(["Show me the file in this folder."], [["cat(file_name='notes.txt')"]])
+    o = optimized(c, [[["ls()"], ["cat(file_name='notes.txt')"]]])
+    assert o.calls_after == 2 and not o.removed
+    named = files(["Show me notes.txt."], [["cat(file_name='notes.txt')"]])
+    assert kinds(optimized(named, [[["ls()"], ["cat(file_name='notes.txt')"]]]))[0] == ("dead_call", "ls()")
+
+
+def test_independent_steps_are_batched() -> None:
+    c = files(["Count the lines of notes.txt, then show it."], [["wc(file_name='notes.txt', mode='l')", "cat(file_name='notes.txt')"]])
+    o = optimized(c, [[["wc(file_name='notes.txt', mode='l')"], ["cat(file_name='notes.txt')"]]])
+    assert kinds(o) == [("batched", "cat(file_name='notes.txt')")]
+    assert (o.steps_before, o.steps_after, o.calls_after) == (2, 1, 2)
+
+
+def test_twin_a_step_that_reads_the_step_before_stays_apart() -> None:
+    c = files(["Show me the file in this folder."], [["ls()", "cat(file_name='notes.txt')"]])
+    o = optimized(c, [[["ls()"], ["cat(file_name='notes.txt')"]]])
+    assert o.steps_after == 2 and not o.rewrites
+
+
+def test_a_turn_keeps_a_call() -> None:
+    """Two reads nothing demands: one may go, never both (BFCL fails a turn with no call)."""
+    c = files(["Hello.", "List the files."], [[], ["ls()"]])
+    o = optimized(c, [[["pwd()"], ["pwd()"]], [["ls()"]]])
+    assert sum(len(s) for s in o.turns[0]) == 1
+
+
+def test_a_failing_trace_stays_failing_with_the_same_error() -> None:
+    c = files(["Show notes.txt."], [["cat(file_name='notes.txt')"]])
+    trace: Trace = [[["pwd()"], ["cat(file_name='wrong.txt')"]]]
+    o = optimized(c, trace)
+    before = evaluate(c, trace, passthrough_decoder()).verdict
+    after = evaluate(c, o.turns, passthrough_decoder()).verdict
+    assert o.calls_after < o.calls_before and not before.valid
+    assert (after.valid, after.error_type, after.turn) == (before.valid, before.error_type, before.turn)
+
+
+def test_a_trace_past_the_bound_is_not_searched() -> None:
+    c = files(["List the files."], [["ls()"]])
+    o = optimized(c, [[["pwd()"] for _ in range(MAX_CALLS)] + [["ls()"]]])
+    assert o.bounded is not None and "not optimized" in o.bounded and o.calls_after == o.calls_before == MAX_CALLS + 1
+
+
+def test_the_trials_are_bounded() -> None:
+    c = files(["List the files."], [["ls()"]])
+    o = optimize(evaluate(c, [[["pwd()"] for _ in range(30)] + [["ls()"]]], passthrough_decoder()), max_trials=5)
+    assert o.trials == 5 and "stopped after 5" in (o.bounded or "")
+
+
+@pytest.mark.parametrize("calls", [300, 5000])
+def test_the_runs_limits_apply_to_every_replay_it_makes(calls: int) -> None:
+    """Inside the conversation's budget, as a rescoring scores it: the replays count, and stop at the limit."""
+    c = files(["List the files."], [["ls()"]])
+    trace: Trace = [[["pwd()"] for _ in range(calls)] + [["ls()"]]]
+    budget = limits.Limits(max_calls=1_000)
+    with limits.metered(budget) as meter:
+        try:
+            o = optimize(evaluate(c, trace, passthrough_decoder()))
+        except limits.ResourceLimit as exceeded:
+            assert exceeded.limit == "calls" and meter.calls == budget.max_calls + 1
+            return
+    assert calls <= budget.max_calls and o.bounded is not None
