@@ -24,8 +24,19 @@ import pytest
 from conftest import HELPERS, ROOT
 
 VARIABLES = ("BFCL_PROJECT_ROOT", "HF_HUB_OFFLINE", "PYTHONPATH")
-#: What a user might have set each to.
-USER_VALUES = {"BFCL_PROJECT_ROOT": "/home/user/bfcl", "HF_HUB_OFFLINE": "0", "PYTHONPATH": "/home/user/lib"}
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where a user's own values and cache point: bfcl-eval writes under BFCL_PROJECT_ROOT on import,
+    and the plugin's own BFCL_PROJECT_ROOT lies in the cache."""
+    return tmp_path_factory.mktemp("user")
+
+
+def _values(user: Path) -> dict[str, str]:
+    """What a user might have set each to."""
+    return {"BFCL_PROJECT_ROOT": str(user / "bfcl"), "HF_HUB_OFFLINE": "0", "PYTHONPATH": str(user / "lib")}
+
 
 PROBE = """
 import json, os, sys
@@ -59,10 +70,11 @@ def _session(tmp_path: Path, env: dict[str, str], cwd: Path, *args: str) -> dict
     return json.loads(out.read_text())
 
 
-def _users_environment(given: dict[str, bool]) -> dict[str, str]:
+def _users_environment(user: Path, given: dict[str, bool]) -> dict[str, str]:
     """This process's environment without the suite's three settings, then those ``given`` set by the user."""
     env = {k: v for k, v in os.environ.items() if k not in VARIABLES and not k.startswith("PYTEST_")}
-    return env | {name: USER_VALUES[name] for name, on in given.items() if on}
+    env["XDG_CACHE_HOME"] = str(user / "cache")
+    return env | {name: _values(user)[name] for name, on in given.items() if on}
 
 
 #: The plugin run a user starts: rescoring the shipped example, collecting only (it writes nothing).
@@ -70,11 +82,11 @@ PLUGIN_RUN = (f"--careful-results={ROOT / 'examples' / 'smollm2-135m-vllm-cpu'}"
 
 
 @pytest.fixture(scope="module")
-def elsewhere(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, dict[str, object]]:
+def elsewhere(tmp_path_factory: pytest.TempPathFactory, user: Path) -> dict[bool, dict[str, object]]:
     """What the same plugin run sees from a folder outside the clone, with all three set or unset."""
     tmp_path = tmp_path_factory.mktemp("elsewhere")
     return {
-        given: _session(tmp_path, _users_environment(dict.fromkeys(VARIABLES, given)), tmp_path, *PLUGIN_RUN)
+        given: _session(tmp_path, _users_environment(user, dict.fromkeys(VARIABLES, given)), tmp_path, *PLUGIN_RUN)
         for given in (True, False)
     }
 
@@ -82,28 +94,30 @@ def elsewhere(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, dict[str, 
 @pytest.mark.parametrize("given", [True, False], ids=["set", "unset"])
 @pytest.mark.parametrize("name", VARIABLES)
 def test_a_plugin_run_from_the_root_sees_what_it_sees_elsewhere(
-    tmp_path: Path, elsewhere: dict[bool, dict[str, object]], name: str, given: bool
+    tmp_path: Path, user: Path, elsewhere: dict[bool, dict[str, object]], name: str, given: bool
 ) -> None:
-    env = _users_environment({name: given})
+    env = _users_environment(user, {name: given})
     seen = _session(tmp_path, env, ROOT, *PLUGIN_RUN)
     expected = {v: elsewhere[v == name and given][v] for v in VARIABLES}
     assert {v: seen[v] for v in VARIABLES} == expected
     if given:
-        assert seen[name] == USER_VALUES[name]  # the user's own value, as they set it
+        assert seen[name] == _values(user)[name]  # the user's own value, as they set it
     assert seen["helpers_on_sys_path"] is False
 
 
-def test_the_suite_from_the_root_runs_with_its_settings(tmp_path: Path) -> None:
+def test_the_suite_from_the_root_runs_with_its_settings(tmp_path: Path, user: Path) -> None:
     """The control: the same probe sees the suite's settings when the session is the suite."""
-    seen = _session(tmp_path, _users_environment({}), ROOT, "--collect-only", "-q", "tests/test_suite_environment.py")
+    seen = _session(
+        tmp_path, _users_environment(user, {}), ROOT, "--collect-only", "-q", "tests/test_suite_environment.py"
+    )
     assert seen["HF_HUB_OFFLINE"] == "1"
     assert seen["BFCL_PROJECT_ROOT"] and Path(str(seen["BFCL_PROJECT_ROOT"])).is_dir()
     assert str(seen["PYTHONPATH"]).split(os.pathsep) == [str(HELPERS), str(HELPERS.parent)]
     assert seen["helpers_on_sys_path"] is True
 
 
-def test_a_users_own_values_are_kept_by_the_suite(tmp_path: Path) -> None:
-    env = _users_environment({"HF_HUB_OFFLINE": True, "PYTHONPATH": True}) | {"BFCL_PROJECT_ROOT": str(tmp_path)}
+def test_a_users_own_values_are_kept_by_the_suite(tmp_path: Path, user: Path) -> None:
+    env = _users_environment(user, {"HF_HUB_OFFLINE": True, "PYTHONPATH": True, "BFCL_PROJECT_ROOT": True})
     seen = _session(tmp_path, env, ROOT, "--collect-only", "-q", "tests/test_suite_environment.py")
-    assert seen["HF_HUB_OFFLINE"] == "0" and seen["BFCL_PROJECT_ROOT"] == str(tmp_path)
-    assert str(seen["PYTHONPATH"]).split(os.pathsep) == [str(HELPERS), str(HELPERS.parent), USER_VALUES["PYTHONPATH"]]
+    assert seen["HF_HUB_OFFLINE"] == "0" and seen["BFCL_PROJECT_ROOT"] == _values(user)["BFCL_PROJECT_ROOT"]
+    assert str(seen["PYTHONPATH"]).split(os.pathsep) == [str(HELPERS), str(HELPERS.parent), _values(user)["PYTHONPATH"]]
