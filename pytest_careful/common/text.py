@@ -108,13 +108,15 @@ def did_you_mean(
     cutoff: float = 0.5,
     prefix: str = "",
     form: Callable[[str], str] | None = None,
+    first: Callable[[str], bool] | None = None,
 ) -> str:
     """``; did you mean confirm?`` for a misspelled ``name`` (with the other close matches), or "".
 
     ``prefix``, shared by every candidate (``--careful-``), is left out of the comparison:
     it would make any two names look alike. ``form``, where given, is what is compared of the name
     and of each candidate (a model key without its date); the candidates are shown as they are, the
-    first of each form.
+    first of each form. ``first``, where given, picks the close matches to name before the others
+    (a model of the kind asked for), each group in its own order.
     """
     pool: dict[str, str] = {}
     for candidate in dict.fromkeys(candidates):
@@ -129,6 +131,8 @@ def did_you_mean(
     close = list(dict.fromkeys(same_but_case + [pool[f] for f in close]))
     if not close:
         return ""
+    if first is not None:
+        close = [c for c in close if first(c)] + [c for c in close if not first(c)]
     close = [prefix + c for c in close]
     others = f" (close matches: {', '.join(close)})" if len(close) > 1 else ""
     return f"; did you mean {close[0]}?{others}"

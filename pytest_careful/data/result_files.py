@@ -259,7 +259,9 @@ def _parse_entry(
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         hint = "two entries on one line?" if exc.msg == "Extra data" else "truncated line?"
-        return problem(f"not valid JSON ({exc.msg} at column {exc.colno}); {hint}", _id_seen(text))
+        # Some of json's messages end in "at" already ("Unterminated string starting at").
+        where = f"{exc.msg} column {exc.colno}" if exc.msg.endswith(" at") else f"{exc.msg} at column {exc.colno}"
+        return problem(f"not valid JSON ({where}); {hint}", _id_seen(text))
     except (RecursionError, ValueError, MemoryError) as exc:  # deep nesting, integers past the digit limit
         return problem(f"not readable as JSON ({_reason(exc)})", _id_seen(text))
     if _nested_deeper(data, text, MAX_NESTING):

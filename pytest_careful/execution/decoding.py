@@ -378,15 +378,18 @@ def model_stem(key: str) -> str:
     return _RELEASE_DATE.sub("", key.rsplit("/", 1)[-1].removesuffix("-FC")).lower()
 
 
-def close_models(name: str, keys: Iterable[str]) -> str:
+def close_models(name: str, keys: Iterable[str], first: Callable[[str], bool] | None = None) -> str:
     """``; did you mean ...?`` for a model name that is no key: the keys of the models it begins
     (``llama-4``: the Llama-4 keys), else the keys spelled close to it, else those of models named
-    close to it (``gpt-9-turbo``: the ``gpt-4o``, ``gpt-5-nano`` keys)."""
+    close to it (``gpt-9-turbo``: the ``gpt-4o``, ``gpt-5-nano`` keys); ``first``: the keys to name
+    before the others (``did_you_mean``)."""
     keys = tuple(keys)
     stem = model_stem(name)
     begun = [k for k in keys if model_stem(k).startswith(stem)] if len(stem) >= _MIN_STEM else []
     return (
-        did_you_mean(name, begun, cutoff=0.0) or did_you_mean(name, keys) or did_you_mean(name, keys, form=model_stem)
+        did_you_mean(name, begun, cutoff=0.0, first=first)
+        or did_you_mean(name, keys, first=first)
+        or did_you_mean(name, keys, form=model_stem, first=first)
     )
 
 

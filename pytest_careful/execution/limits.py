@@ -22,7 +22,17 @@ allocator keeps differs by platform; tracemalloc would triple the cost of every 
 ``bench/hostile.py`` prints the count next to the measured peak for each hostile payload.
 
 Wall time is the backstop for work no count sees (a slow machine, a costly simulator
-method). The meter of the scoring in progress is a ``ContextVar``, not ``config.stash``
+method). It is read at checkpoints: every call replayed and every ``TICKS_PER_CLOCK`` steps
+of a walk. The promise is that scoring stops at the first checkpoint past ``max_seconds`` of
+scoring time, never at one before, where scoring time leaves out the blocks run
+``unmetered`` (the references, shared by every conversation). A conversation therefore stops
+within ``max_seconds`` plus the work up to the next checkpoint (one call, or 2,048 steps of
+a walk), plus the unwinding of what it built; on a busy machine that can be seconds more.
+The limit bounds the scoring only: an item's time in JUnit also holds its setup, the
+references, the reports. ``tests/execution/test_limits_clock.py`` checks the promise with a
+controlled clock (``Meter``'s ``now``), never with wall time.
+
+The meter of the scoring in progress is a ``ContextVar``, not ``config.stash``
 state: it belongs to one conversation's scoring, deep inside walks that never see a config. A budget exhausted derives from ``BaseException``: the catch-alls that mirror
 bfcl-eval (a failing call, a failing decoder) must not turn it into a failed call.
 """
@@ -32,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..common.options import Option, positive_int, positive_number
@@ -53,7 +63,7 @@ CALL_OVERHEAD = 1_000
 #: empty files or folders).
 UNPICKLED_FACTOR = 10
 #: Walks check the clock every this many steps.
-_TICKS_PER_CLOCK = 2_048
+TICKS_PER_CLOCK = 2_048
 
 MAX_CALLS = Option(
     "--careful-max-calls",
@@ -114,11 +124,17 @@ Place = tuple[int, int, "int | None", object]
 
 
 class Meter:
-    """What one conversation's scoring has used so far."""
+    """What one conversation's scoring has used so far.
 
-    def __init__(self, limits: Limits) -> None:
+    Args:
+        limits: the budget.
+        now: the clock, read at each checkpoint (``time.monotonic``; a test passes its own).
+    """
+
+    def __init__(self, limits: Limits, now: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits
-        self.started = time.monotonic()
+        self.now = now
+        self.started = now()
         self.calls = 0
         self.bytes = 0
         self.steps = 0  # walk steps over state: the work no call count sees
@@ -131,7 +147,7 @@ class Meter:
 
     @property
     def seconds(self) -> float:
-        return time.monotonic() - self.started
+        return self.now() - self.started
 
     def exceeded(self, limit: str, reason: str) -> ResourceLimit:
         """The limit crossed, its reason naming the place (``at``) where one is set."""
@@ -166,12 +182,13 @@ class Meter:
     def tick(self, steps: int) -> None:
         self.steps += steps
         self._ticks += steps
-        if self._ticks >= _TICKS_PER_CLOCK:
+        if self._ticks >= TICKS_PER_CLOCK:
             self._ticks = 0
             self.clock()
 
     def clock(self) -> None:
-        if time.monotonic() > self._deadline:
+        """A checkpoint: past the deadline, the time limit is crossed."""
+        if self.now() > self._deadline:
             raise self.exceeded(
                 "seconds",
                 f"scoring took more than {self.limits.max_seconds:g} s "
@@ -185,9 +202,9 @@ _CURRENT: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("careful
 
 
 @contextlib.contextmanager
-def metered(limits: Limits) -> Iterator[Meter]:
-    """Count everything scored inside the block against ``limits``."""
-    meter = Meter(limits)
+def metered(limits: Limits, now: Callable[[], float] = time.monotonic) -> Iterator[Meter]:
+    """Count everything scored inside the block against ``limits`` (time by the clock ``now``)."""
+    meter = Meter(limits, now)
     token = _CURRENT.set(meter)
     try:
         yield meter
@@ -200,13 +217,13 @@ def unmetered() -> Iterator[None]:
     """Nothing inside the block counts (work shared by every conversation, such as references)."""
     outer = _CURRENT.get()
     token = _CURRENT.set(None)
-    started = time.monotonic()
+    started = outer.now() if outer is not None else 0.0
     try:
         yield
     finally:
         _CURRENT.reset(token)
         if outer is not None:
-            outer.pause(time.monotonic() - started)
+            outer.pause(outer.now() - started)
 
 
 def tick(steps: int = 1) -> None:

@@ -52,7 +52,7 @@ from ..sources.live_options import (
     SERVER_TIMEOUT,
     VLLM_ARG,
 )
-from ..sources.options import CATEGORY, DECODER, HANDLER, MODEL, PROTOCOL, RESULTS
+from ..sources.options import CATEGORY, DECODER, DEFAULT_PROTOCOLS, HANDLER, MODEL, PROTOCOL, RESULTS
 from ..sources.run_config import DEFAULT_REQUEST_TIMEOUT, DEFAULT_SERVER_TIMEOUT, REFERENCE_MODEL, RunConfig
 from ..verify import options as audit_options
 from ..verify.options import AUDIT
@@ -146,7 +146,8 @@ def read_options(config: pytest.Config) -> RunConfig:
         model=model or "",
         results=results,
         decoder=get(DECODER.dest),
-        protocols=get(PROTOCOL.dest),
+        protocols=DEFAULT_PROTOCOLS if get(PROTOCOL.dest) is None else get(PROTOCOL.dest),
+        protocols_given=get(PROTOCOL.dest) is not None,
         categories=get(CATEGORY.dest) or CATEGORIES,
         boundary=get(BOUNDARY.dest),
         detector=get(DETECTOR.dest),

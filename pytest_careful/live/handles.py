@@ -15,6 +15,7 @@ once per process. Kinds:
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import hashlib
 import re
@@ -266,7 +267,28 @@ def _spelling(key: str, keys: tuple[str, ...]) -> str:
 
 
 def _close(name: str, keys: tuple[str, ...]) -> str:
-    return close_models(name, (*keys, "reference", *(PREFIX + p for p in POLICIES)))
+    """Close matches of a name that is no key, those of the kind of model it asks for first."""
+    local = _asks_for_local_weights(name, registry_keys())
+    return close_models(
+        name,
+        (*keys, "reference", *(PREFIX + p for p in POLICIES)),
+        first=lambda key: key in registry_keys() and backend(_kind(registry_entry(key))).local_weights == local,
+    )
+
+
+def _asks_for_local_weights(name: str, keys: tuple[str, ...]) -> bool:
+    """Whether a name is written as the keys of local weights are (vLLM, SGLang: Hugging Face's
+    ``Qwen/Qwen3-8B``, or ``Qwen3-8B`` without the organisation) rather than as a hosted API's
+    (a vendor's id, ``qwen3-8b``): the kind of the key one of whose spellings (``_forms``, the mode
+    left out) is closest to it, case and all."""
+    base = _MODE_SUFFIX.sub("", name)
+
+    def closeness(key: str) -> float:
+        forms = _forms(_MODE_SUFFIX.sub("", key), with_org=False)
+        return max(difflib.SequenceMatcher(None, base, f).ratio() for f in forms)
+
+    closest = max(keys, key=closeness)
+    return backend(_kind(registry_entry(closest))).local_weights
 
 
 def describe(key: str) -> str:

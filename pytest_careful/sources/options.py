@@ -48,9 +48,11 @@ DECODER = Option(
     metavar="KEY",
     help="bfcl-eval registry key whose handler decodes the logged run",
 )
+#: The protocols of a run that names none.
+DEFAULT_PROTOCOLS = ("standard",)
 PROTOCOL = Option(
     "--careful-protocol",
-    default=("standard",),
+    default=None,  # DEFAULT_PROTOCOLS, resolved by read_options: a message tells the default from a choice
     type=csv_of(PROTOCOLS, "protocol"),
     metavar="LIST",
     help="Protocols to run, comma-separated (each one an item parameter, [standard]): standard (BFCL's own), "

@@ -291,7 +291,7 @@ def open_source(options: RunConfig) -> Source:
     if options.categories_from_node_ids:  # the denominator of a selection: what -k on the run would see
         source.run_categories = _present(folders, required=False) or source.categories
     for condition, directory in folders.items():
-        _read_condition(source, condition, directory, source.categories)
+        _read_condition(source, condition, directory, source.categories, options.protocols_given)
     if "confirm" in source.recorded:
         problem = script_problem(source.user_script("confirm"), options.user_script)
         if problem:
@@ -362,7 +362,9 @@ def _registry_dir(model: str) -> str:
         return ""
 
 
-def _read_condition(source: Source, condition: str, directory: Path, categories: tuple[str, ...]) -> None:
+def _read_condition(
+    source: Source, condition: str, directory: Path, categories: tuple[str, ...], protocol_given: bool = True
+) -> None:
     if not directory.is_dir():
         raise SourceError(
             f"{RESULTS}: no folder {directory} for condition {condition!r} "
@@ -377,7 +379,7 @@ def _read_condition(source: Source, condition: str, directory: Path, categories:
             f"{RESULTS}: {directory} has no result file for {', '.join(missing)} "
             f"(expected BFCL_v4_<category>_result.json); choose categories with {CATEGORY}"
         )
-    problem = protocol_problem(condition, [files[c] for c in categories], directory)
+    problem = protocol_problem(condition, [files[c] for c in categories], directory, protocol_given)
     if problem:
         raise SourceError(problem)
     source.recorded[condition] = recorded(files[c] for c in categories)
@@ -400,8 +402,12 @@ def run_entries(run_dir: Path, decoder_key: str) -> tuple[Decoder, list[LoggedEn
     return decoder(decoder_key), entries, list(files.values())
 
 
-def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path) -> str | None:
-    """Why the run of ``result_files`` may not be scored as ``condition``; None when it may."""
+def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path, given: bool = True) -> str | None:
+    """Why the run of ``result_files`` may not be scored as ``condition``; None when it may.
+
+    ``given``: the user chose ``condition`` (``--careful-protocol``); else it is the default, and
+    the message says so rather than name an option the user never typed.
+    """
     files = list(result_files)
     paths = sorted({p for p in map(settings_path, files) if p is not None})
     if not paths:
@@ -423,6 +429,12 @@ def protocol_problem(condition: str, result_files: Iterable[Path], folder: Path)
         return None
     path, made_as = next(iter(wrong.items()))
     made_as = shown(made_as)
+    if not given:
+        return (
+            f"{RESULTS}: {path} says this run was made under the {made_as} protocol, and without "
+            f"{PROTOCOL} a run is scored under the default, {condition}: its scorecard would be "
+            f"mislabelled. Rescore it with {PROTOCOL}={made_as}."
+        )
     return (
         f"{PROTOCOL}={condition}: {path} says this run was made under the {made_as} "
         f"protocol; scored as {condition} its scorecard would be mislabelled. Rescore it with "

@@ -64,6 +64,7 @@ class RunConfig:
     collect_only: bool = False  # --collect-only: nothing runs (checks of keys and engines wait)
     given: frozenset[str] = frozenset()  # the SCOPED_OPTIONS given, as flags
     categories_given: bool = True  # --careful-category given (else a logged run's own categories)
+    protocols_given: bool = True  # --careful-protocol given (else the default, standard)
     #: the categories only of the conversations named as node ids (a selection's denominator is the run's)
     categories_from_node_ids: bool = False
     label: str | None = None

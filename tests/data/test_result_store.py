@@ -131,8 +131,9 @@ def writer(tmp_path: Path, start: int, step: int, pad: int, sleep: float) -> sub
 def test_sigkill_mid_run_then_rerun_loses_nothing(tmp_path: Path) -> None:
     store = ResultStore(tmp_path, MODEL)
     path = store.path(CATEGORY)
-    child = writer(tmp_path, 0, 1, 2000, 0.005)
-    deadline = time.monotonic() + 10
+    # 50 ms a line: once 50 are written, 7.5 s are left to kill it mid-way, however busy the machine.
+    child = writer(tmp_path, 0, 1, 2000, 0.05)
+    deadline = time.monotonic() + 120  # a bound only a hang crosses
     while time.monotonic() < deadline:
         if path.exists() and path.read_bytes().count(b"\n") >= 50:
             break

@@ -77,3 +77,18 @@ def test_result_dir_layouts_and_unknown_categories(tmp_path):
     found, problems = find_result_files(tmp_path)
     assert list(found) == ["multi_turn_base"]
     assert len(problems) == 1 and "unknown category 'multi_turn_composite'" in str(problems[0])
+
+
+def test_a_line_cut_inside_a_string_says_where_the_string_starts_once(tmp_path):
+    """json says 'Unterminated string starting at': the message adds the column, not a second 'at'."""
+    path = tmp_path / "BFCL_v4_multi_turn_base_result.json"
+    whole = json.dumps({"id": "multi_turn_base_0", "result": [[["abc"]]]})
+    cut = whole[: whole.index("abc") + 2]  # inside the string "abc"
+    path.write_text(cut + "\n")
+    _, [problem] = read_result_file(path, "multi_turn_base")
+    column = whole.index('"abc') + 1  # json counts columns from 1, at the string's opening quote
+    assert str(problem) == (
+        f"{path}:1 [multi_turn_base_0]: not valid JSON (Unterminated string starting at column {column}); "
+        "truncated line?"
+    )
+    assert " at at " not in str(problem)

@@ -103,7 +103,7 @@ def test_copied_node_id_and_markers(pytester):
         (["--careful-model=reference", "--careful-category=bogus"], "unknown category 'bogus'"),
         (["--careful-model=reference", "--careful-protocol=polite"], "unknown protocol 'polite'"),
         (["--careful-model=scripted:nope"], "unknown scripted model 'scripted:nope'"),
-        (["--careful-model=Qwen3-8"], "did you mean qwen3-8b? (close matches: qwen3-8b, "),
+        (["--careful-model=Qwen3-8"], "did you mean Qwen/Qwen3-8B? (close matches: Qwen/Qwen3-8B, "),
         (["--careful-model=/no/such/dir", "--careful-handler=Qwen/Qwen2.5-7B-Instruct"], "is not a directory"),
         (["--careful-min-safe=0.5"], "need --careful-model or --careful-results"),
         (["--careful-model=reference", "--careful-fail-on-regression=0.05"], "needs --careful-baseline"),

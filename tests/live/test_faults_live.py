@@ -109,16 +109,17 @@ def test_a_server_that_keeps_failing_leaves_the_conversations_unscored_and_a_rer
 ) -> None:
     ids = IDS[:2]
     with LoopbackVLLM(latency=0.02, models=[MODEL]) as server, FaultProxy(server.url, faults={"status": 1.0}) as proxy:
-        started = time.monotonic()
         first = _run(tmp_path, proxy.url, "-p", "no:xdist", "--careful-concurrency=2", *ids)
-        took = time.monotonic() - started
+        sent = proxy.stats()["model_requests"]
         rows = _rows(tmp_path)
         assert not _lines(tmp_path / "result")  # nothing filed as the model's: bfcl evaluate sees no error entry
         proxy.faults = {}
         again = _run(tmp_path, proxy.url, "-p", "no:xdist", "--careful-concurrency=2", *ids)
     out = first.stdout
     assert first.returncode == 1, out[-3000:]
-    assert took < 90, f"{took:.0f} s"  # bounded: five attempts with backoff, each with the SDK's two retries
+    # Bounded: each conversation's first request, sent five times with backoff, each with the SDK's two
+    # retries, then nothing more.
+    assert sent == len(ids) * 5 * 3, sent
     assert {i: r["bfcl"]["error_type"] for i, r in rows.items()} == dict.fromkeys(ids, "careful:server_error")
     assert all("unscored" in r and not r["bfcl"]["valid"] for r in rows.values())
     assert f"server error: the server at {proxy.url} failed this request 5 times" in out
@@ -134,11 +135,9 @@ def test_a_hung_server_is_sent_each_request_twice_then_the_run_stops_naming_it(
     ids = IDS[:4]
     with LoopbackVLLM(latency=0.02, models=[MODEL]) as server, FaultProxy(server.url) as proxy:
         proxy.hang = True  # takes every request and never answers
-        started = time.monotonic()
         first = _run(
             tmp_path, proxy.url, "-p", "no:xdist", "--careful-concurrency=2", "--careful-request-timeout=1.5", *ids
         )
-        took = time.monotonic() - started
         sent = proxy.stats()["model_requests"]
         rows = _rows(tmp_path)
         proxy.hang = False
@@ -146,7 +145,6 @@ def test_a_hung_server_is_sent_each_request_twice_then_the_run_stops_naming_it(
         again = _run(tmp_path, proxy.url, "-p", "no:xdist", "--careful-concurrency=2", *ids)
     out = first.stdout
     assert first.returncode == 1, out[-3000:]
-    assert took < 60, f"{took:.0f} s"
     assert sent == 4  # two conversations in flight, each request sent twice, then nothing
     [stop] = [line for line in out.splitlines() if line.startswith("run stopped: ")]  # one line, in the summary
     assert stop.startswith(
@@ -290,13 +288,10 @@ def test_a_full_disk_stops_the_run_at_once_with_whole_lines_and_no_temporary_fil
     output = disk / "result"
     ids = [f"multi_turn_base_{i}" for i in range(60)]
     with LoopbackVLLM(latency=0.05, models=[MODEL]) as server:
-        started = time.monotonic()
         run = _run(tmp_path, server.url, f"--careful-output={output}", "-n", "2", "--careful-concurrency=4", *ids)
-        took = time.monotonic() - started
         records = server.records
     out = run.stdout
     assert run.returncode == 1, out[-3000:]
-    assert took < 150
     [stop] = [line for line in out.splitlines() if line.startswith("run stopped: ")]  # one line, in the summary
     assert stop.startswith("run stopped: cannot write") and "No space left on device" in stop, out[-3000:]
     assert not [p for p in disk.rglob("*") if p.name.endswith(".tmp")]

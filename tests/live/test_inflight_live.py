@@ -77,8 +77,9 @@ def test_a_rate_limit_pauses_every_conversation_in_flight(tmp_path: Path) -> Non
         _run(tmp_path, server, "-p", "no:xdist", "--careful-concurrency=4", *IDS[:4])
         records = server.records
     [limited] = [r for r in records if r.status == 429]
-    # The other three first requests were on their way with it; nothing else arrived inside the pause.
-    during = [r for r in records if limited.received + 0.15 < r.received < limited.received + 1.9]
+    # The four first requests (one per conversation) were on their way with it, however late a busy
+    # machine delivered them; every later request waited out the pause (a lower bound only).
+    during = [r for r in records if r.number > 4 and r.received < limited.received + 1.9]
     assert not during, [(r.number, round(r.received - limited.received, 2)) for r in during]
     assert sorted(_results(tmp_path)) == IDS[:4]  # the limited one was sent again, and every conversation ran
 
@@ -112,13 +113,14 @@ def test_ctrl_c_stops_requests_in_flight_promptly_and_the_rerun_completes(tmp_pa
             os.killpg(proc.pid, signal.SIGKILL)
             raise AssertionError(f"{server.stats()}\n{log.read_text()[-3000:]}") from None
         assert proc.poll() is None, log.read_text()[-3000:]
-        interrupted = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends to the foreground group
-        proc.wait(timeout=60)
-        took = time.monotonic() - interrupted
+        try:  # the held requests never end on their own: only a run that waited for them hangs here
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"still running 120 s after Ctrl-C\n{log.read_text()[-3000:]}") from None
         out = log.read_text()
-        assert took < 10, f"{took:.1f} s after Ctrl-C\n{out[-3000:]}"
-        assert proc.returncode != 0
+        assert proc.returncode != 0, out[-3000:]
         before = _results(tmp_path)  # whole lines only, none twice
         assert len(before) < len(ids)
         server.hang_from = None

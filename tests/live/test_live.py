@@ -356,6 +356,38 @@ def test_a_handler_is_looked_for_among_local_model_keys(tmp_path: Path) -> None:
         resolve(str(tmp_path), "claude-haiku-4-5-20251001-FC")
 
 
+@pytest.mark.parametrize(
+    "name, local, other",
+    [
+        ("Qwen3-9B-FC", True, "qwen3-8b-FC"),  # Hugging Face's spelling: vLLM's keys first, Alibaba's API after
+        ("qwen3-9b-FC", False, None),  # the API's own id spelled close: the API's keys
+        ("Llama-3.1-9B-Instruct", True, None),
+        ("claude-sonet-4-5-FC", False, None),
+    ],
+)
+def test_close_matches_of_the_kind_of_model_asked_for_come_first(name: str, local: bool, other: str | None) -> None:
+    """A name written as Hugging Face names models asks for local weights, a vendor's lower-case id for
+    a hosted API: the suggestions of that kind come first (the kind by bfcl-eval's own handler modules)."""
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
+
+    from pytest_careful.live.handles import HandleError, registry_key
+
+    def is_local(key: str) -> bool:
+        return "local_inference" in MODEL_CONFIG_MAPPING[key].model_handler.__module__
+
+    with pytest.raises(HandleError) as refused:
+        registry_key(name)
+    message = str(refused.value)
+    suggested = re.search(r"did you mean (\S+)\?", message)
+    close = re.search(r"\(close matches: ([^)]*)\)", message)
+    assert suggested is not None and close is not None, message
+    assert is_local(suggested[1]) == local, message
+    kinds = [is_local(k) == local for k in close[1].split(", ") if k in MODEL_CONFIG_MAPPING]
+    assert kinds == sorted(kinds, reverse=True), message  # every one of that kind before any other
+    if other is not None:
+        assert other in close[1].split(", "), message  # the other kind is still offered, after
+
+
 def test_the_resolution_is_printed_before_anything_runs(tmp_path: Path) -> None:
     proc = subprocess.run(
         _cli(tmp_path, "--careful-model=scripted:reference", "-p", "no:xdist", "multi_turn_base_0"),

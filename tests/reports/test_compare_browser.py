@@ -65,7 +65,7 @@ def page_path(tmp_path: Path) -> Path:
 def test_page_opens_offline_without_errors_and_shows_the_flips(page_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     if not CHROMIUM.exists() and shutil.which("chromium") is None:
-        pytest.skip("no chromium browser at /usr/bin/chromium (apt install chromium)")
+        pytest.skip(f"no browser: {CHROMIUM} is missing (apt-get install chromium; .ci/run does)")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         page = browser.new_page()

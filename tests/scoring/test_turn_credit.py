@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -182,28 +181,41 @@ def test_real_run_turn_credit_matches_bfcl_state_checker(real_run: Path) -> None
     assert partial
 
 
-def test_added_time_on_the_real_run_is_small(real_run: Path) -> None:
-    """The credit reuses the replay's snapshots: measured against the evaluation itself."""
+def test_the_credit_replays_nothing_and_captures_no_state_on_the_real_run(
+    real_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The credit reuses the replay's snapshots: it replays no call and captures no state of its own
+    (what it adds to the evaluation in seconds: ``bench/score.py --turn-credit``)."""
     from conftest import REAL_RUN_DECODER
     from pytest_careful.data import dataset
     from pytest_careful.data.result_files import read_result_file
     from pytest_careful.evaluation.evaluate import evaluate
+    from pytest_careful.execution import limits, snapshot
     from pytest_careful.execution.decoding import decoder
     from pytest_careful.scoring import turn_credit
 
     dec = decoder(REAL_RUN_DECODER)
-    evaluated, took = [], 0.0
-    for category in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"):
-        for entry in read_result_file(real_run / f"BFCL_v4_{category}_result.json", category)[0]:
-            started = time.perf_counter()
-            evaluated.append(evaluate(dataset.get(entry.id), entry.result, dec, model_name="timing"))
-            took += time.perf_counter() - started
-    started = time.perf_counter()
-    for evaluation in evaluated:
-        turn_credit.of_evaluation(evaluation)
-    added = time.perf_counter() - started
-    print(f"\nturn credit: {added:.3f} s added on {len(evaluated)} conversations (evaluation itself {took:.3f} s)")
-    assert added < max(0.1 * took, 0.5)
+    entries = [
+        entry
+        for category in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param")
+        for entry in read_result_file(real_run / f"BFCL_v4_{category}_result.json", category)[0]
+    ]
+    evaluated = [evaluate(dataset.get(entry.id), entry.result, dec, model_name="credit") for entry in entries]
+    captured: list[str] = []
+    capture_class = snapshot.capture_class
+
+    def counted(instance: object) -> snapshot.ClassState:
+        captured.append(type(instance).__name__)
+        return capture_class(instance)
+
+    monkeypatch.setattr(snapshot, "capture_class", counted)
+    with limits.metered(limits.Limits(), lambda: 0.0) as meter:
+        credits = [turn_credit.of_evaluation(evaluation) for evaluation in evaluated]
+    assert meter.calls == 0 and captured == []
+    assert sum(credit["turns"] for credit in credits) > len(evaluated)  # it did compare turns
+    # The count sees a replay: one conversation evaluated again captures its classes' state.
+    evaluate(dataset.get(entries[0].id), entries[0].result, dec, model_name="credit-again")
+    assert captured
 
 
 def test_rows_scorecard_and_junit_carry_turn_credit(pytester: pytest.Pytester, logged_run: Path) -> None:

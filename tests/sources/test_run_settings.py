@@ -74,6 +74,21 @@ def test_settings_naming_another_protocol_are_refused(pytester, logged_run, made
     )
 
 
+def test_a_run_made_under_confirm_rescored_without_a_protocol_says_the_default_is_standard(pytester, logged_run):
+    """The user typed no --careful-protocol: the message names the default, not an option never given."""
+    (logged_run / SETTINGS_FILE).write_text(json.dumps({"condition": "confirm", "boundary": "final"}))
+    result = _run(
+        pytester, f"--careful-results={logged_run}", f"--careful-decoder={REAL_RUN_DECODER}", "--careful-category=base"
+    )
+    err = _refused(
+        result,
+        f"ERROR: --careful-results: {logged_run / SETTINGS_FILE} says this run was made under the confirm protocol, "
+        "and without --careful-protocol a run is scored under the default, standard: its scorecard would be "
+        "mislabelled. Rescore it with --careful-protocol=confirm.",
+    )
+    assert "--careful-protocol=standard" not in err
+
+
 def test_an_unreadable_settings_file_is_refused(pytester, logged_run):
     (logged_run / SETTINGS_FILE).write_text('{"condition": ')
     result = _run(
