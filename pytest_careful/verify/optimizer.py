@@ -96,6 +96,8 @@ class Optimized:
     conversation: str
     original: Steps
     turns: Steps
+    #: per turn, per optimized step, each call's place (decoded step, position) in the original trace
+    origins: list[list[list[tuple[int, int]]]] = field(default_factory=list)
     rewrites: list[Rewrite] = field(default_factory=list)
     bounded: str | None = None  # why the search stopped short, where it did
     trials: int = 0
@@ -151,7 +153,8 @@ def optimize(evaluation: Evaluation, max_trials: int = MAX_TRIALS, max_calls: in
     """The shortest verified trace the passes reach from ``evaluation``'s (its decoded calls, replayed)."""
     conversation = evaluation.conversation
     original = [[list(step) for step in turn] for turn in evaluation.decoded]
-    result = Optimized(conversation.id, original, [[list(s) for s in t] for t in original])
+    origins = [[[(s, p) for p in range(len(step))] for s, step in enumerate(turn)] for turn in original]
+    result = Optimized(conversation.id, original, [[list(s) for s in t] for t in original], origins)
     calls = evaluation.replay.calls
     if len(calls) > max_calls:
         result.bounded = f"{len(calls)} calls: over the optimizer's bound of {max_calls}; not optimized"
@@ -191,12 +194,12 @@ class _Search:
             blocker = self._sole_source_of_a_kept_literal(index)
             if blocker is not None:
                 continue
-            turns = self._without(self.removed | {index})
-            if turns is None or not self._verified(turns):
+            rewritten = self._without(self.removed | {index})
+            if rewritten is None or not self._verified(rewritten[0]):
                 continue
             self.removed.add(index)
             record = self.calls[index]
-            self.result.turns = turns
+            self.result.turns, self.result.origins = rewritten
             self.result.rewrites.append(
                 Rewrite(kind, record.turn, record.step, record.position, record.shown_call, why)
             )
@@ -294,19 +297,23 @@ class _Search:
             self._literal_sources[index] = found
         return self._literal_sources[index]
 
-    def _without(self, removed: set[int]) -> Steps | None:
-        """The original trace without the calls ``removed``; None where a turn would lose its last call."""
+    def _without(self, removed: set[int]) -> tuple[Steps, list[list[list[tuple[int, int]]]]] | None:
+        """The original trace without the calls ``removed``, and where each kept call was; None where a
+        turn would lose its last call."""
         turns: Steps = []
+        origins: list[list[list[tuple[int, int]]]] = []
         for turn_index, turn in enumerate(self.result.original):
-            steps = []
+            steps, places = [], []
             for step_index, step in enumerate(turn):
-                kept = [c for p, c in enumerate(step) if self._places.get((turn_index, step_index, p)) not in removed]
+                kept = [p for p in range(len(step)) if self._places.get((turn_index, step_index, p)) not in removed]
                 if kept:
-                    steps.append(kept)
+                    steps.append([step[p] for p in kept])
+                    places.append([(step_index, p) for p in kept])
             if turn and not steps:
                 return None
             turns.append(steps)
-        return turns
+            origins.append(places)
+        return turns, origins
 
     def _verified(self, turns: Steps) -> bool:
         """Replay the rewritten trace (sharing the original's calls up to the first change) and compare."""
@@ -339,6 +346,8 @@ class _Search:
                     step += 1
                     continue
                 self.result.turns = turns
+                places = self.result.origins[turn_index]
+                places[step - 1 : step + 1] = [places[step - 1] + places[step]]
                 self.result.rewrites.append(
                     Rewrite(
                         BATCHED,

@@ -692,6 +692,12 @@ def _owners(conversation: Conversation) -> dict[str, str]:
     return owners
 
 
+def offered_in(conversation: Conversation, turn: int) -> Mapping[str, FunctionDoc]:
+    """The functions offered in ``turn`` (by name), the held-out ones from the turn they arrive."""
+    by_turn = _offered_by_turn(conversation)
+    return by_turn[max(0, min(turn, len(by_turn) - 1))]
+
+
 def first_offered(conversation: Conversation, function: str) -> int | None:
     """The first turn in which ``function`` is offered; None where it never is."""
     for turn, offered in enumerate(_offered_by_turn(conversation)):
