@@ -45,6 +45,8 @@ class RunSummary(MetricAccuracy):
     settings: dict[str, str]
     complete: bool
     by_category: dict[str, MetricAccuracy]
+    #: calls per conversation, and optimized calls per conversation (--careful-optimize runs; else None), per category and "all"
+    calls: dict[str, tuple[float, float | None]]
 
 
 class VsStandard(TypedDict):
@@ -472,7 +474,18 @@ def _run_json(run: Run, ids: list[str]) -> RunSummary:
         "by_category": {
             c: {"bfcl": _accuracy(run, g, "bfcl"), "safe": _accuracy(run, g, "safe")} for c, g in groups.items()
         },
+        "calls": {c: _calls(run, g) for c, g in [*groups.items(), ("all", ids)]},
     }
+
+
+def _calls(run: Run, ids: list[str]) -> tuple[float, float | None]:
+    """Calls per conversation, and the optimized trace's (None where a row did not count them)."""
+    rows = [run.rows[i] for i in ids]
+    calls = sum(r.calls for r in rows) / len(rows) if rows else 0.0
+    optimized = [r.optimized_calls for r in rows]
+    if not rows or any(o is None for o in optimized):
+        return calls, None
+    return calls, sum(o or 0 for o in optimized) / len(rows)
 
 
 # --- output ----------------------------------------------------------------------

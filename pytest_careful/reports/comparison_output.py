@@ -146,8 +146,27 @@ def markdown(report: Report) -> str:
         for sentences in (pair["bfcl_sentences"], pair["safe_sentences"]):
             lines += [f"- {_md_escape(s)}" for s in sentences.values()]
     lines += _md_repeats(report)
+    lines += _md_optimized(report)
     lines += _md_universal(report)
     return "\n".join(lines) + "\n"
+
+
+def _md_optimized(report: Report) -> list[str]:
+    """Calls per conversation against optimized calls, per run and category (runs made with --careful-optimize)."""
+    runs = [r for r in report["runs"] if r["calls"]["all"][1] is not None]
+    if not runs:
+        return []
+    categories = [c for c in runs[0]["calls"] if c != "all"] + ["all"]
+    lines = ["", "## Calls against optimized calls (per conversation)", ""]
+    lines += ["| run | " + " | ".join(c.removeprefix("multi_turn_") for c in categories) + " |"]
+    lines += ["|---|" + "---|" * len(categories)]
+    for run in runs:
+        cells = []
+        for c in categories:
+            calls, optimized = run["calls"].get(c, (0.0, None))
+            cells.append(f"{calls:.2f} → {optimized:.2f}" if optimized is not None else f"{calls:.2f}")
+        lines.append(f"| {_md_escape(run['name'])} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def universal_text(report: Report) -> str:

@@ -354,6 +354,12 @@ def render(
             (c.removeprefix("multi_turn_"), _summary_cells(t, own, dropped)) for c, t in _ordered(card["totals"])
         ],
         "charts": [(name, Markup(_inline_svg(svg))) for name, svg in (charts or {}).items()],
+        "optimized": [
+            (c.removeprefix("multi_turn_"), pair)
+            for c, t in _ordered(card["totals"])
+            if (pair := own_rules.optimized(t)) is not None
+        ],
+        "audit": [(c.removeprefix("multi_turn_"), t["audit"]) for c, t in _ordered(card["totals"]) if "audit" in t],
         "comparison": [(c, _comparison_cells(r)) for c, r in _ordered(comparison or {})],
         "baseline": baseline,
         "rules": [r for r in names if any(r in _flagged(row, names) for row in card["rows"])],

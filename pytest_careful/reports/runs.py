@@ -51,6 +51,8 @@ class ComparedRow:
     #: the run's own rules (``pytest_careful_rules``): violations per rule name
     custom: tuple[tuple[str, int], ...] = ()
     defect: bool = False  # the item audit marked a defect in its reference (``Row.audit``)
+    calls: int = 0
+    optimized_calls: int | None = None  # verified_surplus_calls' tally (--careful-optimize); None: not counted
 
 
 @dataclass
@@ -204,6 +206,8 @@ def _row(
         answers=answers,
         custom=tuple((name, _count(counts.get(name, 0), f"{where} {name}")) for name in own),
         defect=_defect(row.get("audit", []), where),
+        calls=_count(row.get("calls", 0), f"{where} calls"),
+        optimized_calls=None if "optimized_calls" not in counts else _count(counts["optimized_calls"], f"{where} optimized_calls"),
     )
 
 
