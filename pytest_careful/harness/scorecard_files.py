@@ -15,7 +15,7 @@ from typing import Any
 from ..common import bfcl as _bfcl
 from ..data import dataset
 from ..protocols import registry as protocols
-from ..reports import scorecard
+from ..reports import scorecard, stats
 from ..reports.card import Card, Narrowed, Page, Provenance, SelectionJson
 from ..reports.html_report import read_details
 from ..reports.options import BASELINE, LABEL
@@ -65,6 +65,8 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
         prov["label"], prov["source"] = label, identity
         prov["duplicate_writes"] = options.duplicate_writes
         prov["selection"] = _selection(rows, expected, not_run, complete, options, narrowed_by)
+        if state.baseline is not None:  # the verdict comparison.json pairs (--careful-regression-verdict)
+            prov["regression_verdict"] = options.regression_verdict
         own = state.scoring.own_rules
         if own:  # the run's own rules: what every report needs to show them
             prov["custom_rules"] = checking.describe(own)
@@ -91,7 +93,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
         card = scorecard.scorecard(rows, prov)
         comparison = compare_with_baseline(state, rows, condition)
         if comparison is not None and "reexamined" in card["totals"]["all"]:
-            _withheld_in_changed(card, state.baseline)
+            _withheld_in_changed(card, state.baseline, options.regression_verdict)
         directory, notes = _target(state, base, label, condition, identity, card, complete)
         written = scorecard.write(directory, card, comparison, page=_page_inputs(state, card))
         state.written.extend(str(p) for p in written)
@@ -168,13 +170,14 @@ def _repeat_page(state: CarefulState, card: Card, index: int) -> Page:
     return page
 
 
-def _withheld_in_changed(card: Card, baseline: Any) -> None:
-    """Per category: gained and lost conversations (vs the baseline) that contain a withheld yes."""
+def _withheld_in_changed(card: Card, baseline: Any, verdict: str) -> None:
+    """Per category: gained and lost conversations (vs the baseline, on the compared verdict) that
+    contain a withheld yes."""
     for category, totals in card["totals"].items():
         rows = [r for r in card["rows"] if category in ("all", r["category"])]
         changed: dict[str, list[bool]] = {"gained": [], "lost": []}
         for row in rows:
-            now, before = bool(row["bfcl"]["valid"]), bool(baseline["rows"][row["id"]]["bfcl"]["valid"])
+            now, before = stats.paired_verdict(row, verdict), stats.paired_verdict(baseline["rows"][row["id"]], verdict)
             if now != before:
                 withheld = bool(row.get("reexamined", {}).get("withheld_yes"))
                 changed["gained" if now else "lost"].append(withheld)

@@ -64,7 +64,7 @@ def summary_text(state: CarefulState, width: int) -> str:
         for line in _condition_notes(state):
             say(line)
         for condition, comparison in state.comparisons.items():
-            console.print(_comparison_table(condition, comparison))
+            console.print(_comparison_table(condition, comparison, state.options.regression_verdict))
         _print_notable(state, console)
     for line in state.source.summary_lines():  # live: BFCL differences, not run
         say(line)
@@ -292,8 +292,8 @@ def _confirm_figures(condition: str, t: Totals, prov: Provenance) -> list[str]:
     return lines
 
 
-def _comparison_table(condition: str, comparison: dict[str, ComparisonJson]) -> Table:
-    table = Table(title=f"{condition} vs baseline (BFCL verdict, exact McNemar)")
+def _comparison_table(condition: str, comparison: dict[str, ComparisonJson], verdict: str) -> Table:
+    table = Table(title=f"{condition} vs baseline ({stats.VERDICT_NAMES[verdict]} verdict, exact McNemar)")
     for column in ("category", "gained", "lost", "p"):
         table.add_column(column, justify="left" if column == "category" else "right")
     for category, result in comparison.items():

@@ -67,6 +67,9 @@ class Provenance(TypedDict):
     source: NotRequired[dict[str, str]]  # what identifies the run (``scorecard_files.run_identity``)
     duplicate_writes: NotRequired[str]
     selection: NotRequired[SelectionJson]
+    #: with a baseline: the verdict its comparison paired (``--careful-regression-verdict``; before
+    #: that option, BFCL's: a scorecard without the key compared ``bfcl``)
+    regression_verdict: NotRequired[str]
     custom_rules: NotRequired[list["RuleInfo"]]
     rules_off: NotRequired[list[str]]  # built-in rules the run did not have (turned off or replaced)
     user_script: NotRequired[str]
