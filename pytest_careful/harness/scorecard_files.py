@@ -29,10 +29,6 @@ from .state import CarefulState
 from .summary import rerun_command
 
 
-def _model_dir(model: str) -> str:
-    return model.replace("/", "_").replace(":", "_") or "model"
-
-
 def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> None:
     """Write one scorecard per condition and check the release gate.
 
@@ -42,7 +38,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
     """
     options = state.options
     base = options.scorecards if options.scorecards.is_absolute() else invocation_dir / options.scorecards
-    label = options.label or _model_dir(state.source.model)
+    label = options.label or state.source.default_label()
     identity = run_identity(state)
     expected = {c.id for c in dataset.load(_run_categories(state))}
     for condition in options.protocols:

@@ -33,7 +33,8 @@ LABEL = Option(
     "--careful-label",
     type=_label,
     metavar="NAME",
-    help="Name of this run's scorecard folder (default: the model, or the results folder's name)",
+    help="Name of this run's scorecard folder (default: the model's name, a local model directory's own "
+    "name, or the results folder's)",
 )
 ALLOW_MISSING = Option(
     "--careful-allow-missing",

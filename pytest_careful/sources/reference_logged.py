@@ -170,6 +170,11 @@ class Source:
         """The summary's lines about what the run spent (a paid API's)."""
         return []
 
+    def default_label(self) -> str:
+        """The scorecard folder's name without ``--careful-label``: the model as named (a logged run
+        without ``--careful-model``: its folder's name), made one path component."""
+        return self.model.replace("/", "_").replace(":", "_") or "model"
+
     def result_folder(self) -> Path | None:
         """Where the run filed its result files (a live run's ``--careful-output``); None: nowhere."""
         return None
