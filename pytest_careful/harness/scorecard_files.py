@@ -16,7 +16,7 @@ from ..common import bfcl as _bfcl
 from ..data import dataset
 from ..protocols import registry as protocols
 from ..reports import scorecard, stats
-from ..reports.card import Card, Narrowed, Page, Provenance, SelectionJson
+from ..reports.card import Card, EntriesJson, Narrowed, Page, Provenance, SelectionJson
 from ..reports.html_report import read_details
 from ..reports.options import BASELINE, LABEL
 from ..scoring.row import Row
@@ -61,6 +61,8 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
         prov["label"], prov["source"] = label, identity
         prov["duplicate_writes"] = options.duplicate_writes
         prov["selection"] = _selection(rows, expected, not_run, complete, options, narrowed_by)
+        if options.results is not None:  # a logged run: what its result files hold of the categories read
+            prov["selection"].update(_entries(state, condition))
         if state.baseline is not None:  # the verdict comparison.json pairs (--careful-regression-verdict)
             prov["regression_verdict"] = options.regression_verdict
         own = state.scoring.own_rules
@@ -224,6 +226,15 @@ def _selection(
     }
 
 
+def _entries(state: CarefulState, condition: str) -> EntriesJson:
+    """Of the conversations of the categories read, how many the result files hold an entry (or a line
+    that could not be read) for, and how many they hold nothing of (``--careful-allow-missing`` left
+    those out; without it a selection of any is refused)."""
+    ids = [c.id for c in dataset.load(state.options.categories)]
+    missing = sum(state.source.lacks_entry(condition, i) for i in ids)
+    return {"present": len(ids) - missing, "missing": missing}
+
+
 def _target(
     state: CarefulState,
     base: Path,
@@ -278,11 +289,20 @@ def _target(
         notes.append(
             f"{condition}: replaced the larger selection ({len(prior.ids)} rows) that {directory / 'partial'} held"
         )
+    kept = f" ({_scope(existing)})" if existing is not None else ""
     notes.append(
         f"{condition}: partial run ({scored}) written to {directory / 'partial'}; the fuller "
-        f"scorecard in {directory} is kept"
+        f"scorecard in {directory}{kept} is kept"
     )
     return directory / "partial", notes
+
+
+def _scope(existing: _Existing) -> str:
+    """What the scorecard already there scored, as the notes say it (``12 of 200 conversations``)."""
+    selection = existing.provenance.get("selection")
+    total = selection.get("conversations") if isinstance(selection, dict) else None
+    whole = "" if not isinstance(total, int) else f" of {total}"
+    return f"{len(existing.ids)}{whole} conversations"
 
 
 @dataclass(frozen=True)

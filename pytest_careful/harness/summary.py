@@ -107,6 +107,12 @@ def headlines(state: CarefulState) -> list[str]:
             line += f"; {over_budget} over a resource limit (failed: see {MAX_CALLS}, -seconds, -memory-mb)"
         if not_run:
             line += f"; {not_run} selected but not run"
+        entries = state.cards[condition]["provenance"].get("selection", {}) if condition in state.cards else {}
+        if state.options.allow_missing and entries.get("missing"):  # what bfcl evaluate --partial-eval leaves out
+            line += (
+                f"; {entries['missing']} of the {entries['missing'] + entries.get('present', 0)} conversations "
+                f"have no entry in the result files, left out under {ALLOW_MISSING}"
+            )
         if state.options.repeat > 1:  # the items' verdicts are pass^K (repeat_runs.representative)
             line += f"; each passing in all {state.options.repeat} repeats ({REPEAT})"
         lines.append(line)

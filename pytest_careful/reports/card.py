@@ -34,7 +34,15 @@ class Narrowed(TypedDict, total=False):
     exitfirst_or_maxfail: int
 
 
-class SelectionJson(Narrowed, total=False):
+class EntriesJson(TypedDict, total=False):
+    """A logged run's ``provenance.selection``: of the conversations of the categories read, those its
+    result files hold an entry (or an unreadable line) for, and those they hold nothing of."""
+
+    present: int
+    missing: int
+
+
+class SelectionJson(Narrowed, EntriesJson, total=False):
     """``provenance.selection``: what the run scored of what it could have, and what narrowed it
     (the conversations named on the command line are ``harness.selection.Selection``)."""
 

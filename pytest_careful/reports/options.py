@@ -39,8 +39,10 @@ LABEL = Option(
 ALLOW_MISSING = Option(
     "--careful-allow-missing",
     action="store_true",
-    help="Release gates judge only the conversations that could be scored; unscored ones "
-    "(missing, unreadable) are skipped instead of failed",
+    help="Score only the conversations a logged run has an entry for, as bfcl evaluate --partial-eval "
+    "does (the others are deselected; without it a selection of any is refused), and have release "
+    "gates judge only the scored ones: an unscored conversation (an unreadable line, a server error) "
+    "is skipped instead of failed",
 )
 BASELINE = Option(
     "--careful-baseline",
