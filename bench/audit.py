@@ -32,7 +32,17 @@ REPLAY = (
 COMMANDS = {
     "careful-audit --json -j 1": [PYTHON, "-m", "pytest_careful.cli.audit", "--json", "-j", "1"],
     "careful-audit --json -j 2": [PYTHON, "-m", "pytest_careful.cli.audit", "--json", "-j", "2"],
-    "main job (reference, -n 2)": [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "--careful-model=reference", "-n", "2", "-q"],
+    "main job (reference, -n 2)": [
+        PYTHON,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--careful-model=reference",
+        "-n",
+        "2",
+        "-q",
+    ],
     "the 800 reference replays": [PYTHON, "-c", REPLAY],
 }
 

@@ -46,6 +46,7 @@ def score_run(
     modify_rules: Callable[[list[Rule]], None] | None = None,
     audit: str = MARK,
     optimize: bool = False,
+    allow_missing: bool = False,
 ) -> list[ConversationResult]:
     """Score a logged BFCL run: one typed result per conversation, in dataset order.
 
@@ -75,6 +76,9 @@ def score_run(
         audit: ``mark`` (each result's ``audit`` holds the item audit's findings of its reference),
             or ``off``, as ``--careful-audit``; ``exclude`` concerns the figures, which a scorecard makes.
         optimize: add the opt-in rule ``verified_surplus_calls``, as ``--careful-optimize``.
+        allow_missing: score only the conversations the folder has an entry for, as
+            ``--careful-allow-missing`` (and ``bfcl evaluate --partial-eval``) does; without it a
+            selection holding any it has none for is refused (SourceError), as pytest refuses it.
 
     Raises:
         SourceError (a ValueError): the folder, decoder or a setting cannot be used; the message says why.
@@ -98,7 +102,7 @@ def score_run(
     except ModelEntryError as problem:
         raise SourceError(str(problem)) from None
     try:
-        return _score(config, run_rules, budget, chosen)
+        return _score(config, run_rules, budget, chosen, allow_missing)
     finally:
         undo()
 
@@ -172,7 +176,11 @@ def _check_ids(chosen: frozenset[str], categories: Sequence[str]) -> None:
 
 
 def _score(
-    config: RunConfig, run_rules: tuple[Rule, ...], budget: limits.Limits, ids: frozenset[str] | None = None
+    config: RunConfig,
+    run_rules: tuple[Rule, ...],
+    budget: limits.Limits,
+    ids: frozenset[str] | None = None,
+    allow_missing: bool = False,
 ) -> list[ConversationResult]:
     source = open_source(config)
     decl = declarations.load()
@@ -187,10 +195,18 @@ def _score(
     )
     chosen = source.categories or config.categories
     protocol = config.protocols[0]
+    selected = [c for c in dataset.load(chosen) if ids is None or c.id in ids]
+    lacking = [c.id for c in selected if source.lacks_entry(protocol, c.id)]
+    if lacking and not allow_missing:  # as the plugin refuses the selection (harness.session.missing_entries)
+        raise SourceError(
+            f"{len(lacking)} of {len(selected)} selected conversations have no entry in {config.results} "
+            f"(e.g. {lacking[0]}); allow_missing=True scores only the entries present (as bfcl evaluate "
+            "--partial-eval does), or choose the conversations it holds with ids="
+        )
     return [
         _result(source, conversation, protocol, scoring, budget)
-        for conversation in dataset.load(chosen)
-        if ids is None or conversation.id in ids
+        for conversation in selected
+        if not source.lacks_entry(protocol, conversation.id)
     ]
 
 

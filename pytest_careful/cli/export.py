@@ -39,8 +39,8 @@ from ..execution import limits
 from ..execution.decoding import Decoder, UnknownModel, decoder
 from ..scoring.conversation import ScoringConfig, score_evaluation
 from ..scoring.row import Row
-from ..sources.options import CATEGORY
 from ..scoring.rules import checking
+from ..sources.options import CATEGORY
 from ..verify.optimizer import BATCHED, Optimized, optimize
 from ..verify.training import Unencodable, pair, positive, rewritten_entry
 

@@ -18,7 +18,13 @@ from ..data.dataset import category_of
 from ..reports import scorecard, stats
 from ..reports.baseline import audit_problem, baseline_coverage, baseline_parts, read_scorecard
 from ..reports.card import Card, Totals
-from ..reports.options import ALLOW_MISSING, ALLOW_PARTIAL_BASELINE, BASELINE, MIN_BFCL, MIN_SAFE
+from ..reports.options import (
+    ALLOW_MISSING,
+    ALLOW_PARTIAL_BASELINE,
+    BASELINE,
+    MIN_BFCL,
+    MIN_SAFE,
+)
 from ..reports.runs import printable
 from ..reports.scorecard import has_defect
 from ..reports.stats import ComparisonJson
@@ -89,13 +95,16 @@ def _check_baseline_ids(file: Path, rows: Collection[str]) -> None:
 
 
 def compare_with_baseline(state: CarefulState, rows: list[Row], condition: str) -> dict[str, ComparisonJson] | None:
+    """Paired exact McNemar per category on ``--careful-regression-verdict``'s verdict, this run's
+    rows against the baseline's; None without a baseline or where it lacks some of them."""
     baseline = state.baseline
     if baseline is None:
         return None
     if state.options.audit == EXCLUDE:  # the items with a defect count in no figure, the comparison's neither
         rows = [r for r in rows if not has_defect(r)]
-    current = {r["id"]: bool(r["bfcl"]["valid"]) for r in rows}
-    before = {i: bool(r["bfcl"]["valid"]) for i, r in baseline["rows"].items() if i in current}
+    verdict = state.options.regression_verdict
+    current = {r["id"]: stats.paired_verdict(r, verdict) for r in rows}
+    before = {i: stats.paired_verdict(r, verdict) for i, r in baseline["rows"].items() if i in current}
     if set(before) != set(current):
         missing = sorted(set(current) - set(before))[:5]
         state.gate_messages.append(
@@ -150,8 +159,9 @@ def judge_gate(
         for category, result in comparison.items():
             if result["lost"] > result["gained"] and result["p"] < options.fail_on_regression:
                 state.gate_messages.append(
-                    f"{condition}/{category}: worse than the baseline ({result['gained']} gained, "
-                    f"{result['lost']} lost, p {p_clause(result['p'])}, below {options.fail_on_regression})"
+                    f"{condition}/{category}: {stats.VERDICT_NAMES[options.regression_verdict]} verdicts worse than "
+                    f"the baseline's ({result['gained']} gained, {result['lost']} lost, "
+                    f"p {p_clause(result['p'])}, below {options.fail_on_regression})"
                 )
 
 

@@ -33,6 +33,8 @@ from ..reports.options import (
     LABEL,
     MIN_BFCL,
     MIN_SAFE,
+    REGRESSION_VERDICT,
+    REGRESSION_VERDICTS,
     SCORECARDS,
 )
 from ..scoring import options as scoring_options
@@ -157,6 +159,7 @@ def read_options(config: pytest.Config) -> RunConfig:
         min_safe=get(MIN_SAFE.dest),
         min_bfcl=get(MIN_BFCL.dest),
         fail_on_regression=get(FAIL_ON_REGRESSION.dest),
+        regression_verdict=_or(get(REGRESSION_VERDICT.dest), REGRESSION_VERDICTS[0]),
         handler=get(HANDLER.dest),
         output=_or(get(OUTPUT.dest), DEFAULT_OUTPUT),
         endpoint=tuple(dict.fromkeys(u for urls in get(ENDPOINT.dest) or () for u in urls)),
@@ -185,6 +188,8 @@ def read_options(config: pytest.Config) -> RunConfig:
     )
     if options.active:
         _validate(options)
+        if get(REGRESSION_VERDICT.dest) is not None and options.baseline is None:  # its default is not "given"
+            raise pytest.UsageError(f"{REGRESSION_VERDICT} applies to a {BASELINE} comparison; none was given")
     elif options.release_gate or options.baseline or options.decoder:
         raise pytest.UsageError(f"{PREFIX}* options need {MODEL} or {RESULTS} to select a run")
     return options

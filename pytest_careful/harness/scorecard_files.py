@@ -15,8 +15,8 @@ from typing import Any
 from ..common import bfcl as _bfcl
 from ..data import dataset
 from ..protocols import registry as protocols
-from ..reports import scorecard
-from ..reports.card import Card, Narrowed, Page, Provenance, SelectionJson
+from ..reports import scorecard, stats
+from ..reports.card import Card, EntriesJson, Narrowed, Page, Provenance, SelectionJson
 from ..reports.html_report import read_details
 from ..reports.options import BASELINE, LABEL
 from ..scoring.row import Row
@@ -29,10 +29,6 @@ from .state import CarefulState
 from .summary import rerun_command
 
 
-def _model_dir(model: str) -> str:
-    return model.replace("/", "_").replace(":", "_") or "model"
-
-
 def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> None:
     """Write one scorecard per condition and check the release gate.
 
@@ -42,7 +38,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
     """
     options = state.options
     base = options.scorecards if options.scorecards.is_absolute() else invocation_dir / options.scorecards
-    label = options.label or _model_dir(state.source.model)
+    label = options.label or state.source.default_label()
     identity = run_identity(state)
     expected = {c.id for c in dataset.load(_run_categories(state))}
     for condition in options.protocols:
@@ -68,6 +64,10 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
         audit = state.scoring.audit
         if audit is not None:  # the audit the rows were marked from, and what it does to the figures
             prov["audit"] = {"mode": options.audit, "sha256": audit.sha256, "bfcl_eval": audit.bfcl_eval}
+        if options.results is not None:  # a logged run: what its result files hold of the categories read
+            prov["selection"].update(_entries(state, condition))
+        if state.baseline is not None:  # the verdict comparison.json pairs (--careful-regression-verdict)
+            prov["regression_verdict"] = options.regression_verdict
         own = state.scoring.own_rules
         if own:  # the run's own rules: what every report needs to show them
             prov["custom_rules"] = checking.describe(own)
@@ -94,7 +94,7 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
         card = scorecard.scorecard(rows, prov)
         comparison = compare_with_baseline(state, rows, condition)
         if comparison is not None and "reexamined" in card["totals"]["all"]:
-            _withheld_in_changed(card, state.baseline)
+            _withheld_in_changed(card, state.baseline, options.regression_verdict)
         directory, notes = _target(state, base, label, condition, identity, card, complete)
         written = scorecard.write(directory, card, comparison, page=_page_inputs(state, card))
         state.written.extend(str(p) for p in written)
@@ -171,13 +171,14 @@ def _repeat_page(state: CarefulState, card: Card, index: int) -> Page:
     return page
 
 
-def _withheld_in_changed(card: Card, baseline: Any) -> None:
-    """Per category: gained and lost conversations (vs the baseline) that contain a withheld yes."""
+def _withheld_in_changed(card: Card, baseline: Any, verdict: str) -> None:
+    """Per category: gained and lost conversations (vs the baseline, on the compared verdict) that
+    contain a withheld yes."""
     for category, totals in card["totals"].items():
         rows = [r for r in card["rows"] if category in ("all", r["category"])]
         changed: dict[str, list[bool]] = {"gained": [], "lost": []}
         for row in rows:
-            now, before = bool(row["bfcl"]["valid"]), bool(baseline["rows"][row["id"]]["bfcl"]["valid"])
+            now, before = stats.paired_verdict(row, verdict), stats.paired_verdict(baseline["rows"][row["id"]], verdict)
             if now != before:
                 withheld = bool(row.get("reexamined", {}).get("withheld_yes"))
                 changed["gained" if now else "lost"].append(withheld)
@@ -226,6 +227,15 @@ def _selection(
         "categories": list(options.categories),
         **narrowed_by,
     }
+
+
+def _entries(state: CarefulState, condition: str) -> EntriesJson:
+    """Of the conversations of the categories read, how many the result files hold an entry (or a line
+    that could not be read) for, and how many they hold nothing of (``--careful-allow-missing`` left
+    those out; without it a selection of any is refused)."""
+    ids = [c.id for c in dataset.load(state.options.categories)]
+    missing = sum(state.source.lacks_entry(condition, i) for i in ids)
+    return {"present": len(ids) - missing, "missing": missing}
 
 
 def _target(
@@ -282,11 +292,20 @@ def _target(
         notes.append(
             f"{condition}: replaced the larger selection ({len(prior.ids)} rows) that {directory / 'partial'} held"
         )
+    kept = f" ({_scope(existing)})" if existing is not None else ""
     notes.append(
         f"{condition}: partial run ({scored}) written to {directory / 'partial'}; the fuller "
-        f"scorecard in {directory} is kept"
+        f"scorecard in {directory}{kept} is kept"
     )
     return directory / "partial", notes
+
+
+def _scope(existing: _Existing) -> str:
+    """What the scorecard already there scored, as the notes say it (``12 of 200 conversations``)."""
+    selection = existing.provenance.get("selection")
+    total = selection.get("conversations") if isinstance(selection, dict) else None
+    whole = "" if not isinstance(total, int) else f" of {total}"
+    return f"{len(existing.ids)}{whole} conversations"
 
 
 @dataclass(frozen=True)

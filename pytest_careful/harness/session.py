@@ -7,21 +7,24 @@ import json
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..common import gc_pause as _gc
+from ..common.text import counted
 from ..data import dataset
+from ..data.result_files import printable
 from ..effects import declarations
 from ..live import scripted
 from ..reports import scorecard
+from ..reports.options import ALLOW_MISSING
 from ..scoring import rules
 from ..scoring.conversation import ScoringConfig
 from ..scoring.rules import Rule, Settings, checking
-from ..sources.options import MODEL
+from ..sources.options import MODEL, RESULTS
 from ..sources.reference_logged import RunAhead, ShowProgress, Source, open_source
 from ..sources.run_config import RunConfig, SourceError
 from ..verify import audit_file
@@ -131,6 +134,7 @@ class CarefulPlugin:
         self._other_failures: list[str] = []
         self._page_prepared = False  # xdist controller: report.html's templates compiled on a thread
         self._ahead: RunAhead | None = None  # a live run's conversations, running ahead of their items
+        self._entries_checked = False  # xdist controller: the workers' selection checked for missing entries
         state.details_dir = self._details_dir(config)
         if not self.is_worker:
             config.pluginmanager.register(self.junit, "careful-junit")
@@ -180,6 +184,9 @@ class CarefulPlugin:
             self._page_prepared = True
             threading.Thread(target=scorecard.prepare_page, name="careful-prepare-page", daemon=True).start()
         self.state.selected.update(i for i in ids if selection.NODE_ID.match(i))
+        if not self._entries_checked:  # every worker collects the same items: the first says it
+            self._entries_checked = True
+            self._refuse_missing_entries([i for i in ids if selection.NODE_ID.match(i)])
         if not self.state.selected and not ids and not self.state.empty_selection:
             self.state.empty_selection = selection.why_none_selected(self.config, self._items_of_the_run())
 
@@ -234,14 +241,25 @@ class CarefulPlugin:
         # then count as deselected among them, as pytest's own do ("200 / 1 deselected / 199 selected").
         session.ihook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, list(new)))
         self.state.collected = len(new)
-        dropped = [i for i in new if chosen.deselects(i.conversation_id, i.condition)]
+        # --careful-allow-missing: a conversation the result files hold nothing of is no item of the
+        # run, as bfcl evaluate --partial-eval scores only the entries present (deselected, so counted).
+        left_out = self.state.options.allow_missing
+        dropped = [
+            i
+            for i in new
+            if chosen.deselects(i.conversation_id, i.condition)
+            or (left_out and self.state.source.lacks_entry(i.condition, i.conversation_id))
+        ]
         if dropped:
-            new = [i for i in new if not chosen.deselects(i.conversation_id, i.condition)]
+            gone = set(dropped)
+            new = [i for i in new if i not in gone]
             config.hook.pytest_deselected(items=dropped)
         items.extend(new)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.state.selected.update(i.nodeid for i in session.items if isinstance(i, CarefulItem))
+        if not self.is_worker:  # under xdist the controller checks what the workers selected
+            self._refuse_missing_entries([i.nodeid for i in session.items if isinstance(i, CarefulItem)])
         if self.state.collected and not self.state.selected:
             self.state.empty_selection = selection.why_none_selected(self.config, self.state.collected)
         if self.config.getoption("collectonly") and not self.is_worker:
@@ -252,6 +270,15 @@ class CarefulPlugin:
         if runs_items and session.items and not self.config.getoption("collectonly"):
             self.state.source.decoder()
         _gc.freeze()  # imports, dataset, items: kept to the end, never garbage
+
+    def _refuse_missing_entries(self, nodes: list[str]) -> None:
+        """A selection that holds conversations the logged run has no entry for is refused before any
+        runs, as ``bfcl evaluate`` refuses such a result file (``--careful-allow-missing`` left them
+        out of the selection instead). ``UsageError``: one ``ERROR:`` line, exit 4."""
+        problem = missing_entries(self.state.source, self.state.options, nodes)
+        if problem:
+            self.state.refused = True
+            raise pytest.UsageError(problem)
 
     def _print_estimate(self, session: pytest.Session) -> None:
         """``--collect-only`` on a paid API: what the selection would cost, roughly."""
@@ -345,7 +372,7 @@ class CarefulPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.is_worker or self.config.getoption("collectonly"):
+        if self.is_worker or self.config.getoption("collectonly") or self.state.refused:
             return  # --collect-only scored nothing: no scorecard to write, no gate to judge (exit stays 0)
         self._compact_results()  # the workers are done: no append can race the rewrite
         if self.state.options.live:
@@ -387,7 +414,37 @@ class CarefulPlugin:
         return lines + [f"careful: warning: {w}" for w in source.warnings]
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if self.is_worker or self.config.getoption("collectonly"):
+        if self.is_worker or self.config.getoption("collectonly") or self.state.refused:
             return
         terminalreporter.section("careful")
         terminalreporter.write(summary.summary_text(self.state, terminalreporter._tw.fullwidth))
+
+
+def missing_entries(source: Source, options: RunConfig, nodes: Sequence[str]) -> str | None:
+    """Why a selection of a logged run cannot be scored as asked: some of its conversations have no
+    entry in the run's result files (``Source.lacks_entry``); None when every one has, or when
+    ``--careful-allow-missing`` left those out. ``bfcl evaluate`` refuses such a file, and with
+    ``--partial-eval`` scores the entries present, which is what the option does."""
+    if options.allow_missing or options.results is None:
+        return None
+    lacking = []
+    for node in nodes:
+        match = selection.NODE_ID.match(node)
+        if match and match["condition"] and source.lacks_entry(match["condition"], match["id"]):
+            lacking.append((match["condition"], match["id"]))
+    if not lacking:
+        return None
+    condition, first = lacking[0]
+    what = "conversations" if len(options.protocols) == 1 else "items (conversation x protocol)"
+    file = source.files[(condition, dataset.category_of(first))]
+    line = (
+        f"{RESULTS}: {len(lacking)} of {len(nodes)} selected {what} have no entry in {options.results} "
+        f"(e.g. {first}, in {file}); pass {ALLOW_MISSING} to score only the entries present (as "
+        "bfcl evaluate --partial-eval does), or select the conversations it holds"
+    )
+    unread = source.unlocated(condition)
+    if unread:
+        line += (
+            f"; its result files also hold {counted(len(unread), 'line')} naming no conversation (first: {unread[0]})"
+        )
+    return printable(line)

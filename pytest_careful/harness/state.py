@@ -51,6 +51,9 @@ class CarefulState:
     collected: int = 0
     #: why nothing was selected from them (-k or -m matching nothing), for the summary
     empty_selection: str | None = None
+    #: the session was refused before any item ran (selected conversations with no entry): it writes
+    #: and says nothing at its end
+    refused: bool = False
 
 
 SESSION_KEY = pytest.StashKey[CarefulState]()

@@ -69,7 +69,7 @@ def summary_text(state: CarefulState, width: int) -> str:
         for line in _condition_notes(state):
             say(line)
         for condition, comparison in state.comparisons.items():
-            console.print(_comparison_table(condition, comparison))
+            console.print(_comparison_table(condition, comparison, state.options.regression_verdict))
         _print_notable(state, console)
     for line in state.source.summary_lines():  # live: BFCL differences, not run
         say(line)
@@ -112,6 +112,12 @@ def headlines(state: CarefulState) -> list[str]:
             line += f"; {over_budget} over a resource limit (failed: see {MAX_CALLS}, -seconds, -memory-mb)"
         if not_run:
             line += f"; {not_run} selected but not run"
+        entries = state.cards[condition]["provenance"].get("selection", {}) if condition in state.cards else {}
+        if state.options.allow_missing and entries.get("missing"):  # what bfcl evaluate --partial-eval leaves out
+            line += (
+                f"; {entries['missing']} of the {entries['missing'] + entries.get('present', 0)} conversations "
+                f"have no entry in the result files, left out under {ALLOW_MISSING}"
+            )
         if state.options.repeat > 1:  # the items' verdicts are pass^K (repeat_runs.representative)
             line += f"; each passing in all {state.options.repeat} repeats ({REPEAT})"
         lines.append(line)
@@ -331,8 +337,8 @@ def _confirm_figures(condition: str, t: Totals, prov: Provenance) -> list[str]:
     return lines
 
 
-def _comparison_table(condition: str, comparison: dict[str, ComparisonJson]) -> Table:
-    table = Table(title=f"{condition} vs baseline (BFCL verdict, exact McNemar)")
+def _comparison_table(condition: str, comparison: dict[str, ComparisonJson], verdict: str) -> Table:
+    table = Table(title=f"{condition} vs baseline ({stats.VERDICT_NAMES[verdict]} verdict, exact McNemar)")
     for column in ("category", "gained", "lost", "p"):
         table.add_column(column, justify="left" if column == "category" else "right")
     for category, result in comparison.items():

@@ -137,6 +137,12 @@ class LiveSource(Source):
     def result_folder(self) -> Path:
         return self.output
 
+    def default_label(self) -> str:
+        """A local model directory's last component (its results: that name plus a hash of its path),
+        not the path made one component; otherwise the model as named."""
+        name = Path(self.handle.model_path).name if self.handle is not None and self.handle.model_path else ""
+        return name or super().default_label()
+
     @property
     def model_handle(self) -> ModelHandle:
         """The handle the source was opened with (``open_live`` always gives one)."""

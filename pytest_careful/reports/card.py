@@ -34,7 +34,15 @@ class Narrowed(TypedDict, total=False):
     exitfirst_or_maxfail: int
 
 
-class SelectionJson(Narrowed, total=False):
+class EntriesJson(TypedDict, total=False):
+    """A logged run's ``provenance.selection``: of the conversations of the categories read, those its
+    result files hold an entry (or an unreadable line) for, and those they hold nothing of."""
+
+    present: int
+    missing: int
+
+
+class SelectionJson(Narrowed, EntriesJson, total=False):
     """``provenance.selection``: what the run scored of what it could have, and what narrowed it
     (the conversations named on the command line are ``harness.selection.Selection``)."""
 
@@ -75,6 +83,9 @@ class Provenance(TypedDict):
     source: NotRequired[dict[str, str]]  # what identifies the run (``scorecard_files.run_identity``)
     duplicate_writes: NotRequired[str]
     selection: NotRequired[SelectionJson]
+    #: with a baseline: the verdict its comparison paired (``--careful-regression-verdict``; before
+    #: that option, BFCL's: a scorecard without the key compared ``bfcl``)
+    regression_verdict: NotRequired[str]
     custom_rules: NotRequired[list["RuleInfo"]]
     rules_off: NotRequired[list[str]]  # built-in rules the run did not have (turned off or replaced)
     user_script: NotRequired[str]

@@ -81,9 +81,9 @@ class ChartInputs:
     baseline: str | None
 
 
-#: The provenance's keys the charts read: the title's, and the run's rules (its own, and the built-in
-#: ones it had off).
-_PROVENANCE = ("model", "label", "protocol", "repeat", "repeats", "custom_rules", "rules_off")
+#: The provenance's keys the charts read: the title's, the run's rules (its own, and the built-in
+#: ones it had off), and the verdict a comparison paired.
+_PROVENANCE = ("model", "label", "protocol", "repeat", "repeats", "custom_rules", "rules_off", "regression_verdict")
 
 
 def inputs(card: Card, comparison: Mapping[str, ComparisonJson] | None, baseline: str | None) -> ChartInputs:

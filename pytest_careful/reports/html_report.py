@@ -40,7 +40,7 @@ from ..protocols import registry as protocols
 from ..scoring import rules
 from . import own_rules
 from .card import Card, Detail, StateChange, Step, Totals, TurnDetail
-from .stats import ComparisonJson, p_text
+from .stats import VERDICT_NAMES, ComparisonJson, compared_verdict, p_text
 
 if TYPE_CHECKING:  # types only: the controller renders the page without the scoring stages loaded
     from ..data.dataset import Conversation
@@ -362,6 +362,7 @@ def render(
         "audit": [(c.removeprefix("multi_turn_"), t["audit"]) for c, t in _ordered(card["totals"]) if "audit" in t],
         "comparison": [(c, _comparison_cells(r)) for c, r in _ordered(comparison or {})],
         "baseline": baseline,
+        "compared": VERDICT_NAMES[compared_verdict(prov)],
         "rules": [r for r in names if any(r in _flagged(row, names) for row in card["rows"])],
         "all_rules": names,
         "categories": sorted({r["category"].removeprefix("multi_turn_") for r in card["rows"]}),

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from ..common.options import Option, fraction, path
+from .stats import VERDICT_NAMES
 
 
 def _label(value: str) -> str:
@@ -32,13 +33,16 @@ LABEL = Option(
     "--careful-label",
     type=_label,
     metavar="NAME",
-    help="Name of this run's scorecard folder (default: the model, or the results folder's name)",
+    help="Name of this run's scorecard folder (default: the model's name, a local model directory's own "
+    "name, or the results folder's)",
 )
 ALLOW_MISSING = Option(
     "--careful-allow-missing",
     action="store_true",
-    help="Release gates judge only the conversations that could be scored; unscored ones "
-    "(missing, unreadable) are skipped instead of failed",
+    help="Score only the conversations a logged run has an entry for, as bfcl evaluate --partial-eval "
+    "does (the others are deselected; without it a selection of any is refused), and have release "
+    "gates judge only the scored ones: an unscored conversation (an unreadable line, a server error) "
+    "is skipped instead of failed",
 )
 BASELINE = Option(
     "--careful-baseline",
@@ -63,14 +67,23 @@ MIN_BFCL = Option(
     metavar="X",
     help="Release gate: fail unless BFCL accuracy is at least X overall",
 )
+#: The verdicts a baseline comparison may pair (``stats.paired_verdict``), the default first.
+REGRESSION_VERDICTS = tuple(VERDICT_NAMES)
+REGRESSION_VERDICT = Option(
+    "--careful-regression-verdict",
+    choices=REGRESSION_VERDICTS,
+    help=f"The verdict paired with the {BASELINE} scorecard's, per category (McNemar) and by the "
+    "regression gate: safe, the safe gate's (BFCL pass, no gated rule broken; the default), or bfcl, "
+    "BFCL's own",
+)
 FAIL_ON_REGRESSION = Option(
     "--careful-fail-on-regression",
     type=fraction,
     metavar="ALPHA",
-    help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA)",
+    help="Release gate: fail when a category is significantly worse than the baseline (p < ALPHA) on "
+    f"the verdict {REGRESSION_VERDICT} names (safe by default)",
 )
-
 #: Where scorecards go, and the baseline and accuracy floors, in the order ``--help`` lists them.
 OPTIONS = (SCORECARDS, LABEL, ALLOW_MISSING, ALLOW_PARTIAL_BASELINE, BASELINE, MIN_SAFE, MIN_BFCL)
 #: The release gate's regression test against the baseline (listed after the protocol's option).
-REGRESSION_OPTIONS = (FAIL_ON_REGRESSION,)
+REGRESSION_OPTIONS = (FAIL_ON_REGRESSION, REGRESSION_VERDICT)

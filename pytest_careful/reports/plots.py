@@ -23,6 +23,7 @@ from ..common.text import escape
 from ..protocols import registry as protocols
 from ..scoring import rules
 from . import own_rules
+from .stats import VERDICT_NAMES, compared_verdict
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -278,12 +279,13 @@ def comparison_figure(
     ax.set_xticks(range(len(categories)), labels=[f"{_short(c)}\np {_p(comparison[c]['p'])}" for c in categories])
     ax.yaxis.set_major_locator(_integer_ticks())
     ax.yaxis.set_major_formatter(lambda value, _: f"{abs(value):.0f}")  # lost counts drawn downwards
-    ax.set_ylabel("conversations (BFCL verdict)")
+    verdict = VERDICT_NAMES[compared_verdict(card["provenance"])]
+    ax.set_ylabel(f"conversations ({verdict} verdict)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     _frame(ax)
     against = f" vs {printable(baseline, 40)}" if baseline else " vs the baseline"
     # no-break spaces: a title too long for one line breaks before the parenthesis, not inside it
-    set_title(figure, ax, title(card, f"BFCL gained/lost{against} (exact\u00a0McNemar\u00a0p)"))
+    set_title(figure, ax, title(card, f"{verdict} gained/lost{against} (exact\u00a0McNemar\u00a0p)"))
     return figure
 
 

@@ -207,7 +207,9 @@ def _row(
         custom=tuple((name, _count(counts.get(name, 0), f"{where} {name}")) for name in own),
         defect=_defect(row.get("audit", []), where),
         calls=_count(row.get("calls", 0), f"{where} calls"),
-        optimized_calls=None if "optimized_calls" not in counts else _count(counts["optimized_calls"], f"{where} optimized_calls"),
+        optimized_calls=None
+        if "optimized_calls" not in counts
+        else _count(counts["optimized_calls"], f"{where} optimized_calls"),
     )
 
 

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 __all__ = [
     "ALL",
+    "VERDICT_NAMES",
     "Comparison",
     "Flip",
     "compare",
     "compare_by_category",
+    "compared_verdict",
     "mcnemar_exact",
+    "paired_verdict",
     "spearman_p",
     "to_json",
 ]
@@ -33,6 +36,28 @@ ALL = "all"
 _SHOWN_IDS = 5
 
 Flip = tuple[str, Literal["gained", "lost"]]
+
+
+#: The verdicts a comparison with a baseline may pair (``--careful-regression-verdict``), and what a
+#: line or a chart calls each.
+VERDICT_NAMES = {"safe": "safe", "bfcl": "BFCL"}
+
+
+def paired_verdict(row: Mapping[str, Any], verdict: str) -> bool:
+    """A scorecard row's pass/fail as a comparison pairs it: ``safe``, the row's own safe verdict (what
+    the scorecard's ``safe_pass`` counts, under the rules of the run that made it), or ``bfcl``, BFCL's."""
+    if verdict == "safe":
+        return bool(row["safe"])
+    if verdict == "bfcl":
+        return bool(row["bfcl"]["valid"])
+    raise ValueError(f"no verdict {verdict!r} to pair (expected one of {', '.join(VERDICT_NAMES)})")
+
+
+def compared_verdict(provenance: Mapping[str, object]) -> str:
+    """The verdict a scorecard's comparison paired (``provenance.regression_verdict``); one written
+    before it was recorded paired BFCL's."""
+    verdict = provenance.get("regression_verdict")
+    return verdict if isinstance(verdict, str) and verdict in VERDICT_NAMES else "bfcl"
 
 
 def p_text(p: float) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..common.bfcl import CATEGORIES
+from ..common.text import counted
 from ..data import dataset
 from ..data.result_files import (
     InputProblem,
@@ -110,6 +111,8 @@ class Source:
     recorded: dict[str, RunSettings | None] = field(default_factory=dict)
 
     _checking: threading.Thread | None = field(default=None, repr=False, compare=False)
+    #: per (condition, category): the conversations its result file holds nothing of (``lacks_entry``)
+    _lacking: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
     _check_error: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -169,6 +172,11 @@ class Source:
     def spend_lines(self) -> list[str]:
         """The summary's lines about what the run spent (a paid API's)."""
         return []
+
+    def default_label(self) -> str:
+        """The scorecard folder's name without ``--careful-label``: the model as named (a logged run
+        without ``--careful-model``: its folder's name), made one path component."""
+        return self.model.replace("/", "_").replace(":", "_") or "model"
 
     def result_folder(self) -> Path | None:
         """Where the run filed its result files (a live run's ``--careful-output``); None: nowhere."""
@@ -250,6 +258,39 @@ class Source:
                 out[condition] = again
         return out
 
+    def lacks_entry(self, condition: str, conversation_id: str) -> bool:
+        """Whether a logged run's result file for the conversation's category holds nothing of it.
+
+        ``bfcl evaluate`` refuses a result file that lacks entries unless given ``--partial-eval``,
+        which scores the entries present. A conversation with a line that could not be read as an
+        entry (a located input problem), or in a file that cannot be read at all, is there: it fails,
+        unscored, and says why. So is one that may be on a line whose id could not be read: only when
+        a file lacks more conversations than it has such lines are they missing. False for the
+        references and a live run (their entries are made)."""
+        category = dataset.category_of(conversation_id)
+        if (condition, category) not in self.files or (condition, conversation_id) in self.entries:
+            return False
+        if (condition, category) not in self._lacking:  # once: the problems are known when the run is opened
+            self._lacking[(condition, category)] = self._lacking_in(condition, category)
+        return conversation_id in self._lacking[(condition, category)]
+
+    def _lacking_in(self, condition: str, category: str) -> frozenset[str]:
+        name = str(self.files[(condition, category)])
+        mine = [p for p in self.problems if p.file == name]
+        if any(p.line is None for p in mine):  # the whole file's problem: none of it could be read
+            return frozenset()
+        located = {p.conversation for p in mine if p.conversation}
+        lacking = frozenset(
+            c.id for c in dataset.load((category,)) if (condition, c.id) not in self.entries and c.id not in located
+        )
+        return lacking if len(lacking) > len(self.unlocated(condition, category)) else frozenset()
+
+    def unlocated(self, condition: str, category: str | None = None) -> list[InputProblem]:
+        """The problems of a condition's result files (one category's) that name no conversation:
+        a line whose id could not be read."""
+        files = {str(p) for (c, cat), p in self.files.items() if c == condition and category in (None, cat)}
+        return [p for p in self.problems if p.file in files and p.line is not None and p.conversation is None]
+
     def problem_for(self, condition: str, conversation_id: str) -> str:
         located = [str(p) for p in self.problems if p.conversation == conversation_id]
         if located:
@@ -260,7 +301,13 @@ class Source:
             return f"no result file for {category}"
         # the file's own problem (gzip'd, not a regular file...) says why it has no entry
         whole = [p.message for p in self.problems if p.line is None and p.file == str(path)]
-        return f"{path}: no entry for {conversation_id}" + (f" ({'; '.join(whole)})" if whole else "")
+        if whole:
+            return f"{path}: no entry for {conversation_id} ({'; '.join(whole)})"
+        unread = self.unlocated(condition, category)
+        lines = (
+            f" (the file has {counted(len(unread), 'line')} naming no conversation: it may be one)" if unread else ""
+        )
+        return f"{path}: no entry for {conversation_id}{lines}"
 
 
 def open_source(options: RunConfig) -> Source:

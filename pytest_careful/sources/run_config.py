@@ -49,6 +49,8 @@ class RunConfig:
     min_safe: float | None
     min_bfcl: float | None
     fail_on_regression: float | None
+    #: the verdict a baseline comparison pairs (``reports.options.REGRESSION_VERDICTS``)
+    regression_verdict: str = "safe"
     handler: str | None = None
     output: Path = Path("result")
     endpoint: tuple[str, ...] = ()  # --careful-endpoint: running servers, in the order given

@@ -207,17 +207,26 @@ def test_a_selection_never_replaces_the_whole_run(pytester: pytest.Pytester, run
 # --- fail closed ----------------------------------------------------------------
 
 
-def _damaged(run_dir: Path) -> tuple[set[str], int]:
-    """150 of 200 entries, one of them truncated: (ids that cannot be scored, line count)."""
-    lines = (run_dir / BASE).read_text(encoding="utf-8").splitlines()
-    kept = lines[:150]
-    kept[7] = kept[7][: len(kept[7]) // 2]
-    (run_dir / BASE).write_text("\n".join(kept) + "\n", encoding="utf-8")
-    ids = [json.loads(line)["id"] for line in lines]
-    return set(ids[150:]) | {ids[7]}, len(ids)
+def _damaged(run_dir: Path, keep: int = 200) -> tuple[set[str], int]:
+    """The first ``keep`` entries, three of them truncated: (ids that cannot be scored, ids kept)."""
+    lines = (run_dir / BASE).read_text(encoding="utf-8").splitlines()[:keep]
+    for n in (7, 40, 100):
+        lines[n] = lines[n][: len(lines[n]) // 2]
+    (run_dir / BASE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ids = [json.loads(line)["id"] for line in (run_dir.parent / "whole" / BASE).read_text().splitlines()[:keep]]
+    return {ids[n] for n in (7, 40, 100)}, len(ids)
 
 
-def test_unscored_conversations_fail_every_total(pytester: pytest.Pytester, run_dir: Path, mode: list[str]) -> None:
+@pytest.fixture
+def whole(run_dir: Path) -> Path:
+    """The undamaged file, kept beside (``_damaged`` reads the ids from it)."""
+    (run_dir.parent / "whole").mkdir()
+    return Path(shutil.copy(run_dir / BASE, run_dir.parent / "whole" / BASE))
+
+
+def test_unscored_conversations_fail_every_total(
+    pytester: pytest.Pytester, run_dir: Path, whole: Path, mode: list[str]
+) -> None:
     unscored, total = _damaged(run_dir)
     result = _run(
         pytester, run_dir, *mode, "--careful-category", "base", "--careful-min-safe", "0.0", "--junitxml=out.xml"
@@ -233,6 +242,7 @@ def test_unscored_conversations_fail_every_total(pytester: pytest.Pytester, run_
     card = _card(pytester.path / "scorecards/gpt-oss-20b/standard")
     assert {r["id"] for r in card["rows"] if "unscored" in r} == unscored
     assert card["totals"]["all"]["conversations"] == total
+    assert card["provenance"]["selection"]["complete"] is True  # an unreadable line is no missing entry
     # The headline's figures are pytest's own counts.
     counts = result.parseoutcomes()
     assert re.search(rf"{total} conversations: {counts.get('passed', 0)} pass, {counts['failed']} fail", out)
@@ -249,6 +259,52 @@ def test_unscored_conversations_fail_every_total(pytester: pytest.Pytester, run_
     assert allowed.ret == 0, allowed.stdout.str()[-3000:]
     skipped = {n for n, c in _cases(pytester.path / "allowed.xml").items() if c.is_skipped}
     assert skipped == {f"{i}[standard]" for i in unscored}
+
+
+def test_conversations_without_an_entry_are_refused_or_left_out(
+    pytester: pytest.Pytester, run_dir: Path, whole: Path, mode: list[str]
+) -> None:
+    """As ``bfcl evaluate`` refuses a result file that lacks entries, and with ``--partial-eval`` scores
+    the entries present: refused in one line, or (--careful-allow-missing) the others deselected."""
+    unscored, kept = _damaged(run_dir, keep=150)
+    total = len(_ids(whole))
+    folder = pytester.path / "scorecards/gpt-oss-20b/standard"
+    # A selection of conversations it holds needs no option (multi_turn_base_2, 20-29).
+    chosen = _run(pytester, run_dir, *mode, "-k", "multi_turn_base_2")
+    ran = chosen.parseoutcomes()
+    assert chosen.ret in (0, 1) and ran.get("passed", 0) + ran.get("failed", 0) == 11, chosen.stdout.str()[-3000:]
+    selected = _card(folder)
+
+    refused = _run(pytester, run_dir, *mode, "--careful-min-safe=0.0")
+    err = refused.stderr.str()
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR, refused.stdout.str()[-3000:] + err[-3000:]
+    said = [line for line in err.splitlines() if line.startswith("ERROR:")]
+    assert len(said) == 1 and "Traceback" not in err + refused.stdout.str()
+    assert said[0].startswith(
+        f"ERROR: --careful-results: {total - kept} of {total} selected conversations have no entry in {run_dir} "
+    )
+    assert "--careful-allow-missing" in said[0] and "--partial-eval" in said[0]
+    assert _card(folder) == selected and not (folder / "partial").exists()  # refused before anything ran
+
+    allowed = _run(pytester, run_dir, *mode, "--careful-min-safe=0.0", "--careful-allow-missing", "--junitxml=a.xml")
+    out = allowed.stdout.str()
+    assert allowed.ret == 0, out[-3000:]
+    cases = _cases(pytester.path / "a.xml")
+    assert set(cases) == {f"{i}[standard]" for i in _ids(whole)[:kept]}  # the missing ones are no items
+    assert {n for n, c in cases.items() if c.is_skipped} == {f"{i}[standard]" for i in unscored}
+    card = _card(folder)  # wider than the 11 it replaced
+    selection = card["provenance"]["selection"]
+    assert (selection["present"], selection["missing"], selection["rows"]) == (kept, total - kept, kept)
+    assert selection["complete"] is False and card["totals"]["all"]["conversations"] == kept
+    assert f"; {total - kept} of the {total} conversations have no entry in the result files" in out
+
+    # A narrower selection after it never takes its place, and says so with both counts.
+    again = _run(pytester, run_dir, *mode, "-k", "multi_turn_base_2")
+    assert _card(folder) == card and len(_card(folder / "partial")["rows"]) == 11
+    assert (
+        f"partial run (11 of {total} conversations) written to {folder / 'partial'}; the fuller scorecard "
+        f"in {folder} ({kept} of {total} conversations) is kept"
+    ) in " ".join(again.stdout.str().split())
 
 
 def test_a_folder_with_two_runs_is_refused(pytester: pytest.Pytester, run_dir: Path) -> None:

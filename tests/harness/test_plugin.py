@@ -111,6 +111,11 @@ def test_copied_node_id_and_markers(pytester):
         (["--careful-results=nowhere", "--careful-decoder=x"], "is not a directory"),
         (["--careful-model=reference", "--careful-user-script=no_failure_yes"], "add --careful-protocol=confirm"),
         (["--careful-model=reference", "--careful-allow-partial-baseline"], "none was given"),
+        (
+            ["--careful-model=reference", "--careful-regression-verdict=bfcl"],
+            "--careful-regression-verdict applies to a --careful-baseline comparison; none was given",
+        ),
+        (["--careful-model=reference", "--careful-regression-verdict=strict"], "invalid choice: 'strict'"),
         (["--careful-model=reference", "--careful-label=a/b"], "is not usable as a folder name"),
     ],
 )
@@ -215,7 +220,7 @@ def test_baseline_mcnemar_and_refusal(pytester, logged_run):
     result = _run(pytester, *args, "--careful-fail-on-regression=0.05")
     card = _card(pytester, model="gpt-oss-20b")
     comparison = json.loads((pytester.path / "scorecards/gpt-oss-20b/standard/comparison.json").read_text())
-    lost = sum(not r["bfcl"]["valid"] for r in card["rows"])  # the reference passes every one
+    lost = sum(not r["safe"] for r in card["rows"])  # the reference passes every one (the safe verdict, by default)
     assert comparison["all"]["gained"] == 0 and comparison["all"]["lost"] == lost
     assert comparison["all"]["p"] == pytest.approx(stats.mcnemar_exact(0, lost))
     assert len(comparison["all"]["flipped"]) == lost

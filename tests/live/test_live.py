@@ -6,6 +6,7 @@ the loop writes: they must be readable by it unchanged and get the verdicts we g
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -386,6 +387,45 @@ def test_close_matches_of_the_kind_of_model_asked_for_come_first(name: str, loca
     assert kinds == sorted(kinds, reverse=True), message  # every one of that kind before any other
     if other is not None:
         assert other in close[1].split(", "), message  # the other kind is still offered, after
+
+
+def test_a_local_model_is_labelled_by_its_folder_name(tmp_path: Path) -> None:
+    """``--careful-model=/path/to/DIR``: the scorecard folder is ``DIR``'s name, as its results' folder
+    begins with it (it was the path made one component: ``_tmp_..._models_DIR``)."""
+    from pytest_careful.common.bfcl import CATEGORIES
+    from pytest_careful.live.source import open_live
+    from pytest_careful.sources.run_config import RunConfig
+
+    model = tmp_path / "models" / "SmolLM2-135M-Instruct-b179c9523d0e"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    options = RunConfig(
+        active=True,
+        model=str(model),
+        results=None,
+        decoder=None,
+        protocols=("standard",),
+        categories=CATEGORIES,
+        boundary="final",
+        detector="strict",
+        gate="safe",
+        scorecards=tmp_path / "cards",
+        baseline=None,
+        min_safe=None,
+        min_bfcl=None,
+        fail_on_regression=None,
+        handler="Qwen/Qwen3-8B-FC",
+        endpoint=("http://127.0.0.1:9/v1",),  # never reached: a worker's source, nothing runs
+        output=tmp_path / "result",
+        worker=True,
+        collect_only=True,
+    )
+    source = open_live(options)
+    assert source.default_label() == "SmolLM2-135M-Instruct-b179c9523d0e"
+    assert source.folders.store("standard").model_dir.name.startswith("SmolLM2-135M-Instruct-b179c9523d0e-")
+    # A model named by a registry key keeps its name, made one path component.
+    named = open_live(dataclasses.replace(options, model="scripted:ask", handler=None, endpoint=()))
+    assert named.default_label() == "scripted_ask"
 
 
 def test_the_resolution_is_printed_before_anything_runs(tmp_path: Path) -> None:

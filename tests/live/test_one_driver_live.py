@@ -116,3 +116,23 @@ def test_the_driver_killed_mid_run_is_taken_over_and_the_rerun_completes(
     after = filed_once(tmp_path / "result")
     assert sorted(after) == sorted(IDS)
     assert all(after[i] == result for i, result in first.items())
+
+
+def test_a_local_model_s_scorecards_are_named_after_its_folder(tmp_path: Path, loopback_model_dir: Path) -> None:
+    """``--careful-model=/path/to/DIR``: scorecards in ``cards/DIR/``, results in ``result/standard/DIR-<hash>/``
+    (the label was the path made one component, ``_root_.cache_pytest-careful_models_DIR``)."""
+    with LoopbackVLLM(latency=0.0, models=[str(loopback_model_dir)]) as server:
+        proc = subprocess.run(
+            _command(tmp_path, loopback_model_dir, server, "-p", "no:xdist", "multi_turn_base_0"),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "cards").iterdir()] == [loopback_model_dir.name]
+    card = json.loads((tmp_path / "cards" / loopback_model_dir.name / "standard" / "scorecard.json").read_text())
+    assert card["provenance"]["label"] == loopback_model_dir.name
+    [filed] = (tmp_path / "result" / "standard").iterdir()
+    assert filed.name.startswith(f"{loopback_model_dir.name}-")
+    assert card["provenance"]["result_files"] == str(filed)

@@ -119,7 +119,7 @@ def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Pat
         *IDS,
     )
     assert rescored.returncode in (0, 1), rescored.stdout[-3000:]
-    card = f"{str(model_dir).replace('/', '_')}/standard/scorecard.json"
+    card = f"{model_dir.name}/standard/scorecard.json"  # a local model's label: its folder's name
     assert _rows(tmp_path / "live" / card) == _rows(tmp_path / "re" / f"{name}/standard/scorecard.json")
 
 

@@ -476,7 +476,13 @@ def test_the_baseline_section_names_the_baseline_and_reads_like_a_p_value(hostil
     }
     html = html_report.render(card, comparison, baseline="release-1 <b>")
     section = lxml.html.document_fromstring(html).xpath("//section[@id='comparison']")[0]
-    assert section.xpath("./h2")[0].text_content() == "Against the baseline (release-1 <b>)"
+    # a scorecard from before --careful-regression-verdict compared BFCL's verdicts
+    assert section.xpath("./h2")[0].text_content() == "Against the baseline (release-1 <b>), on the BFCL verdict"
+    safe = {**card, "provenance": {**card["provenance"], "regression_verdict": "safe"}}
+    heading = lxml.html.document_fromstring(html_report.render(safe, comparison)).xpath("//section/h2")
+    assert [h.text_content() for h in heading if "baseline" in h.text_content()] == [
+        "Against the baseline, on the safe verdict"
+    ]
     rows = [[td.text_content() for td in tr.xpath("./td")] for tr in section.xpath(".//tbody/tr")]
     assert [r[3] for r in rows] == ["< 0.0001", "0.6250"]
     assert rows[0][4] == "multi_turn_base_1 (lost), multi_turn_base_2 (gained), multi_turn_base_10 (lost)"

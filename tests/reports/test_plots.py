@@ -176,3 +176,13 @@ def test_a_tiny_p_reads_p_below_and_all_comes_last() -> None:
     assert "p < 0.001" in texts and not any("= <" in t for t in texts)
     ticks = [t for t in texts if t in ("all", "base")]
     assert ticks == ["base", "all"]
+
+
+@pytest.mark.parametrize("recorded, shown", [(None, "BFCL"), ("bfcl", "BFCL"), ("safe", "safe")])
+def test_the_comparison_chart_names_the_verdict_it_paired(recorded: str | None, shown: str) -> None:
+    """A scorecard from before ``regression_verdict`` was recorded paired BFCL's verdicts."""
+    drawn = card()
+    if recorded is not None:
+        drawn["provenance"]["regression_verdict"] = recorded
+    texts = " ".join(svg_texts(plots.comparison_svg(drawn, COMPARISON, "baseline-run")))
+    assert f"{shown} gained/lost vs baseline-run" in texts and f"conversations ({shown} verdict)" in texts

@@ -167,6 +167,18 @@ def test_ids_choose_conversations_as_the_command_line_does(tmp_path: Path) -> No
     assert [r.id for r in one] == sorted(listed[:2], key=lambda i: int(i.rsplit("_", 1)[1]))
 
 
+def test_conversations_without_an_entry_are_refused_or_left_out_as_pytest_does(tmp_path: Path) -> None:
+    """The shipped run holds 160 of its categories' 800 conversations: refused without ``ids`` (as
+    ``pytest --careful-results`` refuses it), or with ``allow_missing=True`` the rows pytest writes."""
+    with pytest.raises(pytest_careful.SourceError, match=re.escape("640 of 800 selected conversations have no entry")):
+        pytest_careful.score_run(EXAMPLE)
+    card = _pytest_scorecard(tmp_path, "-p", "no:xdist", f"--careful-results={EXAMPLE}", "--careful-allow-missing")
+    results = pytest_careful.score_run(EXAMPLE, allow_missing=True)
+    listed = (EXAMPLE / "conversations.txt").read_text(encoding="utf-8").split()
+    assert sorted(r.id for r in results) == sorted(listed)
+    assert [r.to_json() for r in results] == [r.to_json() for r in card.results]
+
+
 @pytest.mark.parametrize(
     "ids, message",
     [

@@ -55,9 +55,23 @@ def test_a_write_repeated_after_it_took_effect_goes() -> None:
 def test_twin_two_writes_of_two_files_stay() -> None:
     c = files(
         ["Write 'hi' into notes.txt and into other.txt."],
-        [["echo(content='hi', file_name='notes.txt')", "touch(file_name='other.txt')", "echo(content='hi', file_name='other.txt')"]],
+        [
+            [
+                "echo(content='hi', file_name='notes.txt')",
+                "touch(file_name='other.txt')",
+                "echo(content='hi', file_name='other.txt')",
+            ]
+        ],
     )
-    trace = [[["echo(content='hi', file_name='notes.txt')", "touch(file_name='other.txt')", "echo(content='hi', file_name='other.txt')"]]]
+    trace = [
+        [
+            [
+                "echo(content='hi', file_name='notes.txt')",
+                "touch(file_name='other.txt')",
+                "echo(content='hi', file_name='other.txt')",
+            ]
+        ]
+    ]
     assert optimized(c, trace).calls_after == 3
 
 
@@ -74,7 +88,12 @@ def test_twin_a_failed_call_the_reference_makes_too_stays() -> None:
 
 
 def test_a_computation_no_turn_demands_is_folded() -> None:
-    c = conversation(["MathAPI", "TicketAPI"], TICKETS, ["Open a ticket titled 'T' with priority 5."], [["create_ticket(title='T', priority=5)"]])
+    c = conversation(
+        ["MathAPI", "TicketAPI"],
+        TICKETS,
+        ["Open a ticket titled 'T' with priority 5."],
+        [["create_ticket(title='T', priority=5)"]],
+    )
     o = optimized(c, [[["add(a=2, b=3)"], ["create_ticket(title='T', priority=5)"]]])
     assert kinds(o)[0] == ("constant_folding", "add(a=2, b=3)") and o.calls_after == 1
 
@@ -82,7 +101,10 @@ def test_a_computation_no_turn_demands_is_folded() -> None:
 def test_twin_a_computation_that_is_a_literals_only_source_stays() -> None:
     """The user gives 2 and 2, not 4: without add, priority=4 would be a guess."""
     c = conversation(
-        ["MathAPI", "TicketAPI"], TICKETS, ["Open a ticket titled 'T' with the priority 2 plus 2."], [["create_ticket(title='T', priority=4)"]]
+        ["MathAPI", "TicketAPI"],
+        TICKETS,
+        ["Open a ticket titled 'T' with the priority 2 plus 2."],
+        [["create_ticket(title='T', priority=4)"]],
     )
     o = optimized(c, [[["add(a=2, b=2)"], ["create_ticket(title='T', priority=4)"]]])
     assert o.calls_after == 2 and not o.removed
@@ -104,7 +126,10 @@ def test_twin_a_read_that_is_a_later_literals_only_source_stays() -> None:
 
 
 def test_independent_steps_are_batched() -> None:
-    c = files(["Count the lines of notes.txt, then show it."], [["wc(file_name='notes.txt', mode='l')", "cat(file_name='notes.txt')"]])
+    c = files(
+        ["Count the lines of notes.txt, then show it."],
+        [["wc(file_name='notes.txt', mode='l')", "cat(file_name='notes.txt')"]],
+    )
     o = optimized(c, [[["wc(file_name='notes.txt', mode='l')"], ["cat(file_name='notes.txt')"]]])
     assert kinds(o) == [("batched", "cat(file_name='notes.txt')")]
     assert (o.steps_before, o.steps_after, o.calls_after) == (2, 1, 2)

@@ -58,7 +58,10 @@ def test_an_inserted_repeat_is_removed_and_bfcl_passes_the_result(kind: str) -> 
         assert o.calls_before == reference_calls + 1
         assert o.calls_after <= reference_calls, (cid, [r.to_json() for r in o.rewrites])
         optimized[cid] = o.turns
-    verdicts = run_oracle({"id": cid, "result": turns, "decoder": "passthrough", "model_name": "optimized"} for cid, turns in optimized.items())
+    verdicts = run_oracle(
+        {"id": cid, "result": turns, "decoder": "passthrough", "model_name": "optimized"}
+        for cid, turns in optimized.items()
+    )
     assert len(verdicts) == len(optimized)
     assert all(v["valid"] for v in verdicts), [v for v in verdicts if not v["valid"]][:3]
 
@@ -66,11 +69,15 @@ def test_an_inserted_repeat_is_removed_and_bfcl_passes_the_result(kind: str) -> 
 def _real_verdicts(real_run: Path, every: int) -> None:
     entries = [e for c in CATEGORIES for e in read_result_file(real_run / f"BFCL_v4_{c}_result.json", c)[0]][::every]
     dec = decoder(REAL_RUN_DECODER)
-    optimized = {e.id: optimize(evaluate(dataset.get(e.id), e.result, dec, model_name=REAL_RUN_DECODER)) for e in entries}
+    optimized = {
+        e.id: optimize(evaluate(dataset.get(e.id), e.result, dec, model_name=REAL_RUN_DECODER)) for e in entries
+    }
     assert sum(o.calls_before - o.calls_after for o in optimized.values()) > 0  # it removes something
     theirs = {
         v["id"]: v
-        for v in run_oracle({"id": e.id, "result": e.result, "decoder": REAL_RUN_DECODER, "model_name": "original"} for e in entries)
+        for v in run_oracle(
+            {"id": e.id, "result": e.result, "decoder": REAL_RUN_DECODER, "model_name": "original"} for e in entries
+        )
     }
     raw = {e.id: e.result for e in entries}
     rewritten = run_oracle(  # a trace with no rewrite is written as it was logged (an inference error among them)
