@@ -34,6 +34,7 @@ from .normal_forms import Text, dated_spans, find_in_text, numbered_spans, parse
 from .provenance import (
     DOC,
     READ,
+    READ_CALLS,
     RESULT,
     STATE,
     USER,
@@ -332,7 +333,7 @@ def _searched(trajectory: Trajectory, index: int) -> tuple[str, ...]:
         f"{RESULT}: the results of the {index} earlier calls",
         f"{STATE}: before the call, {', '.join(visible) if visible else 'no attribute a read offered shows'}",
         f"{DOC}: {record.name}'s documentation (enums, defaults, words)",
-        f"{READ}: the reads offered in turn {record.turn}, with sourced arguments (at most 300 calls); "
+        f"{READ}: the reads offered in turn {record.turn}, with sourced arguments (at most {READ_CALLS} calls); "
         "arithmetic on the numbers given so far",
     )
 
