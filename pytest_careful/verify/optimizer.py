@@ -288,7 +288,7 @@ class _Search:
                     continue
                 head = literal.path[0]
                 parameter = names[head] if isinstance(head, int) and head < len(names) else str(head)
-                sources = self.trajectory.sources(index, literal.value, parameter)
+                sources = self.trajectory.sources(index, literal.value, parameter, state=False)
                 results = [s.call for s in sources if s.kind == RESULT and s.call is not None]
                 # Only what the trace itself shows counts: the user's words, the doc, kept results. A
                 # value the visible state holds is a source for the audit (a read could show it), but

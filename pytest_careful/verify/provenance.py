@@ -36,6 +36,7 @@ from ..effects import declarations as _declarations
 from ..evaluation.replay import CallRecord, Replay
 from ..execution.executor import Simulators
 from ..execution.interpreter import ERROR_PREFIX
+from ..execution import limits
 from ..execution.snapshot import ClassState, normalise
 from .normal_forms import Text, find_in_text, parse_number, same_number, unquote
 
@@ -165,12 +166,14 @@ class Trajectory:
 
     # -- the sources looked up for every literal ---------------------------------------
 
-    def sources(self, index: int, value: object, parameter: str | None = None) -> list[LiteralSource]:
-        """Every ``user``, ``result``, ``state`` and ``doc`` source of ``value``, a literal of call ``index``."""
+    def sources(self, index: int, value: object, parameter: str | None = None, state: bool = True) -> list[LiteralSource]:
+        """Every ``user``, ``result``, ``state`` and ``doc`` source of ``value``, a literal of call ``index``
+        (``state=False``: what the trajectory shows only, no value a read could have shown)."""
         place = self.place(index)
         found = list(self._user(place.turn, value))
         found += self._earlier_results(index, value)
-        found += self._state(index, value)
+        if state:
+            found += self._state(index, value)
         found += self._doc(place.turn, self.calls[index].name, parameter, value)
         if value in CONVENTIONS and _owners(self.conversation).get(self.calls[index].name) == "GorillaFileSystem":
             found.append(LiteralSource(DOC, CONVENTIONS[value], "convention"))  # type: ignore[index]
@@ -530,12 +533,25 @@ def _joined_lists(value: object) -> Iterator[str]:
 
 
 def _split_leaves(value: object, limit: int = 50_000) -> tuple[set[str], set[float], list[str]]:
-    """A value's string leaves and keys, its numbers, and its longer strings (texts a read shows whole)."""
+    """A value's string leaves and keys, its numbers, and its longer strings (texts a read shows whole).
+
+    Each container is opened once (a file tree's shared folders are reached by many paths: 2**n
+    after n copies), at most ``limit`` items are looked at, and the walk ticks the conversation's
+    budget (``limits.tick``), as every walk over state does.
+    """
     strings: set[str] = set()
     numbers: set[float] = set()
     stack = [value]
-    while stack and len(strings) + len(numbers) < limit:
+    opened: set[int] = set()
+    seen = 0
+    while stack and seen < limit:
         item = stack.pop()
+        seen += 1
+        limits.tick()
+        if isinstance(item, (dict, list, tuple, set, frozenset)):
+            if id(item) in opened:
+                continue
+            opened.add(id(item))
         if isinstance(item, dict):
             stack.extend(item.values())
             stack.extend(k for k in item.keys() if isinstance(k, (str, int, float)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import hostile_payloads as payloads
 import pytest
 from test_audit_classes import FILES, TICKETS, conversation
 
@@ -170,7 +171,7 @@ def test_the_trials_are_bounded() -> None:
     assert o.trials == 5 and "stopped after 5" in (o.bounded or "")
 
 
-@pytest.mark.parametrize("calls", [300, 5000])
+@pytest.mark.parametrize("calls", [150, 5000])
 def test_the_runs_limits_apply_to_every_replay_it_makes(calls: int) -> None:
     """Inside the conversation's budget, as a rescoring scores it: the replays count, and stop at the limit."""
     c = files(["List the files."], [["ls()"]])
@@ -183,3 +184,20 @@ def test_the_runs_limits_apply_to_every_replay_it_makes(calls: int) -> None:
             assert exceeded.limit == "calls" and meter.calls == budget.max_calls + 1
             return
     assert calls <= budget.max_calls and o.bounded is not None
+
+
+@pytest.mark.parametrize("kind", ["exponential", "deep_chain", "many_writes"])
+def test_hostile_traces_end_in_a_result_or_one_named_limit(kind: str) -> None:
+    """A copy bomb (shared folders doubling), a deep chain, thousands of writes: under the default
+    budget the optimizer ends with its trace or with the one limit it crossed, its counts within it."""
+    conversation = payloads.conversation_for(kind)
+    trace = payloads.as_run(conversation, getattr(payloads, kind)({"exponential": 40, "deep_chain": 90, "many_writes": 3000}[kind]))
+    budget = limits.Limits()
+    with limits.metered(budget) as meter:
+        try:
+            o = optimize(evaluate(conversation, trace, passthrough_decoder()))
+        except limits.ResourceLimit as exceeded:
+            assert exceeded.limit in ("calls", "memory", "seconds") and "\n" not in exceeded.reason
+            return
+    assert meter.calls <= budget.max_calls and meter.bytes <= budget.max_memory_mb * 2**20
+    assert o.calls_after <= o.calls_before
