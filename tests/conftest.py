@@ -154,6 +154,15 @@ class _Skips:
             terminalreporter.write_line(f"{count} skipped: {reason}", yellow=True)
 
 
+def _load_what_a_run_draws_with() -> None:
+    """numpy and the matplotlib modules a run's charts import, loaded before any test: pytester unloads
+    what an in-process run imported, and matplotlib imported a second time mixes two copies of its
+    classes in later tests of the process ("Legend needs either Axes or FigureBase as parent")."""
+    import numpy  # noqa: F401
+    from matplotlib import figure, font_manager, legend, style, ticker  # noqa: F401
+    from matplotlib.backends import backend_agg  # noqa: F401
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The suite's environment and helpers, for the suite only: a user's run of the plugin from the
     clone's root sees its own environment, as from any other folder. Set here, before collection
@@ -164,5 +173,6 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.update(suite_environment(os.environ))
     if str(HELPERS) not in sys.path:
         sys.path.insert(0, str(HELPERS))
+    _load_what_a_run_draws_with()
     if not hasattr(config, "workerinput"):  # xdist's workers send their reports to the controller
         config.pluginmanager.register(_Skips(), "careful-skips")

@@ -191,7 +191,9 @@ def test_hostile_traces_end_in_a_result_or_one_named_limit(kind: str) -> None:
     """A copy bomb (shared folders doubling), a deep chain, thousands of writes: under the default
     budget the optimizer ends with its trace or with the one limit it crossed, its counts within it."""
     conversation = payloads.conversation_for(kind)
-    trace = payloads.as_run(conversation, getattr(payloads, kind)({"exponential": 40, "deep_chain": 90, "many_writes": 3000}[kind]))
+    trace = payloads.as_run(
+        conversation, getattr(payloads, kind)({"exponential": 40, "deep_chain": 90, "many_writes": 3000}[kind])
+    )
     budget = limits.Limits()
     with limits.metered(budget) as meter:
         try:
