@@ -34,9 +34,9 @@ from ..common.text import contains_words, shorten_call
 from ..data.dataset import Conversation, FunctionDoc
 from ..effects import declarations as _declarations
 from ..evaluation.replay import CallRecord, Replay
+from ..execution import limits
 from ..execution.executor import Simulators
 from ..execution.interpreter import ERROR_PREFIX
-from ..execution import limits
 from ..execution.snapshot import ClassState, normalise
 from .normal_forms import Text, find_in_text, parse_number, same_number, unquote
 
@@ -166,7 +166,9 @@ class Trajectory:
 
     # -- the sources looked up for every literal ---------------------------------------
 
-    def sources(self, index: int, value: object, parameter: str | None = None, state: bool = True) -> list[LiteralSource]:
+    def sources(
+        self, index: int, value: object, parameter: str | None = None, state: bool = True
+    ) -> list[LiteralSource]:
         """Every ``user``, ``result``, ``state`` and ``doc`` source of ``value``, a literal of call ``index``
         (``state=False``: what the trajectory shows only, no value a read could have shown)."""
         place = self.place(index)
