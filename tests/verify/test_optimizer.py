@@ -192,7 +192,7 @@ def test_hostile_traces_end_in_a_result_or_one_named_limit(kind: str) -> None:
     budget the optimizer ends with its trace or with the one limit it crossed, its counts within it."""
     conversation = payloads.conversation_for(kind)
     trace = payloads.as_run(
-        conversation, getattr(payloads, kind)({"exponential": 40, "deep_chain": 90, "many_writes": 3000}[kind])
+        conversation, getattr(payloads, kind)({"exponential": 40, "deep_chain": 90, "many_writes": 1000}[kind])
     )
     budget = limits.Limits()
     with limits.metered(budget) as meter:
