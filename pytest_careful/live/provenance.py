@@ -7,6 +7,7 @@ One TypedDict per object, its optional keys ``NotRequired`` (``common.json_types
 from ..common.json_types import NotRequired, TypedDict
 from .backend_setup import Sent
 from .fleet import FleetProvenance
+from .session_key import SessionProvenance
 from .vllm_server import ServerProvenance
 
 
@@ -25,10 +26,12 @@ class Resolution(TypedDict):
 
 class LiveProvenance(TypedDict):
     """A live run in its scorecard's provenance (``live``); ``server``: a vLLM server's; ``fleet``:
-    the servers of ``--careful-endpoint=URL,URL,...`` and which one served each conversation."""
+    the servers of ``--careful-endpoint=URL,URL,...`` and which one served each conversation; ``session``:
+    the header that carried each conversation's session key, and the keys (``session_key``)."""
 
     resolution: Resolution
     sent: Sent
     differs_from_bfcl: list[str]
     server: NotRequired[ServerProvenance]
     fleet: NotRequired[FleetProvenance]
+    session: NotRequired[SessionProvenance]
