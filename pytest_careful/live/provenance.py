@@ -7,7 +7,6 @@ One TypedDict per object, its optional keys ``NotRequired`` (``common.json_types
 from ..common.json_types import NotRequired, TypedDict
 from .backend_setup import Sent
 from .fleet import FleetProvenance
-from .session_key import SessionProvenance
 from .vllm_server import ServerProvenance
 
 
@@ -22,6 +21,17 @@ class Resolution(TypedDict):
     mode: str
     backend: str
     model_path: NotRequired[str]
+
+
+class SessionProvenance(TypedDict):
+    """``provenance.live.session``: the header each request carried its conversation's session key in,
+    how keys are made (``session_key.MADE_OF``), their ``<run>`` part, and the key each conversation of
+    the scorecard sent (``id@repeat-k`` for repeat k > 1, as ``fleet.served_by`` names them)."""
+
+    header: str
+    made_of: str
+    run: str
+    keys: dict[str, str]
 
 
 class LiveProvenance(TypedDict):

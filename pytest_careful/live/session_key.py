@@ -29,28 +29,18 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
 import openai
 
 from .handler import Handler
 from .pacing import cap_max_tokens
+from .provenance import SessionProvenance
 
 #: How a key is made, in the provenance's words.
 MADE_OF = (
     "<run>:<condition>:<conversation id>:<repeat>; <run>: the first 12 hex digits of the sha256 "
     "of the output folder's absolute path and the model's result folder name"
 )
-
-
-class SessionProvenance(TypedDict):
-    """``provenance.live.session`` of a scorecard: the header, how its keys are made, and the key each
-    conversation of the scorecard sent (``id@repeat-k`` for repeat k > 1, as ``fleet.served_by`` names them)."""
-
-    header: str
-    made_of: str
-    run: str
-    keys: dict[str, str]
 
 
 def run_digest(output: Path, result_name: str) -> str:
