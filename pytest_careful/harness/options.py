@@ -52,10 +52,17 @@ from ..sources.live_options import (
     REPEAT,
     REQUEST_TIMEOUT,
     SERVER_TIMEOUT,
+    SESSION_HEADER,
     VLLM_ARG,
 )
 from ..sources.options import CATEGORY, DECODER, DEFAULT_PROTOCOLS, HANDLER, MODEL, PROTOCOL, RESULTS
-from ..sources.run_config import DEFAULT_REQUEST_TIMEOUT, DEFAULT_SERVER_TIMEOUT, REFERENCE_MODEL, RunConfig
+from ..sources.run_config import (
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_SERVER_TIMEOUT,
+    DEFAULT_SESSION_HEADER,
+    REFERENCE_MODEL,
+    RunConfig,
+)
 from ..verify import options as audit_options
 from ..verify.options import AUDIT
 
@@ -98,6 +105,7 @@ SCOPED_OPTIONS = (
     MAX_MODEL_LEN,
     SERVER_TIMEOUT,
     REQUEST_TIMEOUT,
+    SESSION_HEADER,
     BUDGET_USD,
     MAX_OUTPUT_TOKENS,
     REPEAT,
@@ -168,6 +176,7 @@ def read_options(config: pytest.Config) -> RunConfig:
         max_model_len=get(MAX_MODEL_LEN.dest),
         server_timeout=_or(get(SERVER_TIMEOUT.dest), DEFAULT_SERVER_TIMEOUT),
         request_timeout=_or(get(REQUEST_TIMEOUT.dest), DEFAULT_REQUEST_TIMEOUT),
+        session_header=_or(get(SESSION_HEADER.dest), DEFAULT_SESSION_HEADER),
         budget_usd=get(BUDGET_USD.dest),
         max_output_tokens=get(MAX_OUTPUT_TOKENS.dest),
         user_script=get(USER_SCRIPT.dest),

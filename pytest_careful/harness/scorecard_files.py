@@ -80,7 +80,8 @@ def finish(state: CarefulState, invocation_dir: Path, narrowed_by: Narrowed) -> 
                 prov["reexamined_under"] = options.user_script
         if options.live:
             prov["result_files"] = str(state.source.folders.store(condition).model_dir)  # type: ignore[attr-defined]
-            keys = [(r["id"], r.get("repeat", 1)) for r in rows]  # a fleet: which server served each
+            # Every repeat's (conversation id, repeat): which server served each, the key each sent.
+            keys = [(r["id"], r.get("repeat", 1)) for row in rows for r in row.get("repeat_rows", [row])]
             prov["live"] = state.source.provenance(condition, keys)  # type: ignore[attr-defined]
         if options.repeat > 1:  # --careful-repeat: a scorecard per repeat; the gate judges their pool
             judge_gate(

@@ -24,6 +24,7 @@ from ..sources.live_options import (
     MAX_OUTPUT_TOKENS,
     REQUEST_TIMEOUT,
     SERVER_TIMEOUT,
+    SESSION_HEADER,
     VLLM_ARG,
 )
 from ..sources.options import HANDLER
@@ -163,6 +164,7 @@ class Vllm:
         {
             MAX_OUTPUT_TOKENS.flag,
             REQUEST_TIMEOUT.flag,
+            SESSION_HEADER.flag,
             ENDPOINT.flag,
             HANDLER.flag,
             *SERVER_OPTIONS,
@@ -227,7 +229,7 @@ class Api:
     guarded: bool = True
     single_driver: bool = False
     priced: bool = False
-    options: frozenset[str] = frozenset({REQUEST_TIMEOUT.flag})
+    options: frozenset[str] = frozenset({REQUEST_TIMEOUT.flag, SESSION_HEADER.flag})
     local_weights: bool = False
     registered: bool = True
 

@@ -23,12 +23,25 @@ class Resolution(TypedDict):
     model_path: NotRequired[str]
 
 
+class SessionProvenance(TypedDict):
+    """``provenance.live.session``: the header each request carried its conversation's session key in,
+    how keys are made (``session_key.MADE_OF``), their ``<run>`` part, and the key each conversation of
+    the scorecard sent (``id@repeat-k`` for repeat k > 1, as ``fleet.served_by`` names them)."""
+
+    header: str
+    made_of: str
+    run: str
+    keys: dict[str, str]
+
+
 class LiveProvenance(TypedDict):
     """A live run in its scorecard's provenance (``live``); ``server``: a vLLM server's; ``fleet``:
-    the servers of ``--careful-endpoint=URL,URL,...`` and which one served each conversation."""
+    the servers of ``--careful-endpoint=URL,URL,...`` and which one served each conversation; ``session``:
+    the header that carried each conversation's session key, and the keys (``session_key``)."""
 
     resolution: Resolution
     sent: Sent
     differs_from_bfcl: list[str]
     server: NotRequired[ServerProvenance]
     fleet: NotRequired[FleetProvenance]
+    session: NotRequired[SessionProvenance]

@@ -37,7 +37,7 @@ from ..data.run_settings import DECODER_KEY, RunSettings
 from ..effects import declarations
 from ..effects.declarations import Declarations
 from ..execution.decoding import Decoder, close_clients, decoder
-from ..sources.live_options import BUDGET_USD, ENDPOINT, MAX_OUTPUT_TOKENS, OUTPUT, REQUEST_TIMEOUT
+from ..sources.live_options import BUDGET_USD, ENDPOINT, MAX_OUTPUT_TOKENS, OUTPUT, REQUEST_TIMEOUT, SESSION_HEADER
 from ..sources.options import HANDLER, MODEL
 from ..sources.reference_logged import LiveDetails, RunAhead, ShowProgress, Source
 from ..sources.run_config import RunConfig, SourceError
@@ -55,6 +55,7 @@ from .handles import HandleError, ModelHandle, resolution, resolution_line, reso
 from .pacing import Pause, share
 from .progress import Display, ServerProbe
 from .provenance import LiveProvenance
+from .session_key import SessionKeys, run_digest, speaks_openai
 from .stops import SESSION_ENV, Stops, unwritable
 from .vllm_server import ENDPOINT_ENV, LOG_ENV, ServerPlan, forget_session, start_for_session, stop
 
@@ -94,6 +95,7 @@ class LiveSource(Source):
     _lock_fd: int | None = None  # the output folder's run lock (controller), held to the end
     spend_ledger: SpendLedger | None = None  # Claude: the session's ledger (the summary reads its totals)
     server_work: ServerProbe | None = None  # what the servers say they do (vLLM: /metrics), for the progress line
+    session_keys: SessionKeys | None = None  # an HTTP backend's: each conversation's key on its requests
     folders: ResultFolders = field(init=False)  # where results are filed, and what is filed (``filing``)
     stops: Stops = field(init=False)  # the session's stop marks, shared by its processes (``stops``)
 
@@ -397,7 +399,7 @@ class LiveSource(Source):
                     self.before_request,
                     guard=self.guard,
                     after_answer=self.after_answer,
-                    place=seat.apply if seat is not None else None,
+                    place=self._placer(seat, (condition, conversation.id, repeat)),
                 )
             except (NotRun, ServerError, SetupFailed):
                 raise
@@ -430,6 +432,19 @@ class LiveSource(Source):
             raise NotRun("not run: the run was interrupted")  # nothing filed after Ctrl-C
         self._append(store, conversation, live.entry)
         return live.entry, live
+
+    def _placer(self, seat: Seat | None, key: inflight.Key) -> Callable[[Handler], None] | None:
+        """What the run's copy of the handler gets: its fleet server (``seat.apply``), then its session key."""
+        keys = self.session_keys
+        if keys is None:
+            return seat.apply if seat is not None else None
+
+        def place(runner: Handler) -> None:
+            if seat is not None:
+                seat.apply(runner)
+            keys.tag(runner, keys.key(*key))
+
+        return place
 
     def _again(self, conversation: Conversation) -> bool:
         """Whether the conversation may run again elsewhere (at most ``MAX_RERUNS`` times)."""
@@ -469,6 +484,7 @@ class LiveSource(Source):
         what each request carried, the server, and what differs from BFCL's own run; with a
         fleet, which server served each of ``keys`` ((conversation id, repeat)) of ``condition``."""
         assert self.handle is not None
+        keys = list(keys)  # read by the fleet's record and the session keys'
         out: LiveProvenance = {
             "resolution": resolution(self.handle),
             "sent": self.sent,
@@ -478,7 +494,24 @@ class LiveSource(Source):
             out["server"] = self.server_plan.provenance()
         if self.placement is not None:
             out["fleet"] = self.placement.provenance(keys, condition)
+        if self.session_keys is not None and self._sends_session_keys():
+            out["session"] = self.session_keys.provenance(condition, keys)
         return out
+
+    def _sends_session_keys(self) -> bool:
+        """Whether this run's handler makes its requests with the OpenAI SDK (so each carries its key):
+        the handler this process built, else one built to look (the controller of an xdist run)."""
+        if self._handler is not None:
+            return speaks_openai(self._handler)
+        assert self.handle is not None
+        try:
+            handler = self.handle.build()
+        except Exception:  # noqa: BLE001 -- as every process of the run would have failed: nothing was sent
+            return False
+        try:
+            return speaks_openai(handler)
+        finally:
+            close_clients(handler)
 
     def _record_error(self, store: ResultStore, conversation: Conversation, exc: BaseException) -> dict[str, object]:
         # BFCL's own error form (a string result), marked so a rerun retries it.
@@ -523,6 +556,8 @@ def open_live(options: RunConfig) -> LiveSource:
     )
     made = backend(handle.kind).configure(handle, options, source.concurrency, share)
     source.take_in(made)
+    if backend(handle.kind).guarded and options.session_header:  # requests over HTTP: a key each (session_key)
+        source.session_keys = SessionKeys(options.session_header, run_digest(options.output, handle.result_name))
     if not options.worker and not options.collect_only:  # on the controller, once
         problem = backend(handle.kind).preflight(handle, made)
         if problem:
@@ -612,6 +647,12 @@ def inapplicable(options: RunConfig, handle: ModelHandle) -> str | None:
         )
     if refused(HANDLER.flag):
         return f"{HANDLER} is for a local model directory; {model} is a scripted model"
+    if refused(SESSION_HEADER.flag):
+        return (
+            f"{SESSION_HEADER} names the header of a session key sent to vLLM and OpenAI-compatible servers; "
+            f"{model} is not served by one"
+            + (" (Claude's requests go through the Anthropic SDK)" if chosen.priced else "")
+        )
     if refused(REQUEST_TIMEOUT.flag):
         return (
             f"{REQUEST_TIMEOUT} bounds requests to vLLM and OpenAI-compatible servers; {model} is not "

@@ -9,12 +9,13 @@ given where it does not apply is refused instead of silently ignored (``harness/
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from urllib.parse import urlsplit
 
 from ..common.options import Option, path, positive_int, positive_number
 from .options import HANDLER, MODEL
-from .run_config import DEFAULT_REQUEST_TIMEOUT
+from .run_config import DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_HEADER
 
 
 def endpoint_urls(value: str) -> tuple[str, ...]:
@@ -132,6 +133,36 @@ REQUEST_TIMEOUT = Option(
     help="vLLM and OpenAI-compatible servers: how long one request may go unanswered (default: "
     f"{DEFAULT_REQUEST_TIMEOUT:g}); past it the request is sent once more, then the run stops",
 )
+#: What a header name may hold (RFC 9110's token).
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: Headers the OpenAI SDK or HTTP itself sets: a session key there would break the request.
+_SET_BY_THE_CLIENT = frozenset(
+    {"authorization", "api-key", "accept", "connection", "content-length", "content-type", "host", "transfer-encoding"}
+)
+#: ``--careful-session-header``'s value that sends no session key.
+NO_SESSION_HEADER = "none"
+
+
+def session_header(value: str) -> str:
+    """A header name (lowercase, as HTTP/2 sends it), or "" for ``none``."""
+    name = value.strip().lower()
+    if name == NO_SESSION_HEADER:
+        return ""
+    if not _TOKEN.fullmatch(name):
+        raise argparse.ArgumentTypeError(f"{value!r}: not an HTTP header name (letters, digits and -_.!#$%&'*+^`|~)")
+    if name in _SET_BY_THE_CLIENT or name.startswith("x-stainless-"):
+        raise argparse.ArgumentTypeError(f"{value!r}: the OpenAI SDK sets that header itself; choose another name")
+    return name
+
+
+SESSION_HEADER = Option(
+    "--careful-session-header",
+    type=session_header,
+    metavar="NAME",
+    help="vLLM and OpenAI-compatible servers: the HTTP header that carries each conversation's session "
+    f"key, for a router that keeps a conversation on one server (default: {DEFAULT_SESSION_HEADER}; "
+    f"{NO_SESSION_HEADER} sends none)",
+)
 BUDGET_USD = Option(
     "--careful-budget-usd",
     type=float,
@@ -163,4 +194,4 @@ CONCURRENCY = Option(
 
 #: The server's options and the run's, in the order ``--help`` lists them.
 OPTIONS = (HANDLER, OUTPUT, ENDPOINT, VLLM_ARG, DTYPE, MAX_MODEL_LEN, SERVER_TIMEOUT)
-RUN_OPTIONS = (REQUEST_TIMEOUT, BUDGET_USD, MAX_OUTPUT_TOKENS, REPEAT, CONCURRENCY)
+RUN_OPTIONS = (REQUEST_TIMEOUT, SESSION_HEADER, BUDGET_USD, MAX_OUTPUT_TOKENS, REPEAT, CONCURRENCY)

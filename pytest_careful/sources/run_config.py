@@ -17,6 +17,9 @@ DEFAULT_SERVER_TIMEOUT = 1800.0
 #: ``--careful-request-timeout``'s default, in seconds: sized for the slowest real answer (4096 tokens
 #: from a loaded CPU engine take about two minutes), not for a hung server (BFCL passes 72000).
 DEFAULT_REQUEST_TIMEOUT = 300.0
+#: ``--careful-session-header``'s default: the header vllm-router's ``consistent_hash`` policy reads first,
+#: and Ray Serve's and llm-d's session routing read by default.
+DEFAULT_SESSION_HEADER = "x-session-id"
 
 
 class SourceError(ValueError):
@@ -59,6 +62,9 @@ class RunConfig:
     max_model_len: int | None = None
     server_timeout: float = DEFAULT_SERVER_TIMEOUT
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT  # each request to a vLLM or OpenAI-compatible server
+    #: the header each request to an OpenAI-compatible server carries its conversation's session key in
+    #: (``live/session_key.py``); "" sends none
+    session_header: str = DEFAULT_SESSION_HEADER
     budget_usd: float | None = None
     max_output_tokens: int | None = None  # None: BFCL's handler's own
     user_script: str = "default"

@@ -138,6 +138,16 @@ REFUSED = [
         "--careful-dtype, --careful-server-timeout: settings of the server",
     ),
     ([f"--careful-model={VLLM_MODEL}", "--careful-handler=Qwen3-8B"], "is not a directory"),
+    (["--careful-model=reference", "--careful-session-header=x-user-id"], "--careful-session-header: for live runs"),
+    (
+        ["--careful-model=scripted:reference", "--careful-session-header=x-user-id"],
+        "--careful-session-header names the header of a session key sent to vLLM and OpenAI-compatible servers; "
+        "scripted:reference is not served by one",
+    ),
+    (
+        [f"--careful-model={CLAUDE}", "--careful-session-header=none"],
+        "is not served by one (Claude's requests go through the Anthropic SDK)",
+    ),
 ]
 
 
@@ -161,8 +171,17 @@ def test_an_option_that_does_not_apply_is_refused(pytester: pytest.Pytester, arg
         ],
         [f"--careful-model={VLLM_MODEL}", "--careful-endpoint=http://127.0.0.1:9/v1"],
         [f"--careful-model={VLLM_MODEL}", "--careful-max-output-tokens=9"],
+        [f"--careful-model={VLLM_MODEL}", "--careful-session-header=x-user-id"],
+        ["--careful-model=gpt-4.1-2025-04-14-FC", "--careful-session-header=none"],
     ],
-    ids=["claude", "vllm-server", "vllm-endpoint", "vllm-max-output-tokens"],
+    ids=[
+        "claude",
+        "vllm-server",
+        "vllm-endpoint",
+        "vllm-max-output-tokens",
+        "vllm-session-header",
+        "api-session-header",
+    ],
 )
 def test_the_same_options_are_accepted_where_they_apply(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str]
