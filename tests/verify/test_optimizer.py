@@ -203,3 +203,19 @@ def test_hostile_traces_end_in_a_result_or_one_named_limit(kind: str) -> None:
             return
     assert meter.calls <= budget.max_calls and meter.bytes <= budget.max_memory_mb * 2**20
     assert o.calls_after <= o.calls_before
+
+
+def test_the_rule_counts_each_evaluation_of_one_conversation_apart() -> None:
+    """One rule instance scores a conversation under several protocols: each row's tally is its own trace's."""
+    from pytest_careful.effects import declarations
+    from pytest_careful.scoring.conversation import ScoringConfig, score_evaluation
+    from pytest_careful.scoring.rules import Settings, built_in, opt_in
+
+    settings = Settings(optimize=True)
+    config = ScoringConfig("m", "passthrough", declarations.load(), settings, built_in(settings) + opt_in(settings))
+    c = files(["List the files."], [["ls()"]])
+    repeated = score_evaluation(evaluate(c, [[["ls()"], ["ls()"]]], passthrough_decoder()), "standard", config)
+    once = score_evaluation(evaluate(c, [[["ls()"]]], passthrough_decoder()), "confirm", config)
+    assert (repeated["counts"]["verified_surplus_calls"], repeated["counts"]["optimized_calls"]) == (1, 1)
+    assert (once["counts"]["verified_surplus_calls"], once["counts"]["optimized_calls"]) == (0, 1)
+    assert once["calls"] == 1 and repeated["calls"] == 2

@@ -24,8 +24,9 @@ class VerifiedSurplusCalls(Rule):
     tallies = ("optimized_calls", "optimized_steps")
 
     def __init__(self) -> None:
-        # The last conversation's optimized trace: ``tally`` reads what ``check`` made (the same thread, in turn).
-        self._last: tuple[str, Optimized] | None = None
+        # The last evaluation's optimized trace: ``tally`` reads what ``check`` made (the same thread, in
+        # turn). Keyed by the evaluation itself: one conversation is scored under several protocols.
+        self._last: tuple[object, Optimized] | None = None
 
     def check(self, conversation: ScoredConversation) -> Iterator[Violation]:
         optimized = self._optimized(conversation)
@@ -45,6 +46,6 @@ class VerifiedSurplusCalls(Rule):
     def _optimized(self, conversation: ScoredConversation) -> Optimized | None:
         if conversation.evaluation is None:  # an unscored conversation: nothing was replayed
             return None
-        if self._last is None or self._last[0] != conversation.id:
-            self._last = (conversation.id, optimize(conversation.evaluation))
+        if self._last is None or self._last[0] is not conversation.evaluation:
+            self._last = (conversation.evaluation, optimize(conversation.evaluation))
         return self._last[1]
