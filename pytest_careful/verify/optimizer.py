@@ -18,8 +18,9 @@ The passes, in order: failed calls, redundant reads (the same read, nothing chan
 duplicate writes (a write repeated with no effect), constant folding (a ``MathAPI`` computation
 no turn demands), dead calls (any other call whose removal changes nothing the checker reads),
 then batching (consecutive steps of a turn merged into one response, where the later step's
-arguments use nothing the earlier one's results gave; BFCL runs a step's calls in order, and
-calls are never reordered, so no scheduling is needed to batch). The result is "optimized
+arguments use nothing the earlier one's results gave and no response without a call lies between
+them; BFCL runs a step's calls in order, and calls are never reordered, so no scheduling is needed
+to batch). The result is "optimized
 calls": an upper bound on the minimum, not a proof of it.
 
 The search is bounded (``MAX_TRIALS`` replays, ``MAX_CALLS`` calls per trace): a longer trace, or
@@ -335,7 +336,7 @@ class _Search:
                 if not self._trial_left():
                     return
                 earlier, later = self.result.turns[turn_index][step - 1], self.result.turns[turn_index][step]
-                if self._uses_results_of(turn_index, earlier, later):
+                if self._spoke_between(turn_index, step) or self._uses_results_of(turn_index, earlier, later):
                     step += 1
                     continue
                 merged = [list(s) for s in self.result.turns[turn_index]]
@@ -358,6 +359,17 @@ class _Search:
                         f"its {len(later)} call(s) use no result of the step before, so one response makes both",
                     )
                 )
+
+    def _spoke_between(self, turn: int, step: int) -> bool:
+        """A response without a call lies between the two steps (the model asked, the confirm protocol's
+        user answered): merging them would drop that exchange, a yes before a destructive call among them."""
+        run = self.evaluation.run
+        if run is None:
+            return False
+        origins = self.result.origins[turn]
+        last, first = max(s for s, _ in origins[step - 1]), min(s for s, _ in origins[step])
+        raw = run.raw_index[turn]
+        return any(r not in raw for r in range(raw[last] + 1, raw[first]))
 
     def _uses_results_of(self, turn: int, earlier: Sequence[str], later: Sequence[str]) -> bool:
         """A literal of ``later``'s calls comes from a result of ``earlier``'s (a response cannot use

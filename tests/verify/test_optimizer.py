@@ -219,3 +219,14 @@ def test_the_rule_counts_each_evaluation_of_one_conversation_apart() -> None:
     assert (repeated["counts"]["verified_surplus_calls"], repeated["counts"]["optimized_calls"]) == (1, 1)
     assert (once["counts"]["verified_surplus_calls"], once["counts"]["optimized_calls"]) == (0, 1)
     assert once["calls"] == 1 and repeated["calls"] == 2
+
+
+def test_steps_a_spoken_response_lies_between_stay_apart() -> None:
+    """The model asked between the two calls (the confirm protocol's user answered there): no batching."""
+    c = files(
+        ["Count the lines of notes.txt, then show it."],
+        [["wc(file_name='notes.txt', mode='l')", "cat(file_name='notes.txt')"]],
+    )
+    logged = [[["wc(file_name='notes.txt', mode='l')"], "Shall I show it?", ["cat(file_name='notes.txt')"]]]
+    o = optimize(evaluate(c, logged, passthrough_decoder()))
+    assert o.steps_after == 2 and not o.rewrites
