@@ -448,8 +448,12 @@ def close_clients(handler: Any) -> None:
     freed at once (the SDKs' clients hold no reference cycle), while httpx is there.
     """
     for name, value in list(vars(handler).items()):
+        # the SDK test first: asking any other value for `close` may run its __getattr__ (the
+        # tokenizer's loads transformers, seconds at the exit)
+        if type(value).__module__.partition(".")[0] not in _CLIENT_SDKS:
+            continue
         close = getattr(value, "close", None)
-        if callable(close) and type(value).__module__.partition(".")[0] in _CLIENT_SDKS:
+        if callable(close):
             try:
                 close()
             except Exception:  # noqa: BLE001 -- a client that cannot close is the SDK's affair; decoding goes on

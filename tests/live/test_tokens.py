@@ -373,3 +373,15 @@ def test_a_tokenizer_transformers_cannot_load_stops_the_run_with_why(tmp_path: P
     handler.tokenizer._load_exact = lambda: (_ for _ in ()).throw(OSError("no tokenizer class"))
     with pytest.raises(StopRun, match="cannot load the model's tokenizer as BFCL does.*no tokenizer class"):
         handler.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
+
+
+def test_closing_a_handlers_clients_never_loads_the_exact_tokenizer(tmp_path: Path) -> None:
+    """close_clients at the session's end asks the SDK clients only: asking the light tokenizer for
+    `close` went to BFCL's own and loaded transformers, seconds between the last response and the exit."""
+    from pytest_careful.execution.decoding import close_clients
+
+    handler = _handler(_model(tmp_path / "m"), Exact(_model(tmp_path / "m")))
+    client = handler.client
+    close_clients(handler)
+    assert handler.tokenizer.exact_loads == 0
+    assert handler.client is None and client.is_closed()  # the OpenAI client is still closed and let go
