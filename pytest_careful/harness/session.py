@@ -134,6 +134,7 @@ class CarefulPlugin:
         self._other_failures: list[str] = []
         self._page_prepared = False  # xdist controller: report.html's templates compiled on a thread
         self._ahead: RunAhead | None = None  # a live run's conversations, running ahead of their items
+        self._charts_warming: threading.Thread | None = None  # a live run's controller: matplotlib imported early
         self._entries_checked = False  # xdist controller: the workers' selection checked for missing entries
         state.details_dir = self._details_dir(config)
         if not self.is_worker:
@@ -339,6 +340,11 @@ class CarefulPlugin:
                 self._other_failures.append(report.nodeid)
             return
         row = getattr(report, "careful_row", None)
+        if self._charts_warming is None and self.state.options.live:  # the first report: the flight is under way
+            self._charts_warming = threading.Thread(
+                target=scorecard.warm_charts, name="careful-warm-charts", daemon=True
+            )
+            self._charts_warming.start()
         if report.when == "call" and row:
             self.state.rows[report.nodeid] = json.loads(row)
             self.state.durations[report.nodeid] = report.duration
@@ -380,6 +386,8 @@ class CarefulPlugin:
         _gc.freeze()  # rows and reports, kept to the end: the scorecards' allocations need not rescan them
         if self.state.source.stopped() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run that stopped short never passes
+        if self._charts_warming is not None:
+            self._charts_warming.join()  # one thread imports matplotlib at a time
         try:
             scorecard_files.finish(self.state, self.config.invocation_params.dir, selection.describe(self.config))
         except OSError as exc:

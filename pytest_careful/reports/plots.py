@@ -125,6 +125,15 @@ def chart_files(
     return files
 
 
+def warm() -> None:
+    """The imports ``chart_files`` makes, and the font it draws with looked up (``scorecard.warm_charts``)."""
+    from matplotlib import font_manager, style  # noqa: F401  (matplotlib: imported here to be ready, see above)
+    from matplotlib.backends import backend_agg, backend_svg  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401
+
+    font_manager.findfont(str(_SAVE_RC["font.family"]))
+
+
 def png(figure: Figure) -> bytes:
     """The figure as PNG bytes (no date, a fixed creator)."""
     return _save(figure, "png", _PNG_METADATA).getvalue()

@@ -461,6 +461,20 @@ def prepare_page() -> None:
         pass
 
 
+def warm_charts() -> None:
+    """Import what the charts are drawn with (matplotlib, its Agg and SVG canvases, the font list),
+    ahead of the session end, where it took half a second of the wait after a live run's last response.
+
+    The controller of a live run calls it on a thread, the workers (or its own flight) waiting on
+    the server. Not in a rescoring run: its workers keep both cores busy, and a rerun reuses its
+    charts (``chart_cache``). An error is left for ``plots.chart_files`` to meet.
+    """
+    try:
+        plots.warm()
+    except Exception:
+        pass
+
+
 def _write_files(directory: Path, files: Mapping[str, str | bytes]) -> list[Path]:
     written = []
     for name, content in files.items():
