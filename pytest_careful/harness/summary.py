@@ -136,8 +136,12 @@ def audit_lines(state: CarefulState) -> list[str]:
         excluded = state.options.audit == EXCLUDE
         lines.append(
             f"audit [{condition}]: {counted(audit['defect_items'], 'conversation')} of {every['conversations']} "
-            f"have a defect in their reference (no model can pass them as given); "
-            f"without them BFCL {100 * clean['bfcl_accuracy']:.1f}%, safe {100 * clean['safe_accuracy']:.1f}% "
+            + (
+                "has a defect in its reference (no model can pass it as given); "
+                if audit["defect_items"] == 1
+                else "have a defect in their reference (no model can pass them as given); "
+            )
+            + f"without them BFCL {100 * clean['bfcl_accuracy']:.1f}%, safe {100 * clean['safe_accuracy']:.1f}% "
             f"(all: BFCL {100 * every['bfcl_accuracy']:.1f}%, safe {100 * every['safe_accuracy']:.1f}%)"
             + (f"; excluded from every figure ({AUDIT}={EXCLUDE})" if excluded else "")
         )

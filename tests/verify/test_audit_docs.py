@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from conftest import ROOT
+import pytest
+
+from conftest import REAL_RUN_DECODER, ROOT
 from pytest_careful.cli.audit import markdown
 from pytest_careful.data import dataset
 from pytest_careful.verify.audit_file import SHIPPED
@@ -43,3 +46,15 @@ def test_the_pages_figures_are_the_shipped_audits() -> None:
     flat = " ".join(sentence.split())
     for figure in expected:
         assert " ".join(figure.split()) in flat, figure
+
+
+def test_the_pages_summary_line_is_what_the_real_run_prints(pytester: pytest.Pytester, real_run: Path) -> None:
+    """The `audit [standard]: ...` line the page shows is the rescored real run's own, word for word."""
+    page = (ROOT / "docs" / "audit.md").read_text(encoding="utf-8")
+    shown = next(line.strip() for line in page.splitlines() if line.strip().startswith("audit [standard]:"))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", "-q",
+        f"--careful-results={real_run}", f"--careful-decoder={REAL_RUN_DECODER}",
+    )  # fmt: skip
+    printed = [line.strip() for line in result.outlines if line.startswith("audit [standard]:")]
+    assert printed == [shown], (printed, shown)
