@@ -68,7 +68,12 @@ def blocks(page: Path) -> list[Block]:
         if not opening:
             i += 1
             continue
-        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        # A fence closes only on a line of its own: "``` text" leaves the block open (Markdown renders
+        # the rest of the page as code), so a block that never closes fails here.
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].rstrip() == "```"), None)
+        assert end is not None, (
+            f"{page.name}:{i + 1}: a fenced block that never closes (a closing fence with text after it?)"
+        )
         above = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         marker = SKIP.search(above)
         found.append(Block(opening["lang"], "\n".join(lines[i + 1 : end]), i + 1, marker["why"] if marker else None))

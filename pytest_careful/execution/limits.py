@@ -78,7 +78,8 @@ MAX_SECONDS = Option(
     default=DEFAULT_MAX_SECONDS,
     type=positive_number,
     metavar="S",
-    help=f"Budget of each conversation's scoring: wall time (default {DEFAULT_MAX_SECONDS:g} s)",
+    help=f"Budget of each conversation's scoring: its time, the references left out; it stops at the first "
+    f"check past S, each call replayed or 2,048 steps of a walk (default {DEFAULT_MAX_SECONDS:g} s)",
 )
 MAX_MEMORY_MB = Option(
     "--careful-max-memory-mb",

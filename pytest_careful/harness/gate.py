@@ -194,7 +194,22 @@ def gate_verdict(state: CarefulState) -> str:
     """The gate's last line; with nothing selected there is nothing it could have passed."""
     if state.gate_messages:
         return "FAILED"
-    return "passed" if state.selected else "nothing to judge: no conversation was selected (pytest exits 5)"
+    if not state.selected:
+        return "nothing to judge: no conversation was selected (pytest exits 5)"
+    return "passed" + _regression_clause(state)
+
+
+def _regression_clause(state: CarefulState) -> str:
+    """What a passing gate compared with the baseline, on which verdict: a pass says what it held."""
+    if state.options.fail_on_regression is None or not state.comparisons:
+        return ""
+    name = stats.VERDICT_NAMES[state.options.regression_verdict]
+    parts = [
+        f"{condition} {result['gained']} gained, {result['lost']} lost"
+        for condition, comparison in state.comparisons.items()
+        if (result := comparison.get(stats.ALL)) is not None
+    ]
+    return f" ({name} verdicts against the baseline: {'; '.join(parts)})" if parts else ""
 
 
 def gate_passes(row: Row, gate: str, rules: Sequence[Rule]) -> bool:

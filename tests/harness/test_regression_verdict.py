@@ -113,7 +113,8 @@ def test_a_baseline_whose_verdicts_disagree_gates_by_the_chosen_verdict(
         ret, recorded, compared, out = outcomes[verdict]
         assert (ret, recorded, compared["gained"], compared["lost"]) == (0, "safe", 0, 0), out[-3000:]
         assert "vs baseline (safe verdict, exact McNemar)" in out
-        assert "release gate: passed" in out
+        # A pass names what it held: the verdict it compared, and what it counted.
+        assert "release gate: passed (safe verdicts against the baseline: standard 0 gained, 0 lost)" in out
     # BFCL's verdict: every one of them lost, significantly; the gate fails and says on which verdict.
     ret, recorded, compared, out = outcomes["bfcl"]
     assert (ret, recorded, compared["gained"], compared["lost"]) == (1, "bfcl", 0, len(MOVES)), out[-3000:]
