@@ -14,6 +14,7 @@ import pytest
 
 from pytest_careful.data import dataset
 from pytest_careful.data.dataset import Conversation
+from pytest_careful.evaluation.replay import FALSE_STATUS, OK, reference
 from pytest_careful.verify.audit import CLASSES, DEFECT, DOUBT, Finding, audit_conversation
 
 TICKETS = {"TicketAPI": {"ticket_queue": [], "ticket_counter": 1, "current_user": "alice"}}
@@ -226,6 +227,27 @@ def test_a_literal_the_checker_never_reads_is_no_finding() -> None:
         ["Make sure there is a file named notes.txt."],
         [["touch(file_name='notes.txt')"]],  # it exists already: the call changes nothing, and rightly
     )
+    assert findings(c) == []
+
+
+@pytest.mark.parametrize("passport", ["FR4567890", "US4567890"], ids=["fails", "twin-succeeds"])
+def test_a_read_that_fails_answers_the_question_and_is_no_finding(passport: str) -> None:
+    """'Verify my passport': with a French passport the reference's verification rightly fails (TravelAPI
+    accepts US passports only), and that failure is the answer. The twin differs only in the passport and
+    succeeds; neither is a finding: a failing call is not flagged for failing."""
+    c = conversation(
+        ["TravelAPI"],
+        {"TravelAPI": {"user_first_name": "Alice", "user_last_name": "Smith"}},
+        [f"Verify my traveler information: Alice Smith, born 1990-04-12, passport {passport}."],
+        [
+            [
+                "verify_traveler_information(first_name='Alice', last_name='Smith', "
+                f"date_of_birth='1990-04-12', passport_number='{passport}')"
+            ]
+        ],
+    )
+    (call,) = reference(c).calls
+    assert call.status == (OK if passport.startswith("US") else FALSE_STATUS), call.result
     assert findings(c) == []
 
 
