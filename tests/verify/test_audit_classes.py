@@ -110,7 +110,12 @@ def test_a_number_far_from_the_literal_contradicts_nothing() -> None:
         ["Open a ticket titled 'Broken login'; I will file 10 more later."],
         [["create_ticket(title='Broken login', priority=4)"]],
     )
-    assert only(c, "no_source").evidence.literal == 4
+    found = only(c, "no_source")
+    assert found.evidence.literal == 4
+    assert (found.evidence.near_miss, found.evidence.detail) == (
+        None,
+        "no source and no near miss",
+    )  # 10 is no near miss
 
 
 @pytest.mark.parametrize(
@@ -217,6 +222,24 @@ def test_no_source(priority: int) -> None:
         return
     found = only(c, "no_source")
     assert found.evidence.literal == 3 and any(s.startswith("user:") for s in found.evidence.searched)
+
+
+@pytest.mark.parametrize(("tag", "near"), [("urgency", True), ("token_ABC123", False)], ids=["near", "unrelated"])
+def test_a_no_source_near_miss_shares_something_with_the_literal(tag: str, near: bool) -> None:
+    """The nearest quoted word the user gave is shown beside a guessed description only when the two share
+    three letters in a row: 'urgency' beside 'urgent' helps a reader, 'token_ABC123' is noise."""
+    c = conversation(
+        ["TicketAPI"],
+        TICKETS,
+        [f"Open a ticket titled 'Login' and tag it '{tag}'."],
+        [["create_ticket(title='Login', description='urgent')"]],
+    )
+    found = only(c, "no_source")
+    if near:
+        assert found.evidence.near_miss == "user turn 0: 'urgency'"
+        assert found.evidence.detail == "no source; the nearest value of its kind the user gave is shown"
+    else:
+        assert (found.evidence.near_miss, found.evidence.detail) == (None, "no source and no near miss")
 
 
 def test_a_literal_the_checker_never_reads_is_no_finding() -> None:
