@@ -98,6 +98,16 @@ CONTRADICTED_KINDS = ("date", "number", "code", "id", "file")
 #: user's 550 against a reference's 500 is a defect; their 10 ("10 times the price") is not.
 NUMBER_DISTANCE = 0.5
 
+#: A no_source literal's near miss is the nearest span of its kind in the user's turns, shown only when it
+#: shares something with the literal: a number within NUMBER_DISTANCE of it, a date within NEAR_MONTHS,
+#: any other text a run of three letters or digits (case aside), or one containing the other.
+NEAR_MISS = (
+    "the nearest span of the literal's kind in the user's turns, shown only when it shares something with "
+    "the literal: a number within half of it, a date within a year, else three letters or digits in a row "
+    "(case aside) or the whole of one in the other"
+)
+NEAR_MONTHS = 12
+
 #: A text's words: a number with its decimals and separators whole (``10000.00``), else letters and digits.
 _WORD = re.compile(r"\d+(?:[.,]\d+)*|\w+(?:'\w+)?")
 _CODE = re.compile(r"\b[A-Z]{2,5}\b")
@@ -314,7 +324,9 @@ def _classify(
         return finding(
             "contradicts_result", contradiction, "with the result's value BFCL's checker fails the conversation"
         )
-    return finding("no_source", _nearest(trajectory, index, value), "no source and no near miss")
+    near = _nearest(trajectory, index, value)
+    detail = "no source; the nearest value of its kind the user gave is shown" if near else "no source and no near miss"
+    return finding("no_source", near, detail)
 
 
 _TEXT_DETAIL = {
@@ -573,7 +585,8 @@ def _succeeds(trajectory: Trajectory, index: int, changed: str) -> bool:
 
 
 def _nearest(trajectory: Trajectory, index: int, value: object) -> str | None:
-    """The nearest span of the literal's kind in the user's turns so far, for a reader to compare."""
+    """The nearest span of the literal's kind in the user's turns so far, for a reader to compare;
+    None when even the nearest shares nothing with the literal (``NEAR_MISS``)."""
     record = trajectory.calls[index]
     kind = kind_of(value)
     spans = [
@@ -581,8 +594,28 @@ def _nearest(trajectory: Trajectory, index: int, value: object) -> str | None:
     ]
     if not spans:
         return None
-    turn, written, _ = min(spans, key=lambda s: _distance(value, s[2]))
+    turn, written, span = min(spans, key=lambda s: _distance(value, s[2]))
+    if not _near(value, span):
+        return None
     return f"user turn {turn}: {written!r}"
+
+
+def _near(value: object, span: object) -> bool:
+    """Whether a span shares something with the literal, so that showing it as a near miss means something."""
+    if isinstance(span, tuple):  # a date
+        return _distance(value, span) <= NEAR_MONTHS
+    if isinstance(span, (int, float)) and not isinstance(span, bool):
+        return _distance(value, span) <= NUMBER_DISTANCE
+    a, b = _letters_and_digits(value), _letters_and_digits(span)
+    return bool(a and b) and (a in b or b in a or bool(_trigrams(a) & _trigrams(b)))
+
+
+def _letters_and_digits(value: object) -> str:
+    return "".join(c for c in str(value).lower() if c.isalnum())
+
+
+def _trigrams(text: str) -> set[str]:
+    return {text[i : i + 3] for i in range(len(text) - 2)}
 
 
 def _quote(value: object) -> str:

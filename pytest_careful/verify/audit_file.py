@@ -30,7 +30,7 @@ from ..common.bfcl import CATEGORIES, PINNED_VERSION
 from ..data.dataset import category_of
 from ..effects.declarations import DECLARATIONS_DIR
 from . import normal_forms, provenance
-from .audit import CLASSES, DEFECT, DOUBT, SEVERITIES, ConversationAudit
+from .audit import CLASSES, DEFECT, DOUBT, NEAR_MISS, SEVERITIES, ConversationAudit
 from .options import OFF
 
 SCHEMA = 1
@@ -167,6 +167,7 @@ def _rules() -> dict[str, object]:
         "normal_forms": {"version": normal_forms.VERSION, "forms": dict(normal_forms.FORMS)},
         "classes": {name: {"severity": severity, "rule": rule} for name, (severity, rule) in CLASSES.items()},
         "source_kinds": list(provenance.KINDS),
+        "near_miss": NEAR_MISS,
         "bounds": {
             "read_calls": provenance.READ_CALLS,
             "read_calls_per_function": provenance.READ_CALLS_PER_FUNCTION,

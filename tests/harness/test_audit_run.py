@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_careful.data import dataset
+from pytest_careful.reports.baseline import audit_problem
 from pytest_careful.verify import audit_file
 
 QWEN = "Qwen/Qwen3-8B"  # a prompting decoder: each step is "[call, call]"
@@ -155,6 +156,19 @@ def test_careful_report_refuses_exclude_beside_another_mode(pytester: pytest.Pyt
     result = _report(pytester, "scorecards/first", "scorecards/second")
     assert result.ret == 2
     assert "--careful-audit=mark, the other under --careful-audit=exclude" in result.stderr.str()
+
+
+def test_exclude_runs_on_different_audits_are_refused_and_on_the_same_audit_paired() -> None:
+    """audit_problem, which careful-report and --careful-baseline ask before pairing two scorecards."""
+    old, new = hashlib.sha256(b"one audit").hexdigest(), hashlib.sha256(b"another audit").hexdigest()
+
+    def provenance(sha: str) -> dict:
+        return {"audit": {"mode": "exclude", "sha256": sha, "bfcl_eval": "2026.3.23"}}
+
+    problem = audit_problem(provenance(old), provenance(new))
+    assert problem is not None and "with different audits" in problem
+    assert old[:12] in problem and new[:12] in problem, problem
+    assert audit_problem(provenance(new), provenance(new)) is None
 
 
 def _run_labelled(pytester: pytest.Pytester, run_dir: Path, label: str, *extra: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from pytest_careful.data import dataset
 from pytest_careful.data.dataset import Conversation
+from pytest_careful.evaluation.replay import FALSE_STATUS, OK, reference
 from pytest_careful.verify.audit import CLASSES, DEFECT, DOUBT, Finding, audit_conversation
 
 TICKETS = {"TicketAPI": {"ticket_queue": [], "ticket_counter": 1, "current_user": "alice"}}
@@ -109,7 +110,12 @@ def test_a_number_far_from_the_literal_contradicts_nothing() -> None:
         ["Open a ticket titled 'Broken login'; I will file 10 more later."],
         [["create_ticket(title='Broken login', priority=4)"]],
     )
-    assert only(c, "no_source").evidence.literal == 4
+    found = only(c, "no_source")
+    assert found.evidence.literal == 4
+    assert (found.evidence.near_miss, found.evidence.detail) == (
+        None,
+        "no source and no near miss",
+    )  # 10 is no near miss
 
 
 @pytest.mark.parametrize(
@@ -218,6 +224,24 @@ def test_no_source(priority: int) -> None:
     assert found.evidence.literal == 3 and any(s.startswith("user:") for s in found.evidence.searched)
 
 
+@pytest.mark.parametrize(("tag", "near"), [("urgency", True), ("token_ABC123", False)], ids=["near", "unrelated"])
+def test_a_no_source_near_miss_shares_something_with_the_literal(tag: str, near: bool) -> None:
+    """The nearest quoted word the user gave is shown beside a guessed description only when the two share
+    three letters in a row: 'urgency' beside 'urgent' helps a reader, 'token_ABC123' is noise."""
+    c = conversation(
+        ["TicketAPI"],
+        TICKETS,
+        [f"Open a ticket titled 'Login' and tag it '{tag}'."],
+        [["create_ticket(title='Login', description='urgent')"]],
+    )
+    found = only(c, "no_source")
+    if near:
+        assert found.evidence.near_miss == "user turn 0: 'urgency'"
+        assert found.evidence.detail == "no source; the nearest value of its kind the user gave is shown"
+    else:
+        assert (found.evidence.near_miss, found.evidence.detail) == (None, "no source and no near miss")
+
+
 def test_a_literal_the_checker_never_reads_is_no_finding() -> None:
     """ls's hidden-files flag changes no compared state when no file is hidden; and a no-op write is legitimate."""
     c = conversation(
@@ -226,6 +250,27 @@ def test_a_literal_the_checker_never_reads_is_no_finding() -> None:
         ["Make sure there is a file named notes.txt."],
         [["touch(file_name='notes.txt')"]],  # it exists already: the call changes nothing, and rightly
     )
+    assert findings(c) == []
+
+
+@pytest.mark.parametrize("passport", ["FR4567890", "US4567890"], ids=["fails", "twin-succeeds"])
+def test_a_read_that_fails_answers_the_question_and_is_no_finding(passport: str) -> None:
+    """'Verify my passport': with a French passport the reference's verification rightly fails (TravelAPI
+    accepts US passports only), and that failure is the answer. The twin differs only in the passport and
+    succeeds; neither is a finding: a failing call is not flagged for failing."""
+    c = conversation(
+        ["TravelAPI"],
+        {"TravelAPI": {"user_first_name": "Alice", "user_last_name": "Smith"}},
+        [f"Verify my traveler information: Alice Smith, born 1990-04-12, passport {passport}."],
+        [
+            [
+                "verify_traveler_information(first_name='Alice', last_name='Smith', "
+                f"date_of_birth='1990-04-12', passport_number='{passport}')"
+            ]
+        ],
+    )
+    (call,) = reference(c).calls
+    assert call.status == (OK if passport.startswith("US") else FALSE_STATUS), call.result
     assert findings(c) == []
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_careful.cli import audit as cli
 from pytest_careful.common.bfcl import PINNED_VERSION
 from pytest_careful.data import dataset
 from pytest_careful.verify import audit_file
@@ -124,3 +125,32 @@ def test_a_damaged_audit_file_is_one_line(tmp_path: Path) -> None:
     bad.write_text("{")
     with pytest.raises(AuditFileError, match="not a readable audit file"):
         audit_file.load(bad)
+
+
+def test_careful_audit_check_exits_1_and_lists_each_differing_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command itself: it writes an audit, --check passes on it, and on a copy with two findings
+    altered it exits 1 with one line per finding. It recomputes four conversations, not 800, for speed
+    (the full recomputation is test_the_shipped_audit_is_careful_audits_output's)."""
+    real = cli.audit_all
+    monkeypatch.setattr(cli, "audit_all", lambda ids, jobs: real([c for c in ids if c in SOME], 1))
+    written = tmp_path / "audit.json"
+    assert cli.main(["--file", str(written)]) == 0
+    assert cli.main(["--check", "--file", str(written)]) == 0
+    assert "is up to date" in capsys.readouterr().out
+
+    altered = json.loads(written.read_text(encoding="utf-8"))
+    altered["conversations"]["multi_turn_base_4"][0]["severity"] = DOUBT
+    altered["conversations"]["multi_turn_base_176"][0]["evidence"]["near_miss"] = "user turn 0: 'something else'"
+    copy = tmp_path / "altered.json"
+    copy.write_text(dumps(altered), encoding="utf-8")
+    assert cli.main(["--check", "--file", str(copy)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    differing = [line for line in out if not line.startswith("careful-audit:")]
+    assert len(differing) == 2, out
+    assert differing[0].startswith("~ multi_turn_base_176 turn 1 call 1 description one_word_changed:"), out
+    assert "evidence" in differing[0]
+    assert differing[1].startswith("~ multi_turn_base_4 turn 2 call 0 content reordered:"), out
+    assert "severity" in differing[1]
+    assert out[-1].startswith(f"careful-audit: {copy} is stale"), out

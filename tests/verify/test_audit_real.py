@@ -77,6 +77,23 @@ def test_a_count_changed_from_the_results_it_averages() -> None:
     assert "gives 60" in (found.evidence.near_miss or "")
 
 
+def test_a_wording_the_user_never_gave() -> None:
+    """base_174 comments the user's own words; a comment in other words is a guess, a no_source doubt."""
+    c = perturbed("multi_turn_base_174", 4, 0, "Safe travels and enjoy every moment!", "Safe travels and have fun!")
+    found = only(c)
+    assert (found.finding, found.severity, found.turn, found.call, found.argument, found.evidence.literal) == (
+        "no_source",
+        "doubt",
+        4,
+        0,
+        "comment_content",
+        "Safe travels and have fun!",
+    )
+    assert found.evidence.near_miss == "user turn 4: 'Safe travels and enjoy every moment!'"
+    assert found.evidence.checked_by == "state of TwitterAPI (comments) after turn 4"
+    assert found.evidence.searched[0].startswith("user: the user's messages of turns 0-4")
+
+
 def test_a_value_used_before_the_user_gives_it() -> None:
     """miss_param_2 holds the file name back to turn 1; a reference that creates it in turn 0 cannot be met."""
     original = dataset.get("multi_turn_miss_param_2")
