@@ -24,7 +24,13 @@ to batch). The result is "optimized
 calls": an upper bound on the minimum, not a proof of it.
 
 The search is bounded (``MAX_TRIALS`` replays, ``MAX_CALLS`` calls per trace): a longer trace, or
-one that exhausts the trials, says so in ``bounded`` and keeps what was proved so far.
+one that exhausts the trials, says so in ``bounded`` and keeps what was proved so far. It also runs
+on a budget of its own (``limits.apart``): the calls and memory the conversation's budget has left
+and ``SECONDS_SHARE`` of its time limit, its time left out of the conversation's. Every replay it
+makes and every text it searches count there; past that budget the search stops, keeps what was
+proved so far, and says why in ``bounded``. It never raises ``ResourceLimit``: whatever the trace
+(an echo bomb's results of 200,000 characters), the conversation's verdict is the one a scoring
+without the optimizer gives.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from ..common.text import shorten_call
 from ..evaluation.evaluate import Evaluation
 from ..evaluation.replay import OK, Replay, replay
 from ..evaluation.verdict import FORCE_TERMINATED, INFERENCE_ERROR, Verdict, check, missing_results
+from ..execution import limits
 from ..execution.snapshot import Snapshot
 from .literals import literals_of
 from .provenance import DOC, RESULT, USER, Trajectory, parameter_names
@@ -63,6 +70,8 @@ CLASSES: dict[str, str] = {
 MAX_TRIALS = 64
 #: A trace of more calls than this is not optimized (its ``bounded`` says so).
 MAX_CALLS = 200
+#: The optimizer's own time limit, as a share of the conversation's (``--careful-max-seconds``).
+SECONDS_SHARE = 0.5
 
 #: Calls per turn, per step: the decoded trace.
 Steps = list[list[list[str]]]
@@ -165,10 +174,32 @@ def optimize(evaluation: Evaluation, max_trials: int = MAX_TRIALS, max_calls: in
         return result
     if not calls:
         return result
-    search = _Search(evaluation, result, max_trials)
-    search.remove_calls()
-    search.batch_steps()
+    budget: limits.Meter | None = None
+    try:
+        with limits.apart(SECONDS_SHARE) as budget:
+            search = _Search(evaluation, result, max_trials)
+            search.remove_calls()
+            search.batch_steps()
+    except limits.ResourceLimit as exceeded:
+        # Every accepted rewrite updates the result whole after its replay: what it holds is proved.
+        assert budget is not None
+        result.bounded = (
+            f"stopped at the optimizer's own budget ({_spent(exceeded.limit, budget)}); kept what was proved"
+        )
     return result
+
+
+def _spent(limit: str, budget: limits.Meter) -> str:
+    """Which of the optimizer's own limits its search reached, in words."""
+    own = budget.limits
+    if limit == "calls":
+        return f"its replays reached the {own.max_calls:,} calls left of the conversation's {limits.MAX_CALLS}"
+    if limit == "memory":
+        return f"its replays held the {own.max_memory_mb:g} MB left of the conversation's {limits.MAX_MEMORY_MB}"
+    return (
+        f"over its time limit, {SECONDS_SHARE:g} of the conversation's {limits.MAX_SECONDS}: "
+        f"{own.max_seconds:g} s, after {budget.calls:,} calls replayed"
+    )
 
 
 class _Search:

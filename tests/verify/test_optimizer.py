@@ -173,17 +173,21 @@ def test_the_trials_are_bounded() -> None:
 
 @pytest.mark.parametrize("calls", [150, 5000])
 def test_the_runs_limits_apply_to_every_replay_it_makes(calls: int) -> None:
-    """Inside the conversation's budget, as a rescoring scores it: the replays count, and stop at the limit."""
+    """Inside the conversation's budget, as a rescoring scores it: the trace's own replay stops at the
+    limit; the optimizer's replays count against the calls the conversation has left, on a meter of
+    their own, and stop the search there (never the conversation)."""
     c = files(["List the files."], [["ls()"]])
     trace: Trace = [[["pwd()"] for _ in range(calls)] + [["ls()"]]]
     budget = limits.Limits(max_calls=1_000)
     with limits.metered(budget) as meter:
         try:
-            o = optimize(evaluate(c, trace, passthrough_decoder()))
+            evaluation = evaluate(c, trace, passthrough_decoder())
         except limits.ResourceLimit as exceeded:
-            assert exceeded.limit == "calls" and meter.calls == budget.max_calls + 1
+            assert exceeded.limit == "calls" and meter.calls == budget.max_calls + 1 and calls > budget.max_calls
             return
-    assert calls <= budget.max_calls and o.bounded is not None
+        o = optimize(evaluation)
+        assert meter.calls == calls + 1  # the trace's replay only
+    assert o.bounded is not None and f"the {budget.max_calls - calls - 1:,} calls left" in o.bounded
 
 
 @pytest.mark.parametrize("kind", ["exponential", "deep_chain", "many_writes"])
@@ -230,3 +234,87 @@ def test_steps_a_spoken_response_lies_between_stay_apart() -> None:
     logged = [[["wc(file_name='notes.txt', mode='l')"], "Shall I show it?", ["cat(file_name='notes.txt')"]]]
     o = optimize(evaluate(c, logged, passthrough_decoder()))
     assert o.steps_after == 2 and not o.rewrites
+
+
+class _Clock:
+    """A clock that moves ``step`` on each reading: time as the meter sees it, never wall time."""
+
+    def __init__(self, step: float) -> None:
+        self.at, self.step, self.readings = 100.0, step, 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        self.at += self.step
+        return self.at
+
+
+def _scored(trace: object, optimize: bool, clock: _Clock) -> dict[str, object]:
+    """One conversation scored as an item scores it, under a budget read on ``clock``: its row,
+    or the limit that stopped it."""
+    from pytest_careful.effects import declarations
+    from pytest_careful.scoring.conversation import ScoringConfig, score_conversation
+    from pytest_careful.scoring.rules import Settings, built_in, opt_in
+
+    settings = Settings(optimize=optimize)
+    config = ScoringConfig("m", "passthrough", declarations.load(), settings, built_in(settings) + opt_in(settings))
+    c = payloads.conversation_for("many_calls")
+    try:
+        with limits.metered(limits.Limits(max_seconds=10.0), now=clock):
+            row, _ = score_conversation(c, trace, None, passthrough_decoder(), "standard", config)
+    except limits.ResourceLimit as exceeded:
+        return {"resource_limit": exceeded.reason}
+    own = {"verified_surplus_calls", "optimized_calls", "optimized_steps"}
+    return {
+        "bfcl": row["bfcl"],
+        "safe": row["safe"],
+        "strict": row["strict"],
+        "calls": row["calls"],
+        "counts": {k: v for k, v in row["counts"].items() if k not in own},
+        "optimized_calls": row["counts"].get("optimized_calls"),
+    }
+
+
+def test_an_echo_bomb_keeps_its_verdict_under_the_optimizer() -> None:
+    """150 echoes whose results are 200,000 characters each: every literal's source search scans
+    them all. The optimizer stops at its own budget (half the time limit, its time left out of the
+    conversation's) and the row is the plain scoring's: the limit never escapes into the verdict.
+    The clock moves 0.01 s per reading, so the bound is counted, not timed."""
+    from pytest_careful.evaluation.replay import reference
+    from pytest_careful.verify.optimizer import SECONDS_SHARE
+
+    c = payloads.conversation_for("many_calls")
+    reference(c)
+    trace = payloads.as_run(c, payloads.EXPANDING_CALLS["results that echo"][:150])
+    plain_clock, optimized_clock = _Clock(0.01), _Clock(0.01)
+    plain = _scored(trace, False, plain_clock)
+    optimized = _scored(trace, True, optimized_clock)
+    assert "resource_limit" not in plain and plain["optimized_calls"] is None
+    assert "resource_limit" not in optimized, optimized
+    assert {k: v for k, v in optimized.items() if k != "optimized_calls"} == {
+        k: v for k, v in plain.items() if k != "optimized_calls"
+    }
+    assert optimized["optimized_calls"] is not None and optimized["optimized_calls"] <= optimized["calls"]
+    # Bounded: the plain scoring's readings, plus at most the optimizer's share of the limit's.
+    share = SECONDS_SHARE * 10.0 / 0.01
+    assert optimized_clock.readings <= plain_clock.readings + share + 50
+
+
+def test_the_optimizer_stops_at_its_own_budget_and_says_why() -> None:
+    """Outside the conversation's meter the optimizer's own budget is what stops it: bounded, with its reason."""
+    c = payloads.conversation_for("many_calls")
+    trace = payloads.as_run(c, payloads.EXPANDING_CALLS["results that echo"][:150])
+    evaluation = evaluate(c, trace, passthrough_decoder())
+    with limits.metered(limits.Limits(max_seconds=10.0), now=_Clock(0.01)) as meter:
+        o = optimize(evaluation)
+        assert meter.calls == 0  # nothing it replayed was charged to the conversation
+    assert o.bounded is not None and "the optimizer's own budget (over its time limit" in o.bounded
+    assert o.calls_after <= o.calls_before
+
+
+def test_a_text_search_ticks_in_proportion_to_the_text() -> None:
+    """A hang in a search through a long result shows on the clock: 200,000 characters are 196 steps."""
+    from pytest_careful.verify.normal_forms import Text, find_in_text
+
+    with limits.metered(limits.Limits()) as meter:
+        find_in_text("needle", Text("a" * 200_000))
+    assert meter.steps >= 200_000 // limits.CHARS_PER_TICK
