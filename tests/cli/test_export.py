@@ -68,6 +68,7 @@ def test_the_layout_and_format_are_the_inputs(exported: Path, real_run: Path) ->
 
 
 def _bfcl_verdicts(exported: Path, real_run: Path, every: int) -> None:
+    """bfcl-eval's own checker on the written files and on the input: the same verdict and error type."""
     before = [e for name in FILES for e in _entries(real_run, name)][::every]
     after = {e["id"]: e for name in FILES for e in _entries(exported, name)}
     theirs = run_oracle({"id": e["id"], "result": e["result"], "decoder": REAL_RUN_DECODER} for e in before)
@@ -75,6 +76,16 @@ def _bfcl_verdicts(exported: Path, real_run: Path, every: int) -> None:
     assert [(v["id"], v["valid"], v["error_type"]) for v in ours] == [
         (v["id"], v["valid"], v["error_type"]) for v in theirs
     ]
+
+
+def test_bfcl_evaluate_gives_every_conversation_its_verdict(exported: Path, real_run: Path) -> None:
+    """Every 20th conversation here; all 600 in the slow suite."""
+    _bfcl_verdicts(exported, real_run, every=20)
+
+
+@pytest.mark.slow
+def test_bfcl_evaluate_gives_all_600_conversations_their_verdict(exported: Path, real_run: Path) -> None:
+    _bfcl_verdicts(exported, real_run, every=1)
 
 
 def test_this_plugin_rescores_it_as_any_run(exported: Path, real_run: Path) -> None:
