@@ -379,13 +379,16 @@ class _Search:
                     continue
                 self.result.turns = turns
                 places = self.result.origins[turn_index]
+                # Where the merged step's first call was in the original trace (``step`` counts the
+                # steps of the trace as rewritten so far: removals and merges before it shift it).
+                original_step, original_position = places[step][0]
                 places[step - 1 : step + 1] = [places[step - 1] + places[step]]
                 self.result.rewrites.append(
                     Rewrite(
                         BATCHED,
                         turn_index,
-                        step,
-                        0,
+                        original_step,
+                        original_position,
                         shorten_call(later[0], 200),
                         f"its {len(later)} call(s) use no result of the step before, so one response makes both",
                     )

@@ -136,6 +136,19 @@ def test_independent_steps_are_batched() -> None:
     assert (o.steps_before, o.steps_after, o.calls_after) == (2, 1, 2)
 
 
+def test_a_batched_step_is_named_by_its_place_in_the_original_trace() -> None:
+    """pwd goes first (dead), so cat is the rewritten trace's step 1 but the original's step 2."""
+    c = files(
+        ["Count the lines of notes.txt, then show it."],
+        [["wc(file_name='notes.txt', mode='l')", "cat(file_name='notes.txt')"]],
+    )
+    o = optimized(c, [[["pwd()"], ["wc(file_name='notes.txt', mode='l')"], ["cat(file_name='notes.txt')"]]])
+    assert kinds(o) == [("dead_call", "pwd()"), ("batched", "cat(file_name='notes.txt')")]
+    batched = o.rewrites[1]
+    assert (batched.turn, batched.step, batched.position) == (0, 2, 0)
+    assert o.original[batched.turn][batched.step][batched.position] == "cat(file_name='notes.txt')"
+
+
 def test_twin_a_step_that_reads_the_step_before_stays_apart() -> None:
     c = files(["Show me the file in this folder."], [["ls()", "cat(file_name='notes.txt')"]])
     o = optimized(c, [[["ls()"], ["cat(file_name='notes.txt')"]]])
