@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..common.text import shorten_call
@@ -367,7 +367,7 @@ class _Search:
                 if not self._trial_left():
                     return
                 earlier, later = self.result.turns[turn_index][step - 1], self.result.turns[turn_index][step]
-                if self._spoke_between(turn_index, step) or self._uses_results_of(turn_index, earlier, later):
+                if self._spoke_between(turn_index, step) or self._uses_results_of(turn_index, step):
                     step += 1
                     continue
                 merged = [list(s) for s in self.result.turns[turn_index]]
@@ -405,25 +405,20 @@ class _Search:
         raw = run.raw_index[turn]
         return any(r not in raw for r in range(raw[last] + 1, raw[first]))
 
-    def _uses_results_of(self, turn: int, earlier: Sequence[str], later: Sequence[str]) -> bool:
-        """A literal of ``later``'s calls comes from a result of ``earlier``'s (a response cannot use
-        the results of calls it makes itself)."""
-        earlier_indices = self._indices(turn, earlier)
-        for index in self._indices(turn, later):
+    def _uses_results_of(self, turn: int, step: int) -> bool:
+        """A literal of the calls of step ``step`` (of the trace as rewritten so far) comes from a result of
+        the step before's (a response cannot use the results of calls it makes itself)."""
+        earlier_indices = set(self._indices(turn, step - 1))
+        for index in self._indices(turn, step):
             for _, sources, _ in self._sources_of(index):
                 if any(s in earlier_indices for s in sources):
                     return True
         return False
 
-    def _indices(self, turn: int, step: Sequence[str]) -> set[int]:
-        """The original calls (indices) a step of the current trace holds, matched in order within the turn."""
-        wanted = list(step)
-        found = set()
-        for index, call in enumerate(self.calls):
-            if call.turn == turn and index not in self.removed and wanted and call.call == wanted[0]:
-                found.add(index)
-                wanted.pop(0)
-        return found
+    def _indices(self, turn: int, step: int) -> list[int]:
+        """The original calls (indices) step ``step`` of the current trace holds, by their places in the
+        original trace (``origins``), never by their text: an identical call earlier in the turn is another."""
+        return [self._places[(turn, s, p)] for s, p in self.result.origins[turn][step]]
 
 
 def _kept_of(trace: Replay, reference: Replay, verdict: Verdict) -> _Kept:

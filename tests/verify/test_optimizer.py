@@ -149,6 +149,35 @@ def test_a_batched_step_is_named_by_its_place_in_the_original_trace() -> None:
     assert o.original[batched.turn][batched.step][batched.position] == "cat(file_name='notes.txt')"
 
 
+def test_a_call_repeated_in_a_turn_is_judged_by_its_own_sources() -> None:
+    """The second cat's file name comes from ls(a=True), the step just before it: it stays apart. The
+    first, identical cat got the name from ls() alone; mistaking one for the other would batch them."""
+    c = files(
+        ["Show me the file in this folder, create other.txt, list everything, and show the file again."],
+        [
+            [
+                "ls()",
+                "cat(file_name='notes.txt')",
+                "touch(file_name='other.txt')",
+                "ls(a=True)",
+                "cat(file_name='notes.txt')",
+            ]
+        ],
+    )
+    trace: Trace = [
+        [
+            ["ls()"],
+            ["cat(file_name='notes.txt')"],
+            ["touch(file_name='other.txt')"],
+            ["ls(a=True)"],
+            ["cat(file_name='notes.txt')"],
+        ]
+    ]
+    o = optimized(c, trace)
+    assert not o.removed and o.turns[0][-1] == ["cat(file_name='notes.txt')"]
+    assert o.origins[0][-1] == [(4, 0)]
+
+
 def test_twin_a_step_that_reads_the_step_before_stays_apart() -> None:
     c = files(["Show me the file in this folder."], [["ls()", "cat(file_name='notes.txt')"]])
     o = optimized(c, [[["ls()"], ["cat(file_name='notes.txt')"]]])
