@@ -76,6 +76,20 @@ def test_twin_two_writes_of_two_files_stay() -> None:
     assert optimized(c, trace).calls_after == 3
 
 
+def test_twin_a_write_repeated_after_the_state_changed_stays() -> None:
+    """'hi', then 'bye', then 'hi' again into one file: the third write undoes the second, so it is no
+    duplicate and stays (the two before it are overwritten: dead, not duplicates)."""
+    hi, bye = "echo(content='hi', file_name='notes.txt')", "echo(content='bye', file_name='notes.txt')"
+    c = files(["Write 'hi' into notes.txt."], [[hi]])
+    o = optimized(c, [[[hi], [bye], [hi]]])
+    assert all(r.kind != "duplicate_write" for r in o.rewrites)
+    assert not any(r.step == 2 for r in o.removed)
+    assert o.turns == [[[hi]]] and o.origins == [[[(2, 0)]]]  # the third write is the one kept
+    after = evaluate(c, o.turns, passthrough_decoder()).replay.turns[0].state_after
+    without_third = evaluate(c, [[[hi], [bye]]], passthrough_decoder()).replay.turns[0].state_after
+    assert after.classes["GorillaFileSystem"].public != without_third.classes["GorillaFileSystem"].public
+
+
 def test_a_failed_call_goes() -> None:
     c = files(["List the files."], [["ls()"]])
     o = optimized(c, [[["cat(file_name='missing.txt')"], ["ls()"]]])
