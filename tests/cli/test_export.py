@@ -1,5 +1,5 @@
 """careful-export on the real logged run: the optimized run is a run (bfcl-eval's checker and this plugin
-rescore it, every verdict as the original's), in the input's own format, and the training records
+rescore it, BFCL's verdict as the original's), in the input's own format, and the training records
 have the shapes TRL loads."""
 
 from __future__ import annotations
