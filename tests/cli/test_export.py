@@ -67,6 +67,24 @@ def test_the_layout_and_format_are_the_inputs(exported: Path, real_run: Path) ->
     assert settings["decoder"] == REAL_RUN_DECODER and settings["careful_export"]["optimized"] is True
 
 
+def test_an_untouched_entry_is_written_byte_for_byte(exported: Path, real_run: Path) -> None:
+    """The input writes non-ASCII text unescaped, as BFCL does; an entry without rewrites comes back as it was."""
+    report = json.loads((exported / "optimizer.json").read_text())["conversations"]
+    untouched = 0
+    for name in FILES:
+        before = (real_run / name).read_text(encoding="utf-8").splitlines()
+        after = (exported / name).read_text(encoding="utf-8").splitlines()
+        for old, new in zip(before, after):
+            if not report[json.loads(old)["id"]].get("rewrites"):
+                assert new == old
+                untouched += 1
+    assert untouched > 50 and any(not line.isascii() for name in FILES for line in _lines(exported / name))
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
 def _bfcl_verdicts(exported: Path, real_run: Path, every: int) -> None:
     """bfcl-eval's own checker on the written files and on the input: the same verdict and error type."""
     before = [e for name in FILES for e in _entries(real_run, name)][::every]
