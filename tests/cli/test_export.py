@@ -135,6 +135,8 @@ def test_the_training_records(exported: Path, real_run: Path) -> None:
         assert first == dataset.get(record["id"]).questions[0][0]  # the log's own first message
         assert "careful_synthetic" not in json.dumps(record["prompt"])
         assert json.dumps(first) in json.dumps(logged[record["id"]]["inference_log"])
+        # a logged step of no call (content []) is an assistant message without an empty tool_calls
+        assert all(m.get("tool_calls") != [] for m in record["prompt"])
 
 
 def test_a_run_without_logs_gives_no_pair(real_run: Path, tmp_path: Path) -> None:
