@@ -111,7 +111,10 @@ def export(results: Path, key: str | None, out: Path, categories: Sequence[str] 
             pairs += done.pairs
         target = out / path.relative_to(results)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text("".join(json.dumps(e) + "\n" for e in written), encoding="utf-8")
+        # The input's own escaping: BFCL writes non-ASCII text as it is (ensure_ascii=False), so an
+        # entry the optimizer left alone is written byte for byte as it was read.
+        ascii_only = path.read_bytes().isascii()
+        target.write_text("".join(json.dumps(e, ensure_ascii=ascii_only) + "\n" for e in written), encoding="utf-8")
         _settings(results, path, target.parent, key)
     summary["positives"], summary["pairs"] = len(positives), len(pairs)
     _write_jsonl(out / "positives.jsonl", positives)

@@ -32,6 +32,10 @@ The limit bounds the scoring only: an item's time in JUnit also holds its setup,
 references, the reports. ``tests/execution/test_limits_clock.py`` checks the promise with a
 controlled clock (``Meter``'s ``now``), never with wall time.
 
+Work beside the scoring that must never decide a verdict (the optimizer's search, under
+``--careful-optimize``) runs ``apart``: on a meter of its own, its time left out of the
+conversation's; its ``ResourceLimit`` is caught by the caller, which keeps what it had.
+
 The meter of the scoring in progress is a ``ContextVar``, not ``config.stash``
 state: it belongs to one conversation's scoring, deep inside walks that never see a config. A budget exhausted derives from ``BaseException``: the catch-alls that mirror
 bfcl-eval (a failing call, a failing decoder) must not turn it into a failed call.
@@ -64,6 +68,8 @@ CALL_OVERHEAD = 1_000
 UNPICKLED_FACTOR = 10
 #: Walks check the clock every this many steps.
 TICKS_PER_CLOCK = 2_048
+#: A text search ticks one step per this many characters it scans (``scanned``).
+CHARS_PER_TICK = 1_024
 
 MAX_CALLS = Option(
     "--careful-max-calls",
@@ -227,11 +233,49 @@ def unmetered() -> Iterator[None]:
             outer.pause(outer.now() - started)
 
 
+@contextlib.contextmanager
+def apart(seconds_share: float) -> Iterator[Meter]:
+    """Work beside the conversation's scoring, on a budget of its own (the optimizer's search).
+
+    Inside the block a meter of its own counts: the calls and memory the conversation's budget has
+    left, and ``seconds_share`` of its time limit, read on the same clock. The block's time is left
+    out of the conversation's (as ``unmetered`` leaves it out) and nothing it counts reaches the
+    conversation's meter, so a ``ResourceLimit`` raised inside is the block's own: the caller catches
+    it and keeps what it had, and the conversation's scoring goes on as without the block. Outside any
+    budget, the block gets the default limits.
+    """
+    outer = _CURRENT.get()
+    now = outer.now if outer is not None else time.monotonic
+    base = outer.limits if outer is not None else Limits()
+    spent_calls, spent_bytes = (outer.calls, outer.bytes) if outer is not None else (0, 0)
+    budget = Limits(
+        max_calls=max(base.max_calls - spent_calls, 1),
+        max_seconds=base.max_seconds * seconds_share,
+        max_memory_mb=max(base.max_memory_mb - spent_bytes / (1024 * 1024), 1 / 1024),
+    )
+    meter = Meter(budget, now)
+    token = _CURRENT.set(meter)
+    try:
+        yield meter
+    finally:
+        _CURRENT.reset(token)
+        if outer is not None:
+            outer.pause(now() - meter.started)
+
+
 def tick(steps: int = 1) -> None:
     """One step of a walk over state (cheap: the clock is read every few thousand)."""
     meter = _CURRENT.get()
     if meter is not None:
         meter.tick(steps)
+
+
+def scanned(text: str) -> None:
+    """A search through ``text``: one step per ``CHARS_PER_TICK`` characters (a search through a
+    result of 200,000 characters is 196 steps of a walk, not one)."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.tick(1 + len(text) // CHARS_PER_TICK)
 
 
 def charge(nbytes: int) -> None:

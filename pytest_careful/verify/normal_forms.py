@@ -1,6 +1,10 @@
 """Where a value is written in a text: verbatim, or in one of a closed, versioned list of
 normal forms.
 
+Every search ticks the conversation's budget in proportion to the text it scans
+(``limits.scanned``): a result of 200,000 characters searched for every literal of a trace is
+work the time limit must see.
+
 The audit states this list (``FORMS``, ``VERSION``) in ``audit.json``: a literal counts as
 learned from a text only through these forms, so what counts as a source is fixed and
 checkable, never a judgement. Adding a form is a new version: every finding is recomputed.
@@ -14,7 +18,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..common.text import contains_words
+from ..common.text import contains_words as _contains_words
+from ..execution import limits
 
 VERSION = "1"
 
@@ -99,6 +104,7 @@ class Text:
 
     @functools.cached_property
     def unquoted(self) -> str:
+        limits.scanned(self.raw)
         return unquote(self.raw)
 
     @functools.cached_property
@@ -111,13 +117,21 @@ class Text:
 
     @functools.cached_property
     def numbers(self) -> list[float]:
+        limits.scanned(self.raw)
         return list(numbers_in(self.raw))
 
     @functools.cached_property
     def dates(self) -> list[Date]:
+        limits.scanned(self.raw)
         if not any(c.isdigit() for c in self.raw):
             return []
         return list(dates_in(self.raw)) + composite_dates(self.raw)
+
+
+def contains_words(text: str, value: str) -> bool:
+    """``common.text.contains_words``, the scan ticked (``limits.scanned``)."""
+    limits.scanned(text)
+    return _contains_words(text, value)
 
 
 def unquote(text: str) -> str:

@@ -24,20 +24,27 @@ to batch). The result is "optimized
 calls": an upper bound on the minimum, not a proof of it.
 
 The search is bounded (``MAX_TRIALS`` replays, ``MAX_CALLS`` calls per trace): a longer trace, or
-one that exhausts the trials, says so in ``bounded`` and keeps what was proved so far.
+one that exhausts the trials, says so in ``bounded`` and keeps what was proved so far. It also runs
+on a budget of its own (``limits.apart``): the calls and memory the conversation's budget has left
+and ``SECONDS_SHARE`` of its time limit, its time left out of the conversation's. Every replay it
+makes and every text it searches count there; past that budget the search stops, keeps what was
+proved so far, and says why in ``bounded``. It never raises ``ResourceLimit``: whatever the trace
+(an echo bomb's results of 200,000 characters), the conversation's verdict is the one a scoring
+without the optimizer gives.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..common.text import shorten_call
 from ..evaluation.evaluate import Evaluation
 from ..evaluation.replay import OK, Replay, replay
 from ..evaluation.verdict import FORCE_TERMINATED, INFERENCE_ERROR, Verdict, check, missing_results
+from ..execution import limits
 from ..execution.snapshot import Snapshot
 from .literals import literals_of
 from .provenance import DOC, RESULT, USER, Trajectory, parameter_names
@@ -63,6 +70,8 @@ CLASSES: dict[str, str] = {
 MAX_TRIALS = 64
 #: A trace of more calls than this is not optimized (its ``bounded`` says so).
 MAX_CALLS = 200
+#: The optimizer's own time limit, as a share of the conversation's (``--careful-max-seconds``).
+SECONDS_SHARE = 0.5
 
 #: Calls per turn, per step: the decoded trace.
 Steps = list[list[list[str]]]
@@ -165,10 +174,32 @@ def optimize(evaluation: Evaluation, max_trials: int = MAX_TRIALS, max_calls: in
         return result
     if not calls:
         return result
-    search = _Search(evaluation, result, max_trials)
-    search.remove_calls()
-    search.batch_steps()
+    budget: limits.Meter | None = None
+    try:
+        with limits.apart(SECONDS_SHARE) as budget:
+            search = _Search(evaluation, result, max_trials)
+            search.remove_calls()
+            search.batch_steps()
+    except limits.ResourceLimit as exceeded:
+        # Every accepted rewrite updates the result whole after its replay: what it holds is proved.
+        assert budget is not None
+        result.bounded = (
+            f"stopped at the optimizer's own budget ({_spent(exceeded.limit, budget)}); kept what was proved"
+        )
     return result
+
+
+def _spent(limit: str, budget: limits.Meter) -> str:
+    """Which of the optimizer's own limits its search reached, in words."""
+    own = budget.limits
+    if limit == "calls":
+        return f"its replays reached the {own.max_calls:,} calls left of the conversation's {limits.MAX_CALLS}"
+    if limit == "memory":
+        return f"its replays held the {own.max_memory_mb:g} MB left of the conversation's {limits.MAX_MEMORY_MB}"
+    return (
+        f"over its time limit, {SECONDS_SHARE:g} of the conversation's {limits.MAX_SECONDS}: "
+        f"{own.max_seconds:g} s, after {budget.calls:,} calls replayed"
+    )
 
 
 class _Search:
@@ -336,7 +367,7 @@ class _Search:
                 if not self._trial_left():
                     return
                 earlier, later = self.result.turns[turn_index][step - 1], self.result.turns[turn_index][step]
-                if self._spoke_between(turn_index, step) or self._uses_results_of(turn_index, earlier, later):
+                if self._spoke_between(turn_index, step) or self._uses_results_of(turn_index, step):
                     step += 1
                     continue
                 merged = [list(s) for s in self.result.turns[turn_index]]
@@ -348,13 +379,16 @@ class _Search:
                     continue
                 self.result.turns = turns
                 places = self.result.origins[turn_index]
+                # Where the merged step's first call was in the original trace (``step`` counts the
+                # steps of the trace as rewritten so far: removals and merges before it shift it).
+                original_step, original_position = places[step][0]
                 places[step - 1 : step + 1] = [places[step - 1] + places[step]]
                 self.result.rewrites.append(
                     Rewrite(
                         BATCHED,
                         turn_index,
-                        step,
-                        0,
+                        original_step,
+                        original_position,
                         shorten_call(later[0], 200),
                         f"its {len(later)} call(s) use no result of the step before, so one response makes both",
                     )
@@ -371,25 +405,20 @@ class _Search:
         raw = run.raw_index[turn]
         return any(r not in raw for r in range(raw[last] + 1, raw[first]))
 
-    def _uses_results_of(self, turn: int, earlier: Sequence[str], later: Sequence[str]) -> bool:
-        """A literal of ``later``'s calls comes from a result of ``earlier``'s (a response cannot use
-        the results of calls it makes itself)."""
-        earlier_indices = self._indices(turn, earlier)
-        for index in self._indices(turn, later):
+    def _uses_results_of(self, turn: int, step: int) -> bool:
+        """A literal of the calls of step ``step`` (of the trace as rewritten so far) comes from a result of
+        the step before's (a response cannot use the results of calls it makes itself)."""
+        earlier_indices = set(self._indices(turn, step - 1))
+        for index in self._indices(turn, step):
             for _, sources, _ in self._sources_of(index):
                 if any(s in earlier_indices for s in sources):
                     return True
         return False
 
-    def _indices(self, turn: int, step: Sequence[str]) -> set[int]:
-        """The original calls (indices) a step of the current trace holds, matched in order within the turn."""
-        wanted = list(step)
-        found = set()
-        for index, call in enumerate(self.calls):
-            if call.turn == turn and index not in self.removed and wanted and call.call == wanted[0]:
-                found.add(index)
-                wanted.pop(0)
-        return found
+    def _indices(self, turn: int, step: int) -> list[int]:
+        """The original calls (indices) step ``step`` of the current trace holds, by their places in the
+        original trace (``origins``), never by their text: an identical call earlier in the turn is another."""
+        return [self._places[(turn, s, p)] for s, p in self.result.origins[turn][step]]
 
 
 def _kept_of(trace: Replay, reference: Replay, verdict: Verdict) -> _Kept:

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..common.text import contains_words, shorten_call
+from ..common.text import shorten_call
 from ..data.dataset import Conversation, FunctionDoc
 from ..effects import declarations as _declarations
 from ..evaluation.replay import CallRecord, Replay
@@ -38,7 +38,7 @@ from ..execution import limits
 from ..execution.executor import Simulators
 from ..execution.interpreter import ERROR_PREFIX
 from ..execution.snapshot import ClassState, normalise
-from .normal_forms import Text, find_in_text, parse_number, same_number, unquote
+from .normal_forms import Text, contains_words, find_in_text, parse_number, same_number, unquote
 
 USER, RESULT, STATE, DOC, READ, DERIVED = "user", "result", "state", "doc", "read", "derived"
 #: The kinds of source, in the order they are looked up.
@@ -491,6 +491,7 @@ class _Shown:
 
     def __init__(self, result: str) -> None:
         self.text = Text(result)
+        limits.scanned(result)  # parsed, its leaves joined: work in proportion to its length
         try:
             parsed: object = json.loads(result)
         except ValueError:

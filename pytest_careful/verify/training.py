@@ -277,6 +277,8 @@ def _sent(message: dict[str, object]) -> dict[str, object]:
             except ValueError:
                 parsed = arguments
             calls.append({"type": "function", "function": {"name": name, "arguments": parsed}})
+    if not calls:  # a step of no call (the handler logs a text answer as []): no empty tool_calls
+        return {"role": "assistant", "content": ""}
     return {"role": "assistant", "content": "", "tool_calls": calls}
 
 

@@ -1,5 +1,5 @@
 """careful-export on the real logged run: the optimized run is a run (bfcl-eval's checker and this plugin
-rescore it, every verdict as the original's), in the input's own format, and the training records
+rescore it, BFCL's verdict as the original's), in the input's own format, and the training records
 have the shapes TRL loads."""
 
 from __future__ import annotations
@@ -67,7 +67,26 @@ def test_the_layout_and_format_are_the_inputs(exported: Path, real_run: Path) ->
     assert settings["decoder"] == REAL_RUN_DECODER and settings["careful_export"]["optimized"] is True
 
 
+def test_an_untouched_entry_is_written_byte_for_byte(exported: Path, real_run: Path) -> None:
+    """The input writes non-ASCII text unescaped, as BFCL does; an entry without rewrites comes back as it was."""
+    report = json.loads((exported / "optimizer.json").read_text())["conversations"]
+    untouched = 0
+    for name in FILES:
+        before = (real_run / name).read_text(encoding="utf-8").splitlines()
+        after = (exported / name).read_text(encoding="utf-8").splitlines()
+        for old, new in zip(before, after):
+            if not report[json.loads(old)["id"]].get("rewrites"):
+                assert new == old
+                untouched += 1
+    assert untouched > 50 and any(not line.isascii() for name in FILES for line in _lines(exported / name))
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
 def _bfcl_verdicts(exported: Path, real_run: Path, every: int) -> None:
+    """bfcl-eval's own checker on the written files and on the input: the same verdict and error type."""
     before = [e for name in FILES for e in _entries(real_run, name)][::every]
     after = {e["id"]: e for name in FILES for e in _entries(exported, name)}
     theirs = run_oracle({"id": e["id"], "result": e["result"], "decoder": REAL_RUN_DECODER} for e in before)
@@ -75,6 +94,16 @@ def _bfcl_verdicts(exported: Path, real_run: Path, every: int) -> None:
     assert [(v["id"], v["valid"], v["error_type"]) for v in ours] == [
         (v["id"], v["valid"], v["error_type"]) for v in theirs
     ]
+
+
+def test_bfcl_evaluate_gives_every_conversation_its_verdict(exported: Path, real_run: Path) -> None:
+    """Every 20th conversation here; all 600 in the slow suite."""
+    _bfcl_verdicts(exported, real_run, every=20)
+
+
+@pytest.mark.slow
+def test_bfcl_evaluate_gives_all_600_conversations_their_verdict(exported: Path, real_run: Path) -> None:
+    _bfcl_verdicts(exported, real_run, every=1)
 
 
 def test_this_plugin_rescores_it_as_any_run(exported: Path, real_run: Path) -> None:
@@ -106,6 +135,8 @@ def test_the_training_records(exported: Path, real_run: Path) -> None:
         assert first == dataset.get(record["id"]).questions[0][0]  # the log's own first message
         assert "careful_synthetic" not in json.dumps(record["prompt"])
         assert json.dumps(first) in json.dumps(logged[record["id"]]["inference_log"])
+        # a logged step of no call (content []) is an assistant message without an empty tool_calls
+        assert all(m.get("tool_calls") != [] for m in record["prompt"])
 
 
 def test_a_run_without_logs_gives_no_pair(real_run: Path, tmp_path: Path) -> None:

@@ -6,6 +6,10 @@ BFCL's verdict, and when no call that stays loses its only source. Each call it 
 violation, naming the rewrite; ``optimized_calls`` and ``optimized_steps`` tally the trace it
 reached (an upper bound on the minimum). The reference-free twin of ``beyond_reference_*``,
 which compares against one reference path among several.
+
+The optimizer's search runs on a budget of its own (``limits.apart``): past it, it keeps the
+trace as far as it got (``bounded`` says why) and the conversation's verdict is the one a
+scoring without this rule gives.
 """
 
 from __future__ import annotations
