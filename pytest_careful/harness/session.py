@@ -18,7 +18,7 @@ from ..common.text import counted
 from ..data import dataset
 from ..data.result_files import printable
 from ..effects import declarations
-from ..live import scripted
+from ..live.backends import scripted
 from ..reports import scorecard
 from ..reports.options import ALLOW_MISSING
 from ..scoring import rules

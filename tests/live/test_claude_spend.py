@@ -37,8 +37,9 @@ from test_claude_live import (  # noqa: F401
 from test_claude_plugin import IDS, KEY, replay_any_conversation
 
 from pytest_careful.data import dataset
-from pytest_careful.live import budget, claude, ratelimit
-from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger
+from pytest_careful.live.backends.claude import budget, ratelimit
+from pytest_careful.live.backends.claude import client as claude
+from pytest_careful.live.backends.claude.budget import BudgetExceeded, Cost, Prices, SpendLedger
 from pytest_careful.live.errors import StopRun
 from pytest_careful.live.source import LiveSource
 from pytest_careful.live.stops import SESSION_ENV

@@ -23,13 +23,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from ..sources.live_options import ENDPOINT, REQUEST_TIMEOUT
-from .errors import NotRun, RunAgain, ServerGone, ServerHung
+from ....sources.live_options import ENDPOINT, REQUEST_TIMEOUT
+from ...errors import NotRun, RunAgain, ServerGone, ServerHung
+from ...handler import Handler
+from ...runner import QUERIES
+from ...stops import SESSION_ENV
 from .fleet import Fleet, FleetLedger, FleetProvenance, Visit, queue_of, served_by, summary_lines, visit_key
-from .handler import Handler
-from .runner import QUERIES
-from .stops import SESSION_ENV
-from .vllm_server import ServerDied, unusable
+from .server import ServerDied, unusable
 
 P = ParamSpec("P")
 R = TypeVar("R")

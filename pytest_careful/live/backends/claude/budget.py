@@ -28,7 +28,7 @@
   together: a rerun continues under the same cap, it does not get a fresh one,
   and a rerun that does not give the option keeps the cap last given there.
 * Every HTTP attempt is reserved, not every request: the SDK's own retries are
-  off and :mod:`.claude` retries, so each attempt's bound goes through
+  off and :mod:`.client` retries, so each attempt's bound goes through
   :meth:`~SpendLedger.reserve` (spent + unconfirmed + reserved + bound <= cap)
   before it is sent. Then exactly one of: :meth:`~SpendLedger.settle` (a
   message came back: its actual cost), :meth:`~SpendLedger.release` (an error
@@ -64,9 +64,9 @@ from typing import TypedDict
 
 import yaml
 
-from ..data.result_store import fsync_dir
-from ..sources.live_options import BUDGET_USD
-from .errors import StopRun
+from ....data.result_store import fsync_dir
+from ....sources.live_options import BUDGET_USD
+from ...errors import StopRun
 
 PRICES_FILE = Path(__file__).with_name("prices.yaml")
 PER_TOKENS = 1_000_000  # prices are per million tokens
