@@ -171,7 +171,7 @@ def main() -> None:
         help="W servers x 1 worker against 1 server x W workers (the plugin only)",
     )
     args = parser.parse_args()
-    from pytest_careful.live import smollm2
+    from pytest_careful.cli import smollm2
 
     model = args.model or str(smollm2.prepare())
     ids = _ids(args.n)

@@ -31,7 +31,7 @@ IDS = ["multi_turn_base_105", "multi_turn_base_132"]
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
-    from pytest_careful.live import smollm2
+    from pytest_careful.cli import smollm2
 
     return smollm2.prepare()
 
