@@ -126,7 +126,8 @@ def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
 
 
 def point_handler(handler: Handler, url: str, share: Share) -> None:
-    # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+    # the OpenAI SDK on first use (half a second): importing the registry (handles, inflight)
+    # stays off it; a live run loads it anyway, through the source's faults module
     from openai import OpenAI
 
     handler.base_url = url
@@ -227,7 +228,8 @@ def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None
     """The session's one server: a connection failure with it gone, or a 404 with the model gone
     from it (restarted with another), ends the run; rate limited past the SDK's retries: not run
     (NotRun), the next run sends it. (A fleet's: ``fleet_client.FleetClient.classify``.)"""
-    # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+    # the OpenAI SDK on first use (half a second): importing the registry (handles, inflight)
+    # stays off it; a live run loads it anyway, through the source's faults module
     import openai
 
     if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:
