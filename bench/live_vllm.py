@@ -171,7 +171,7 @@ def main() -> None:
         help="W servers x 1 worker against 1 server x W workers (the plugin only)",
     )
     args = parser.parse_args()
-    from pytest_careful.live import smollm2
+    from pytest_careful.cli import smollm2
 
     model = args.model or str(smollm2.prepare())
     ids = _ids(args.n)
@@ -184,7 +184,7 @@ def main() -> None:
 
 def _start(model: str, args: argparse.Namespace, out: Path, index: int) -> tuple[object, str]:
     """One server as the plugin starts it (bfcl generate's settings); its plan and URL."""
-    from pytest_careful.live import vllm_server
+    from pytest_careful.live.backends.vllm import server as vllm_server
 
     plan = vllm_server.ServerPlan(model=model, extra_args=tuple(args.server_arg), log_path=out / f"vllm-{index}.log")
     saved = dict(os.environ)
@@ -199,7 +199,7 @@ def _start(model: str, args: argparse.Namespace, out: Path, index: int) -> tuple
 
 
 def _compare_servers(args: argparse.Namespace, model: str, ids: list[str], out: Path) -> None:
-    from pytest_careful.live import vllm_server
+    from pytest_careful.live.backends.vllm import server as vllm_server
 
     started = [_start(model, args, out, i) for i in range(args.workers)]
     urls = [url for _, url in started]
@@ -243,7 +243,7 @@ def _compare_servers(args: argparse.Namespace, model: str, ids: list[str], out: 
 
 
 def _against_bfcl(args: argparse.Namespace, model: str, ids: list[str], out: Path) -> None:
-    from pytest_careful.live import vllm_server
+    from pytest_careful.live.backends.vllm import server as vllm_server
 
     plan, endpoint = _start(model, args, out, 0)
     try:

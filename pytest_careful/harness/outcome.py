@@ -307,7 +307,7 @@ def live_details(source: Source, item: Any, row: Row) -> None:
 
 
 def _cost(logged: object) -> CostUsd | None:
-    """An entry's ``careful_cost_usd`` (``live.claude``), when it holds both figures as numbers."""
+    """An entry's ``careful_cost_usd`` (``live.backends.claude``), when it holds both figures as numbers."""
     if not isinstance(logged, dict):
         return None
     at_list, conservative = logged.get("list"), logged.get("conservative")

@@ -9,7 +9,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -18,7 +18,7 @@ from ..common.text import counted
 from ..data import dataset
 from ..data.result_files import printable
 from ..effects import declarations
-from ..live import scripted
+from ..live.backends import scripted
 from ..reports import scorecard
 from ..reports.options import ALLOW_MISSING
 from ..scoring import rules
@@ -36,9 +36,6 @@ from .item import CarefulCollector, CarefulItem, make_items
 from .outcome import ROW_KEY, call_sections, junit_properties
 from .state import SESSION_KEY, CarefulState
 from .worker_status import say_status_once
-
-if TYPE_CHECKING:
-    pass
 
 
 def start(

@@ -7,9 +7,9 @@
 * :mod:`.source` runs the model for each item; :mod:`.filing`, where its results are filed
   and what is filed; :mod:`.stops`, the marks that stop a run in every process;
 * :mod:`.handles` turns ``--careful-model`` into a handler;
-* :mod:`.scripted`, :mod:`.claude`, :mod:`.vllm_server`, :mod:`.vllm_client`, :mod:`.budget`: the
-  model backends and the spend guard; :mod:`.fleet` and :mod:`.vllm_fleet`, several vLLM
-  servers used as one (each conversation on one of them);
-* :mod:`.ratelimit`: the API concurrency every xdist worker of a run shares;
+* :mod:`.backends`: the model backends behind one protocol (:mod:`.backends.registry`), each
+  adapter in a package of its own: :mod:`.backends.vllm` (the server, each process's client,
+  several servers used as one), :mod:`.backends.claude` (the client, the spend guard, the API
+  concurrency every xdist worker of a run shares), :mod:`.backends.scripted`;
 * :mod:`.faults`: a server's faults told from the model's answers, each request bounded in time.
 """

@@ -1,6 +1,6 @@
 """What a backend is given and what it gives back: the seam between the live source and the backends.
 
-A backend (:mod:`.backends`) sets up a run from a model handle (:class:`ModelSpec`), the run's
+A backend (:mod:`.backends.registry`) sets up a run from a model handle (:class:`ModelSpec`), the run's
 settings (``RunConfig``) and its concurrency, and returns a :class:`BackendSetup`: the live source
 (:mod:`.source`) takes it in. No backend sees the source, so none imports it.
 """
@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypedDict
 
-from .budget import SpendLedger
-from .fleet import Placement
+from .backends.claude.budget import SpendLedger
+from .backends.vllm.fleet import Placement
+from .backends.vllm.server import ServerPlan
 from .handler import Handler
 from .progress import ServerProbe
-from .vllm_server import ServerPlan
 
 #: What each new OpenAI client of a handler goes through: the run's rate-limit pause and each
 #: attempt's deadline (``pacing.share``). The source passes it: the backends never import the SDK.
@@ -72,7 +72,7 @@ class BackendSetup:
     #: (url) -> whether that server still answers (vLLM: its /models); None: the source's own check
     alive: Callable[[str | None], bool] | None = None
     server_plan: ServerPlan | None = None  # vLLM: the session's server
-    placement: Placement | None = None  # several servers: where each conversation runs (vllm_fleet)
+    placement: Placement | None = None  # several servers: where each conversation runs (backends.vllm.fleet_client)
     backend_settings: BackendSettings = field(default_factory=lambda: BackendSettings())  # careful_settings.json
     sent: Sent = field(default_factory=lambda: Sent())  # what each request carries (provenance)
     differences: list[str] = field(default_factory=list)  # settings that differ from BFCL's own run

@@ -1,7 +1,7 @@
 """What can go wrong with a live conversation, as exceptions every live module raises or catches.
 
-Their own module: the backends (:mod:`.claude`, :mod:`.vllm_server`, :mod:`.vllm_client`), the spend guard
-(:mod:`.budget`) and the source (:mod:`.source`) all use them, and the source imports the backends.
+Their own module: the backends (:mod:`.backends.claude`, :mod:`.backends.vllm.server`, :mod:`.backends.vllm.client`), the spend guard
+(:mod:`.backends.claude.budget`) and the source (:mod:`.source`) all use them, and the source imports the backends.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class SetupFailed(LiveError):
 class ServerHung(ServerStopped):
     """The server did not answer a request twice within ``--careful-request-timeout``.
 
-    ``url``: that server's, where known (a fleet's server that hangs leaves the fleet: ``vllm_fleet``).
+    ``url``: that server's, where known (a fleet's server that hangs leaves the fleet: ``backends.vllm.fleet_client``).
     """
 
     def __init__(self, message: str, url: str | None = None) -> None:
@@ -76,7 +76,7 @@ class ServerHung(ServerStopped):
 class ServerGone(ServerStopped):
     """The server answered an error status and then stopped answering (``/models``): it is going or gone.
 
-    ``url``: that server's (a fleet's server that is gone leaves the fleet: ``vllm_fleet``).
+    ``url``: that server's (a fleet's server that is gone leaves the fleet: ``backends.vllm.fleet_client``).
     """
 
     def __init__(self, message: str, url: str | None = None) -> None:

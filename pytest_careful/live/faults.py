@@ -18,7 +18,7 @@ So every request of a live run on vLLM or an OpenAI-compatible API goes through 
   (:class:`ServerHung`), with one line naming the server.
 * **A server that stopped answering** (connection refused, or an error status and then ``/models``
   silent: :class:`ServerGone`) is left to the backend: a fleet's conversation moves to another
-  server (``vllm_fleet``), else the run stops (``vllm_client.classify_error``).
+  server (``backends.vllm.fleet_client``), else the run stops (``backends.vllm.client.classify_error``).
 * Everything else is the model's, scored as BFCL scores it: an answer that parses, however
   empty, and the server's 4xx about the request itself (a prompt past the context length).
 

@@ -1,8 +1,8 @@
 """What the plugin holds of a BFCL model handler.
 
 A handler is an instance of one of bfcl-eval's ``BaseHandler`` subclasses (the registry's, or
-:mod:`.scripted`'s), with the attributes the plugin adds to it (``careful_*``; its ``client``
-re-pointed by :mod:`.vllm_client`). bfcl-eval is imported on first use only, its handler classes
+:mod:`.backends.scripted`'s), with the attributes the plugin adds to it (``careful_*``; its ``client``
+re-pointed by :mod:`.backends.vllm.client`). bfcl-eval is imported on first use only, its handler classes
 are untyped, and the plugin sets attributes they do not declare: the name says what the value
 is, and its type stays open.
 """

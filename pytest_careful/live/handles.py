@@ -4,11 +4,11 @@ A :class:`ModelHandle` is small and picklable-by-value (xdist workers rebuild
 it from the same options); :meth:`ModelHandle.handler` builds the BFCL handler
 once per process. Kinds:
 
-* ``scripted``: :mod:`.scripted` policies, for tests and demonstrations;
+* ``scripted``: :mod:`.backends.scripted` policies, for tests and demonstrations;
 * ``vllm``: a registry key whose handler is an ``OSSHandler`` (or a local model
   directory with ``--careful-handler KEY``), served by one vLLM server;
 * ``claude``: a registry key whose handler is BFCL's Claude handler, with the
-  fixes of :mod:`.claude` and the spend guard;
+  fixes of :mod:`.backends.claude` and the spend guard;
 * ``api``: any other registered API handler, as BFCL builds it.
 """
 
@@ -33,11 +33,11 @@ from ..execution.decoding import (
     shadow_eval,
 )
 from ..sources.options import HANDLER, MODEL
-from . import scripted
-from .backends import backend
+from .backends import scripted
+from .backends.registry import backend
+from .backends.scripted import POLICIES, PREFIX
 from .handler import Handler
 from .provenance import Resolution
-from .scripted import POLICIES, PREFIX
 
 #: BFCL's default sampling temperature (``bfcl generate --temperature``).
 BFCL_TEMPERATURE = 0.001

@@ -53,7 +53,7 @@ from typing import Any, Protocol, TypedDict
 
 from ..data.dataset import UnknownConversation, get
 from ..sources.live_options import CONCURRENCY
-from .backends import backend
+from .backends.registry import backend
 from .stops import Stops
 
 #: (condition, conversation id, repeat)
@@ -588,7 +588,7 @@ def one_driver(kind: str, workers: int) -> bool:
     decoded and executed); the servers' is the run's time. Each process that drives builds
     BFCL's handler, its tokenizer and an HTTP client per server; workers that only score need
     none of it. With several servers the driver spreads the conversations over all of them
-    (``vllm_fleet``).
+    (``backends.vllm.fleet_client``).
     """
     return workers > 1 and backend(kind).single_driver
 

@@ -7,13 +7,13 @@ SDK's retries, BFCL's backoff), and the others keep sending meanwhile. So every
 attempt of every conversation goes through a :class:`Pause`:
 
 * a rate-limited answer pauses everyone for the wait it asks for (``retry-after``,
-  capped at ``ratelimit.MAX_WAIT``; one second when it names none);
+  capped at ``backends.claude.ratelimit.MAX_WAIT``; one second when it names none);
 * before each attempt (the SDK's own retries included: the hook sits on the HTTP
   client) a request waits for the pause to end;
 * the pause is shared with the run's other processes through a small file in the
   session folder (``<session>/flight/pause``), read when it changed.
 
-Claude has its own, stricter limiter (``ratelimit.SharedLimiter``, adaptive
+Claude has its own, stricter limiter (``backends.claude.ratelimit.SharedLimiter``, adaptive
 concurrency); this is the lighter rule for vLLM servers and OpenAI-style gateways.
 """
 
@@ -28,11 +28,11 @@ from typing import Any
 
 import openai
 
+from .backends.claude.ratelimit import MAX_WAIT, Headers, retry_after
 from .faults import Deadline
 from .handler import Handler
-from .ratelimit import MAX_WAIT, Headers, retry_after
 
-#: Answers that pause everyone (the same as ``vllm_client.RATE_LIMITED``).
+#: Answers that pause everyone (the same as ``backends.vllm.client.RATE_LIMITED``).
 RATE_LIMITED = (429, 529)
 #: The pause after a rate-limited answer that names no wait.
 DEFAULT_WAIT = 1.0

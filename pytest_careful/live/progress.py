@@ -54,7 +54,7 @@ STALL_SECONDS = QUIET_SECONDS
 
 
 class ServerWork(Protocol):
-    """What the model servers say they are doing, all of them together (vLLM: ``vllm_metrics``)."""
+    """What the model servers say they are doing, all of them together (vLLM: ``backends.vllm.metrics``)."""
 
     @property
     def running(self) -> int:

@@ -6,8 +6,8 @@ One TypedDict per object, its optional keys ``NotRequired`` (``common.json_types
 
 from ..common.json_types import NotRequired, TypedDict
 from .backend_setup import Sent
-from .fleet import FleetProvenance
-from .vllm_server import ServerProvenance
+from .backends.vllm.fleet import FleetProvenance
+from .backends.vllm.server import ServerProvenance
 
 
 class Resolution(TypedDict):
@@ -26,7 +26,7 @@ class Resolution(TypedDict):
 class SessionProvenance(TypedDict):
     """``provenance.live.session``: the header each request carried its conversation's session key in,
     how keys are made (``session_key.MADE_OF``), their ``<run>`` part, and the key each conversation of
-    the scorecard sent (``id@repeat-k`` for repeat k > 1, as ``fleet.served_by`` names them)."""
+    the scorecard sent (``id@repeat-k`` for repeat k > 1, as ``backends.vllm.fleet.served_by`` names them)."""
 
     header: str
     made_of: str

@@ -101,7 +101,7 @@ def run(
     a server's fault is sent again or ends the conversation unscored, never
     returned to BFCL's loop as the model's answer (``faults``); ``after_answer``
     is called after each answer. ``place`` points the run's copy of the handler at the one
-    server of a fleet that serves this conversation (``vllm_fleet.FleetSeat.apply``) and gives its
+    server of a fleet that serves this conversation (``backends.vllm.fleet_client.FleetSeat.apply``) and gives its
     client the conversation's session key (``session_key.SessionKeys.tag``).
 
     Raises whatever the handler raises (API errors, a dead server, the spend

@@ -43,13 +43,14 @@ from ..sources.reference_logged import LiveDetails, RunAhead, ShowProgress, Sour
 from ..sources.run_config import RunConfig, SourceError
 from . import inflight, runner
 from .backend_setup import BackendSettings, BackendSetup, Sent
-from .backends import SERVER_OPTIONS, backend
-from .budget import Prices, SpendLedger
-from .claude import RUN_ID_ENV, estimate
+from .backends.claude.budget import Prices, SpendLedger
+from .backends.claude.client import RUN_ID_ENV, estimate
+from .backends.registry import SERVER_OPTIONS, backend
+from .backends.vllm.fleet import Placement, Seat
+from .backends.vllm.server import ENDPOINT_ENV, LOG_ENV, ServerPlan, forget_session, start_for_session, stop
 from .errors import LiveError, NotRun, OutputUnwritable, RunAgain, ServerError, ServerStopped, SetupFailed, StopRun
 from .faults import Retry, ServerGuard, answers, classify
 from .filing import ResultFolders
-from .fleet import Placement, Seat
 from .handler import Handler
 from .handles import HandleError, ModelHandle, resolution, resolution_line, resolve
 from .pacing import Pause, share
@@ -57,7 +58,6 @@ from .progress import Display, ServerProbe
 from .provenance import LiveProvenance
 from .session_key import SessionKeys, run_digest, speaks_openai
 from .stops import SESSION_ENV, Stops, unwritable
-from .vllm_server import ENDPOINT_ENV, LOG_ENV, ServerPlan, forget_session, start_for_session, stop
 
 #: How often one conversation moves to another server before it counts as failed.
 MAX_RERUNS = 3
@@ -78,7 +78,7 @@ class LiveSource(Source):
     alive: Callable[[str | None], bool] | None = None  # (url) -> whether that server still answers; None: server_alive
     guard: ServerGuard | None = None  # vLLM and OpenAI-compatible servers: server faults are not the model's (faults)
     server_plan: ServerPlan | None = None  # vLLM: the session's server
-    placement: Placement | None = None  # several servers: where each conversation runs (vllm_fleet)
+    placement: Placement | None = None  # several servers: where each conversation runs (backends.vllm.fleet_client)
     backend_settings: BackendSettings = field(default_factory=lambda: BackendSettings())  # in careful_settings.json
     sent: Sent = field(default_factory=lambda: Sent())  # what each request carries (provenance)
     differences: list[str] = field(default_factory=list)  # settings that differ from BFCL's own run

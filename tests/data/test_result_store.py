@@ -298,7 +298,8 @@ def _scripted(index: int) -> dict[str, Any]:
     """The entry the scripted reference model writes for a conversation (its own output format)."""
     from pytest_careful.data import dataset
     from pytest_careful.effects import declarations
-    from pytest_careful.live import runner, scripted
+    from pytest_careful.live import runner
+    from pytest_careful.live.backends import scripted
 
     return runner.run(
         scripted.make_handler("scripted:reference"),

@@ -89,7 +89,7 @@ def smollm2_or_generated() -> dict[str, bytes]:
     serve, built offline by smollm2.py), else :func:`generated_model`'s small stand-ins."""
     from importlib import metadata
 
-    from pytest_careful.live import smollm2
+    from pytest_careful.cli import smollm2
 
     try:
         metadata.distribution(smollm2.DISTRIBUTION)

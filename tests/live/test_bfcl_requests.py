@@ -2,7 +2,7 @@
 
 For each family, the same conversations go through ``bfcl generate`` (BFCL's own handler, its
 tokenizer loaded by transformers) and through the plugin (the handler's tokenizer read by
-``tokenizers``, ``live/tokens.py``), each against its own loopback vLLM stand-in that keeps every
+``tokenizers``, ``live/backends/vllm/tokens.py``), each against its own loopback vLLM stand-in that keeps every
 request body as it came. The bodies must be the same bytes: prompt text, ``max_tokens``,
 temperature, stop tokens and the rest, whatever order the conversations ran in.
 

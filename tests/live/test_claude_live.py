@@ -1,7 +1,7 @@
 """Claude live runs end to end: bfcl-eval's loop, the real SDK, a loopback API.
 
 Each conversation goes through ``runner.run`` (bfcl-eval's own multi-turn loop
-and ``ClaudeHandler``, with :mod:`pytest_careful.live.claude`'s fixes) and the
+and ``ClaudeHandler``, with :mod:`pytest_careful.live.backends.claude.client`'s fixes) and the
 real ``anthropic`` SDK, which talks HTTP to :class:`fake_anthropic.FakeAnthropic`.
 The fake "model" replays the conversation's reference calls as ``tool_use``
 blocks, turn by turn, then closes the turn with a text block; the result entry
@@ -29,12 +29,14 @@ from pytest_careful.data import dataset
 from pytest_careful.effects import declarations
 from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.execution.decoding import Decoder
-from pytest_careful.live import budget, claude, runner
-from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger, UnknownPrice, Usage
-from pytest_careful.live.claude import CreditExhausted, MissingApiKey
+from pytest_careful.live import runner
+from pytest_careful.live.backends.claude import budget
+from pytest_careful.live.backends.claude import client as claude
+from pytest_careful.live.backends.claude.budget import BudgetExceeded, Cost, Prices, SpendLedger, UnknownPrice, Usage
+from pytest_careful.live.backends.claude.client import CreditExhausted, MissingApiKey
+from pytest_careful.live.backends.scripted import call_to_fc, keyword_call
 from pytest_careful.live.errors import NotRun, StopRun
 from pytest_careful.live.handles import resolve
-from pytest_careful.live.scripted import call_to_fc, keyword_call
 from pytest_careful.live.source import LiveSource
 
 KEY = "claude-haiku-4-5-20251001-FC"

@@ -14,7 +14,7 @@ from fake_anthropic import FakeAnthropic, text_block, tool_use_block
 from open_clients import COUNTING, clients_left
 
 from pytest_careful.data import dataset
-from pytest_careful.live.scripted import call_to_fc
+from pytest_careful.live.backends.scripted import call_to_fc
 
 KEY = "claude-haiku-4-5-20251001-FC"
 IDS = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2"]

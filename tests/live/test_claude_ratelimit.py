@@ -23,8 +23,9 @@ from fake_anthropic import FakeAnthropic, error_body
 from test_claude_live import RecordingFake, configured, run, server  # noqa: F401
 from test_claude_plugin import IDS, KEY, replay_any_conversation
 
-from pytest_careful.live import claude, ratelimit
-from pytest_careful.live.ratelimit import SharedLimiter
+from pytest_careful.live.backends.claude import client as claude
+from pytest_careful.live.backends.claude import ratelimit
+from pytest_careful.live.backends.claude.ratelimit import SharedLimiter
 
 SPEND_LIMIT = "You have reached your specified API usage limits. You will regain access on 2026-12-01 at 00:00 UTC."
 

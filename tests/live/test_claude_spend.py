@@ -37,8 +37,9 @@ from test_claude_live import (  # noqa: F401
 from test_claude_plugin import IDS, KEY, replay_any_conversation
 
 from pytest_careful.data import dataset
-from pytest_careful.live import budget, claude, ratelimit
-from pytest_careful.live.budget import BudgetExceeded, Cost, Prices, SpendLedger
+from pytest_careful.live.backends.claude import budget, ratelimit
+from pytest_careful.live.backends.claude import client as claude
+from pytest_careful.live.backends.claude.budget import BudgetExceeded, Cost, Prices, SpendLedger
 from pytest_careful.live.errors import StopRun
 from pytest_careful.live.source import LiveSource
 from pytest_careful.live.stops import SESSION_ENV
@@ -271,7 +272,9 @@ def test_a_rerun_continues_under_the_folders_cap(
     assert "earlier or concurrent sessions" in this_session and "of a $100.00 cap" in this_session
 
 
-def test_spend_recorded_by_an_earlier_version_counts(server: RecordingFake, tmp_path: Path) -> None:
+def test_spend_recorded_by_an_earlier_version_is_refused(server: RecordingFake, tmp_path: Path) -> None:
+    """An unreleased version kept one ``spend-<run id>.json`` per run: this one does not read them, and
+    refuses the folder in one line rather than begin a ledger that leaves their spend uncounted."""
     old = tmp_path / ".careful" / "spend-auto-20250101-000000-abcd.json"
     old.parent.mkdir(parents=True)
     old.write_text(
@@ -286,12 +289,15 @@ def test_spend_recorded_by_an_earlier_version_counts(server: RecordingFake, tmp_
             }
         )
     )
-    _, source, ledger = watched(tmp_path, 0.96)
-    with pytest.raises(BudgetExceeded):
+    _, source, ledger = watched(tmp_path, 100.0)  # a cap the old spend is far from: not the cap refuses
+    with pytest.raises(StopRun) as refused:
         source.result("standard", dataset.get(CONVERSATION))
+    message = str(refused.value)
+    assert not isinstance(refused.value, BudgetExceeded)
+    assert message.startswith(f"{old}: spend recorded by an earlier, unreleased version") and "\n" not in message
+    assert "--careful-budget-usd" in message and "nothing is sent" in message
     assert server.requests == []
-    folder = ledger.totals()
-    assert folder.charged == pytest.approx(0.95) and folder.requests == 40 and folder.unconfirmed == 1
+    assert not ledger.path.exists()  # no ledger begun without the old spend
 
 
 def _reserve_and_die(path: str) -> None:

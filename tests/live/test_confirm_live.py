@@ -16,7 +16,8 @@ from pytest_careful.data.result_store import ResultStore
 from pytest_careful.effects import declarations
 from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.execution.decoding import decoder
-from pytest_careful.live import confirm, runner, scripted
+from pytest_careful.live import confirm, runner
+from pytest_careful.live.backends import scripted
 from pytest_careful.protocols import confirm_log, scripted_user
 
 DECL = declarations.load()

@@ -166,7 +166,7 @@ def test_a_timeout_is_sent_again_once_then_the_run_stops_naming_the_server() -> 
 
 
 def test_a_connection_error_from_a_server_that_is_gone_is_left_to_the_backend() -> None:
-    """Not retried here: vLLM fails over or stops the run (vllm_client.classify_error); an API stops."""
+    """Not retried here: vLLM fails over or stops the run (live.backends.vllm.client.classify_error); an API stops."""
     g, slept = guard(alive=lambda url: False)
     query = Script(openai.APIConnectionError(request=REQUEST))
     with pytest.raises(openai.APIConnectionError):

@@ -1,4 +1,4 @@
-"""Which server of a fleet each conversation goes to (``live/fleet.py``), as a pure policy, and the
+"""Which server of a fleet each conversation goes to (``live/backends/vllm/fleet.py``), as a pure policy, and the
 ledger of what each server served. The whole path, against loopback server processes:
 test_fleet_live.py."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_careful.live.fleet import (
+from pytest_careful.live.backends.vllm.fleet import (
     GROWTH,
     SLACK,
     START,

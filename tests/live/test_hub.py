@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from loopback_hub import DECOYS, LoopbackHub, generated_model, with_decoys
 
-from pytest_careful.live.hub import wanted
+from pytest_careful.live.backends.vllm.hub import wanted
 
 REPO = "Qwen/Qwen3-4B-Instruct-2507"  # a registry key whose handler is BFCL's OSS (vLLM) handler
 MODES = {"no-xdist": ["-p", "no:xdist"], "n2": ["-n", "2"]}
@@ -257,7 +257,7 @@ def test_a_running_server_gets_only_the_tokenizer_fetched(tmp_path: Path, monkey
     """--careful-endpoint: the controller fetches what BFCL's handler loads, and every process finds it cached."""
     script = (
         "import sys\n"
-        "from pytest_careful.live import hub, vllm_server as v\n"
+        "from pytest_careful.live.backends.vllm import hub, server as v\n"
         f"plan = v.ServerPlan(model={REPO!r}, endpoints=('http://127.0.0.1:9/v1',))\n"
         # Fetched first; then the server is asked, and nothing listens there.
         "assert v.start_for_session(plan, print).startswith('no --careful-endpoint server can run it')\n"

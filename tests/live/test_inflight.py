@@ -27,7 +27,10 @@ from loopback_vllm import LoopbackVLLM
 from pytest_careful.data import dataset
 from pytest_careful.data.result_store import ResultStore
 from pytest_careful.effects import declarations
-from pytest_careful.live import backends, inflight, progress, runner, scripted, vllm_metrics
+from pytest_careful.live import inflight, progress, runner
+from pytest_careful.live.backends import registry as backends
+from pytest_careful.live.backends import scripted
+from pytest_careful.live.backends.vllm import metrics as vllm_metrics
 from pytest_careful.live.inflight import Board, Flight, Outcome
 
 DECL = declarations.load()
@@ -307,7 +310,7 @@ def test_a_driver_cut_short_is_not_taken_over_an_item_runs_only_its_own(tmp_path
 
 
 def test_only_a_vllm_run_under_xdist_has_one_driver() -> None:
-    # One server or a fleet alike: the driver spreads the conversations over every server (vllm_fleet).
+    # One server or a fleet alike: the driver spreads the conversations over every server (live.backends.vllm.fleet_client).
     assert inflight.one_driver("vllm", 2)
     assert inflight.one_driver("vllm", 8)
     assert not inflight.one_driver("vllm", 1)

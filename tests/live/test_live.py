@@ -26,7 +26,8 @@ from pytest_careful.data.result_store import ResultStore
 from pytest_careful.effects import declarations
 from pytest_careful.evaluation.evaluate import evaluate
 from pytest_careful.execution.decoding import decoder
-from pytest_careful.live import bridge, runner, scripted
+from pytest_careful.live import bridge, runner
+from pytest_careful.live.backends import scripted
 
 DECL = declarations.load()
 # bfcl-eval registry keys whose decoders read the scripted styles (OpenAI FC / prompting).
@@ -514,7 +515,7 @@ def test_each_backend_builds_the_handler_bfcl_generate_builds(name: str, monkeyp
     from bfcl_eval.model_handler.base_handler import BaseHandler
     from bfcl_eval.model_handler.local_inference.base_oss_handler import OSSHandler
 
-    from pytest_careful.live.backends import backend
+    from pytest_careful.live.backends.registry import backend
     from pytest_careful.live.handles import resolve
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used")  # the clients are built, never called

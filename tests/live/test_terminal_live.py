@@ -114,7 +114,7 @@ tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_r
 """
 
 PLUGIN = """
-from pytest_careful.live import tokens
+from pytest_careful.live.backends.vllm import tokens
 from pytest_careful.live.handles import resolve
 handler = resolve({handler!r}, None).build()
 assert tokens.light_setup(handler, folder)
@@ -123,9 +123,9 @@ tokenizer = handler.tokenizer
 
 # BFCL's own set-up (where the files do not allow the light one), against the loopback server.
 BFCL = """
-from pytest_careful.live import tokens, vllm_client
+from pytest_careful.live.backends.vllm import client as vllm_client, tokens
 from pytest_careful.live.handles import resolve
-from pytest_careful.live.vllm_server import ServerPlan
+from pytest_careful.live.backends.vllm.server import ServerPlan
 tokens.light_setup = lambda handler, local: False
 handler = resolve({handler!r}, None).build()
 vllm_client.setup_handler(handler, ServerPlan(folder, endpoints=({url!r},)), folder, lambda handler: None)

@@ -1,4 +1,4 @@
-"""The handler's tokenizer without transformers (``live/tokens.py``).
+"""The handler's tokenizer without transformers (``live/backends/vllm/tokens.py``).
 
 BFCL's own ``_query_prompting`` is the oracle for what a count does to a request: it is called here
 with a stand-in client that keeps what would be sent. The byte-for-byte comparison with ``bfcl
@@ -21,7 +21,7 @@ import pytest
 tokenizers = pytest.importorskip("tokenizers")
 
 from pytest_careful.data import dataset  # noqa: E402
-from pytest_careful.live import tokens  # noqa: E402
+from pytest_careful.live.backends.vllm import tokens  # noqa: E402
 from pytest_careful.live.handles import resolve  # noqa: E402
 
 KEY = "Qwen/Qwen3-8B-FC"
@@ -145,7 +145,7 @@ def test_bfcls_own_sizing_gets_the_exact_count_wherever_it_decides(tmp_path: Pat
 
 
 def test_each_server_of_a_fleet_sizes_requests_by_its_own_context(tmp_path: Path) -> None:
-    """A fleet whose servers have different context lengths (vllm_client.station): a conversation on the
+    """A fleet whose servers have different context lengths (live.backends.vllm.client.station): a conversation on the
     shorter one gets BFCL's sizing for that context, the same as BFCL's exact tokenizer gives it, while
     the model's own context still decides elsewhere; the exact tokenizer is loaded once for both."""
     ids = [f"multi_turn_base_{i}" for i in range(0, 200, 25)]

@@ -31,7 +31,7 @@ IDS = ["multi_turn_base_105", "multi_turn_base_132"]
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
-    from pytest_careful.live import smollm2
+    from pytest_careful.cli import smollm2
 
     return smollm2.prepare()
 
@@ -179,14 +179,14 @@ def test_a_hub_model_is_fetched_once_then_served_from_the_cache(tmp_path: Path) 
 
 
 def test_the_metrics_the_progress_line_reads_are_named_as_this_vllm_names_them() -> None:
-    """``live/vllm_metrics.py`` reads vLLM's /metrics by name: the names are those this vLLM's
+    """``live/backends/vllm/metrics.py`` reads vLLM's /metrics by name: the names are those this vLLM's
     Prometheus logger defines, exposed by its own metric classes (a counter gets ``_total``)."""
     import inspect
 
     from prometheus_client import CollectorRegistry, generate_latest
     from vllm.v1.metrics import loggers
 
-    from pytest_careful.live import vllm_metrics
+    from pytest_careful.live.backends.vllm import metrics as vllm_metrics
 
     logger = loggers.PrometheusStatLogger
     defined = set(re.findall(r'name="(vllm:[a-z_]+)"', inspect.getsource(logger)))

@@ -1,4 +1,4 @@
-"""What a vLLM server's ``/metrics`` says (``live/vllm_metrics.py``), read from the loopback stand-in.
+"""What a vLLM server's ``/metrics`` says (``live/backends/vllm/metrics.py``), read from the loopback stand-in.
 
 The stand-in writes vLLM 0.32's names and labels (tests/helpers/loopback_vllm.py); that they are
 vLLM's own is checked against the installed engine in tests/live/test_vllm_cpu.py.
@@ -14,7 +14,7 @@ import urllib.request
 
 from loopback_vllm import LoopbackVLLM
 
-from pytest_careful.live import vllm_metrics
+from pytest_careful.live.backends.vllm import metrics as vllm_metrics
 
 
 def _metrics(server: LoopbackVLLM) -> str:

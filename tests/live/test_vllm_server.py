@@ -14,9 +14,11 @@ from pathlib import Path
 import openai
 import pytest
 
-from pytest_careful.live import pacing, vllm_client, vllm_server
-from pytest_careful.live.vllm_fleet import Failover, FleetClient
-from pytest_careful.live.vllm_server import MODULE, SERVE, BfclServer, ServerDied, ServerPlan, engine_from
+from pytest_careful.live import pacing
+from pytest_careful.live.backends.vllm import client as vllm_client
+from pytest_careful.live.backends.vllm import server as vllm_server
+from pytest_careful.live.backends.vllm.fleet_client import Failover, FleetClient
+from pytest_careful.live.backends.vllm.server import MODULE, SERVE, BfclServer, ServerDied, ServerPlan, engine_from
 
 # Serves /v1/models like vLLM, after a short load time; argv as vLLM's api_server gets it.
 FAKE_VLLM = """#!{python}
@@ -208,7 +210,7 @@ def test_the_server_is_stopped_when_pytest_gets_sigterm(tmp_path: Path) -> None:
     script.write_text(
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from pytest_careful.live import vllm_server as v\n"
+        "from pytest_careful.live.backends.vllm import server as v\n"
         f"plan = v.ServerPlan(model={str(tmp_path)!r}, python={program!r},"
         f" log_path=Path({str(tmp_path / 'log')!r}), engine=v.engine_from({program!r}, {{}}))\n"
         "assert v.start_for_session(plan, print) is None\n"

@@ -17,7 +17,8 @@ import pytest
 
 from pytest_careful.data import dataset
 from pytest_careful.effects import declarations
-from pytest_careful.live import runner, scripted
+from pytest_careful.live import runner
+from pytest_careful.live.backends import scripted
 from pytest_careful.protocols import answer_log
 
 IDS = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2", "multi_turn_base_3", "multi_turn_base_167"]

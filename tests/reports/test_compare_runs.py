@@ -23,7 +23,7 @@ from scipy.stats import binomtest, spearmanr
 
 from conftest import REAL_RUN_DECODER
 from pytest_careful.data import dataset
-from pytest_careful.live.scripted import call_to_fc
+from pytest_careful.live.backends.scripted import call_to_fc
 from pytest_careful.reports import compare_runs
 
 BASE = "BFCL_v4_multi_turn_base_result.json"

@@ -107,7 +107,7 @@ def test_prompting_text_is_shown_after_the_turns_calls():
 
 def test_claude_style_text_parts_and_reasoning_are_shown():
     conversation = dataset.get("multi_turn_base_2")
-    from pytest_careful.live.scripted import call_to_fc
+    from pytest_careful.live.backends.scripted import call_to_fc
 
     result = [
         [[call_to_fc(c, conversation.involved_classes) for c in calls], ["Shall I go on?", "Say yes."]]

@@ -17,7 +17,7 @@ from test_format_check import _options
 
 from conftest import REAL_RUN_DECODER
 from pytest_careful.data.run_settings import SETTINGS_FILE, RunSettings, SettingsError
-from pytest_careful.live import scripted
+from pytest_careful.live.backends import scripted
 from pytest_careful.sources.reference_logged import open_source, protocol_problem
 
 IDS = ["multi_turn_base_0", "multi_turn_base_1"]

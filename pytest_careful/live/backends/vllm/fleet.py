@@ -5,7 +5,7 @@ server when it starts and keeps all of its requests there: every request re-send
 conversation, and vLLM's automatic prefix caching pays only when the next request lands where
 the last one did. This module holds the decision, as a pure object (:class:`Fleet`: no threads,
 no HTTP, the time passed in), and the record of what each server served (:class:`FleetLedger`);
-:mod:`.vllm_fleet` wires it to the handler's clients and to the servers' ``/metrics``.
+:mod:`.fleet_client` wires it to the handler's clients and to the servers' ``/metrics``.
 
 The rule. Each server has a share of ``--careful-concurrency`` (the run's total), in proportion
 to its speed (one over its recent seconds per request; a server that has not answered for a
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypedDict
 
-from . import vllm_metrics
-from .handler import Handler
+from ...handler import Handler
+from . import metrics as vllm_metrics
 
 #: Conversations a server takes before it has answered: enough to fill a small server, few
 #: enough that a fleet's speeds are known before most of the run is committed to one of them.
@@ -205,7 +205,7 @@ class Seat(Protocol):
 
 
 class Placement(Protocol):
-    """Where a backend with several servers runs each conversation (``vllm_fleet.FleetClient``)."""
+    """Where a backend with several servers runs each conversation (``fleet_client.FleetClient``)."""
 
     def seat(self, key: tuple[str, str, int], check: Callable[[], None], turns: int = 0) -> Seat:
         """A server with room for the conversation ``key`` (of ``turns`` user turns: the longest are

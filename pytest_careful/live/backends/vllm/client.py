@@ -2,9 +2,9 @@
 
 In every process the handler is set up as BFCL's own ``spin_up_local_server(skip_server_setup=True)``
 sets it up (tokenizer, context length: :mod:`.tokens` reads them without transformers where the
-files allow it), pointed at the session's server (:mod:`.vllm_server`). ``--careful-endpoint``
+files allow it), pointed at the session's server (:mod:`.server`). ``--careful-endpoint``
 names servers someone else runs: one is used as the session's own; several are a fleet
-(:mod:`.vllm_fleet`), over which the conversations spread, each on one server for all of its
+(:mod:`.fleet_client`), over which the conversations spread, each on one server for all of its
 requests, and which a server that stops answering leaves (``classify_error``: the conversation
 runs again elsewhere, the run's end, or a conversation not run).
 """
@@ -20,15 +20,16 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..execution.decoding import registry_entry
-from ..sources.live_options import MAX_OUTPUT_TOKENS
-from ..sources.run_config import RunConfig
-from . import hub, tokens, vllm_metrics
-from .backend_setup import BackendSetup, ModelSpec, Share
-from .errors import NotRun, StopRun
-from .handler import Handler
-from .vllm_fleet import FleetClient
-from .vllm_server import ENDPOINT_ENV, BfclServer, ServerDied, ServerPlan, log_tail_of, served, unusable
+from ....execution.decoding import registry_entry
+from ....sources.live_options import MAX_OUTPUT_TOKENS
+from ....sources.run_config import RunConfig
+from ...backend_setup import BackendSetup, ModelSpec, Share
+from ...errors import NotRun, StopRun
+from ...handler import Handler
+from . import hub, tokens
+from . import metrics as vllm_metrics
+from .fleet_client import FleetClient
+from .server import ENDPOINT_ENV, BfclServer, ServerDied, ServerPlan, log_tail_of, served, unusable
 
 #: Answers that mean "send it later", as the Anthropic API and gateways in front of vLLM give them.
 RATE_LIMITED = (429, 529)
@@ -64,7 +65,7 @@ def configure(handle: ModelSpec, options: RunConfig, concurrency: int, share: Sh
     if cap is not None:  # recorded beside the result files: a resume under another cap is refused
         made.backend_settings = {"max_output_tokens": cap}
     fleet = None
-    if len(plan.endpoints) > 1:  # a fleet: each conversation on one of them (vllm_fleet)
+    if len(plan.endpoints) > 1:  # a fleet: each conversation on one of them (fleet_client)
         fleet = FleetClient(
             tuple(url.rstrip("/") for url in plan.endpoints),
             model,
@@ -125,7 +126,8 @@ def pick(plan: ServerPlan, model: str, exclude: str | None = None) -> str:
 
 
 def point_handler(handler: Handler, url: str, share: Share) -> None:
-    # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+    # the OpenAI SDK on first use (half a second): importing the registry (handles, inflight)
+    # stays off it; a live run loads it anyway, through the source's faults module
     from openai import OpenAI
 
     handler.base_url = url
@@ -225,8 +227,9 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
 def classify_error(exc: BaseException, plan: ServerPlan) -> BaseException | None:
     """The session's one server: a connection failure with it gone, or a 404 with the model gone
     from it (restarted with another), ends the run; rate limited past the SDK's retries: not run
-    (NotRun), the next run sends it. (A fleet's: ``vllm_fleet.FleetClient.classify``.)"""
-    # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+    (NotRun), the next run sends it. (A fleet's: ``fleet_client.FleetClient.classify``.)"""
+    # the OpenAI SDK on first use (half a second): importing the registry (handles, inflight)
+    # stays off it; a live run loads it anyway, through the source's faults module
     import openai
 
     if isinstance(exc, openai.APIStatusError) and exc.status_code in RATE_LIMITED:

@@ -36,13 +36,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..common import bfcl as _bfcl
-from ..common.text import did_you_mean
-from ..data import dataset
-from ..data.dataset import Conversation
-from ..effects import declarations
-from ..execution.decoding import UnknownModel, model_family
-from .handler import BfclDict, Handler
+from ...common import bfcl as _bfcl
+from ...common.text import did_you_mean
+from ...data import dataset
+from ...data.dataset import Conversation
+from ...effects import declarations
+from ...execution.decoding import UnknownModel, model_family
+from ..handler import BfclDict, Handler
 
 POLICIES = ("reference", "loop", "destructive", "ask", "ask-wrong", "ask-after", "ask-thrice", "flaky")
 PREFIX = "scripted:"

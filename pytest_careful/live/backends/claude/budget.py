@@ -28,7 +28,7 @@
   together: a rerun continues under the same cap, it does not get a fresh one,
   and a rerun that does not give the option keeps the cap last given there.
 * Every HTTP attempt is reserved, not every request: the SDK's own retries are
-  off and :mod:`.claude` retries, so each attempt's bound goes through
+  off and :mod:`.client` retries, so each attempt's bound goes through
   :meth:`~SpendLedger.reserve` (spent + unconfirmed + reserved + bound <= cap)
   before it is sent. Then exactly one of: :meth:`~SpendLedger.settle` (a
   message came back: its actual cost), :meth:`~SpendLedger.release` (an error
@@ -64,9 +64,9 @@ from typing import TypedDict
 
 import yaml
 
-from ..data.result_store import fsync_dir
-from ..sources.live_options import BUDGET_USD
-from .errors import StopRun
+from ....data.result_store import fsync_dir
+from ....sources.live_options import BUDGET_USD, OUTPUT
+from ...errors import StopRun
 
 PRICES_FILE = Path(__file__).with_name("prices.yaml")
 PER_TOKENS = 1_000_000  # prices are per million tokens
@@ -436,12 +436,8 @@ class SpendLedger:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {
-                "version": LEDGER_VERSION,
-                "cap_usd": None,
-                "reservations": {},
-                "sessions": _legacy_sessions(self.path.parent),
-            }
+            _refuse_per_run_ledgers(self.path)
+            return {"version": LEDGER_VERSION, "cap_usd": None, "reservations": {}, "sessions": {}}
         except (OSError, UnicodeDecodeError) as exc:
             raise StopRun(f"{self.path}: the spend ledger cannot be read ({exc}); nothing is sent without it") from None
         try:
@@ -566,36 +562,17 @@ def _totals(state: LedgerFile, cap: float | None, session: str | None) -> SpendT
     )
 
 
-def _legacy_sessions(directory: Path) -> dict[str, Counters]:
-    """Spend recorded by earlier versions (one ``spend-<run id>.json`` per run), as sessions.
-
-    Read once, when the folder's ledger is first made: money those runs spent
-    counts against the cap too. Their reservations were never settled: unconfirmed.
-    """
-    sessions: dict[str, Counters] = {}
-    for path in sorted(directory.glob("spend-*.json")):
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-            bounds = [_number(r["bound"], "bound") for r in old.get("reservations", {}).values()]
-            counters = {
-                "spent_list": _number(old["spent_list"], "spent_list"),
-                "spent_conservative": _number(old["spent_conservative"], "spent_conservative"),
-                "requests": int(_number(old["requests"], "requests")),
-            }
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-            raise StopRun(
-                f"{path}: an earlier spend ledger of this folder cannot be read ({exc}); "
-                "nothing is sent until it is repaired or removed"
-            ) from None
-        sessions[f"legacy:{path.stem}"] = {
-            **{k: 0 for k in COUNTERS},
-            **counters,
-            "attempts": counters["requests"] + len(bounds),
-            "unconfirmed": len(bounds),
-            "unconfirmed_usd": sum(bounds),
-            "started": path.stat().st_mtime,
-        }
-    return sessions
+def _refuse_per_run_ledgers(path: Path) -> None:
+    """StopRun where the folder has no ledger yet but spend that an unreleased earlier version
+    recorded, one ``spend-<run id>.json`` per run: this version does not read those files, and a
+    ledger begun without their spend would under-count what the folder has spent."""
+    old = sorted(path.parent.glob("spend-*.json"))
+    if old:
+        raise StopRun(
+            f"{old[0]}: spend recorded by an earlier, unreleased version ({len(old)} spend-*.json file(s) "
+            f"in {path.parent}), which this version does not read; nothing is sent: remove them and lower "
+            f"{BUDGET_USD} by what they record as spent, or give another {OUTPUT}"
+        )
 
 
 def _session_line(mine: SpendTotals) -> str:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..execution.decoding import import_handler_class, registry_entry
-from ..sources.live_options import (
+from ...execution.decoding import import_handler_class, registry_entry
+from ...sources.live_options import (
     BUDGET_USD,
     DTYPE,
     ENDPOINT,
@@ -27,12 +27,14 @@ from ..sources.live_options import (
     SESSION_HEADER,
     VLLM_ARG,
 )
-from ..sources.options import HANDLER
-from ..sources.run_config import RunConfig
-from . import claude, scripted, vllm_client
-from .backend_setup import BackendSetup, ModelSpec, Share
-from .handler import Handler
-from .vllm_server import missing_message, missing_modules
+from ...sources.options import HANDLER
+from ...sources.run_config import RunConfig
+from ..backend_setup import BackendSetup, ModelSpec, Share
+from ..handler import Handler
+from . import scripted
+from .claude import client as claude
+from .vllm import client as vllm_client
+from .vllm.server import missing_message, missing_modules
 
 #: Conversations in flight by default, all processes together, for backends other than
 #: vLLM (BFCL's own count for a local server) and Claude (under the shared rate limiter).

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import StopRun
-from .handler import Handler
+from ...errors import StopRun
+from ...handler import Handler
 
 #: How far the light count may be from the exact one before the request would change:
 #: within it, a prompt this far from the context's end gets BFCL's 4096 either way.
@@ -206,7 +206,7 @@ class LightTokenizer:
         self.exact_loads = 0  # for tests: how often the exact tokenizer was needed (0 or 1)
 
     def sized_by(self, context: Callable[[], int]) -> LightTokenizer:
-        """The same tokenizer, deciding by another context length (a fleet's server's, ``vllm_client.station``);
+        """The same tokenizer, deciding by another context length (a fleet's server's, ``client.station``);
         BFCL's exact tokenizer is still loaded once, for every view."""
         view = copy.copy(self)
         view._context = context

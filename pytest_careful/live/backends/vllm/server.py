@@ -16,7 +16,7 @@ The controller waits for ``/v1/models`` with a progress line, writes the server'
 output to a log file, asks ``/version`` for the provenance and stops it at the
 end. Its URL reaches the workers in ``CAREFUL_VLLM_ENDPOINT`` (they inherit the
 controller's environment). How each process's handler uses the server(s) is
-:mod:`.vllm_client`'s.
+:mod:`.client`'s.
 
 A hub model's files are fetched once, by the controller, before the server starts
 (:mod:`.hub`: the user's ``HF_*`` settings decide from where, and whether at all);
@@ -44,10 +44,10 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..sources.live_options import DTYPE, ENDPOINT, MAX_MODEL_LEN, VLLM_ARG
+from ....sources.live_options import DTYPE, ENDPOINT, MAX_MODEL_LEN, VLLM_ARG
+from ...errors import ServerStopped
+from ...handler import Handler
 from . import hub
-from .errors import ServerStopped
-from .handler import Handler
 
 if TYPE_CHECKING:
     pass

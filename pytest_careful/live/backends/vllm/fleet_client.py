@@ -23,13 +23,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from ..sources.live_options import ENDPOINT, REQUEST_TIMEOUT
-from .errors import NotRun, RunAgain, ServerGone, ServerHung
+from ....sources.live_options import ENDPOINT, REQUEST_TIMEOUT
+from ...errors import NotRun, RunAgain, ServerGone, ServerHung
+from ...handler import Handler
+from ...runner import QUERIES
+from ...stops import SESSION_ENV
 from .fleet import Fleet, FleetLedger, FleetProvenance, Visit, queue_of, served_by, summary_lines, visit_key
-from .handler import Handler
-from .runner import QUERIES
-from .stops import SESSION_ENV
-from .vllm_server import ServerDied, unusable
+from .server import ServerDied, unusable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -117,7 +117,8 @@ class FleetClient:
         """A server gone (connection refused, hung, the model gone from it): the conversation runs
         again on another (``Failover``), or, with none left, the run stops; rate limited past the
         SDK's retries: not run. Anything else is not the fleet's (None)."""
-        # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+        # the OpenAI SDK on first use (half a second): importing the registry (handles, inflight)
+        # stays off it; a live run loads it anyway, through the source's faults module
         import openai
 
         url = self._server_of(exc)
@@ -235,7 +236,8 @@ class FleetSeat:
                 setattr(handler, name, self._timed(query))
 
     def _timed(self, query: Callable[P, R]) -> Callable[P, R]:
-        # the OpenAI SDK on first use (half a second): the backends' module imports this one, every run does
+        # the OpenAI SDK on first use (half a second): importing the registry (handles, inflight)
+        # stays off it; a live run loads it anyway, through the source's faults module
         import openai
 
         fleet, changed, url = self.client.fleet, self.client._changed, self.server

