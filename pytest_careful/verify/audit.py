@@ -324,9 +324,11 @@ def _classify(
         return finding(
             "contradicts_result", contradiction, "with the result's value BFCL's checker fails the conversation"
         )
-    near = _nearest(trajectory, index, value)
-    detail = "no source; the nearest value of its kind the user gave is shown" if near else "no source and no near miss"
-    return finding("no_source", near, detail)
+    nearest = _nearest(trajectory, index, value)
+    detail = (
+        "no source; the nearest value of its kind the user gave is shown" if nearest else "no source and no near miss"
+    )
+    return finding("no_source", nearest, detail)
 
 
 _TEXT_DETAIL = {
