@@ -6,7 +6,9 @@
   ``if TYPE_CHECKING:`` imports count (they hide a circle, they do not break it);
 * an import inside a function only for an optional heavy dependency (``LAZY_OK``), with a comment
   on its line or the line above that says why; every other import is at the module's top;
-* no class name defined twice in the package.
+* no class name defined twice in the package;
+* nothing below ``harness/`` imports pytest, ``_pytest`` or xdist, not even under ``if TYPE_CHECKING:``
+  (import-linter does not see external packages here).
 
 The layer order between stages is import-linter's contract (pyproject.toml, ``lint-imports``).
 """
@@ -349,3 +351,66 @@ def test_each_flag_is_written_once() -> None:
         f: places for f, places in flag_literals(sorted((ROOT / PACKAGE).rglob("*.py"))).items() if len(places) > 1
     }
     assert not twice, "flags spelt out more than once:\n" + "\n".join(f"{f}: {', '.join(p)}" for f, p in twice.items())
+
+
+#: What only the pytest side imports: pytest, its internals, xdist.
+PYTEST_ROOTS = frozenset({"pytest", "_pytest", "xdist"})
+#: The pytest side: harness/ and the modules above it (plugin.py, hookspec.py, api.py). Every other
+#: package is below it (the layers in pyproject.toml) or a console script (cli/), and runs without pytest.
+PYTEST_SIDE = "harness"
+
+
+def pytest_imports(paths: list[Path], base: Path = ROOT) -> list[str]:
+    """Each import of pytest, ``_pytest`` or xdist in ``paths``: at the top, inside a function or under
+    ``if TYPE_CHECKING:`` (a type named from pytest is a dependency on it too), or by name
+    (``importlib.import_module("pytest")``)."""
+    out = []
+    for path in paths:
+        for node in sorted(ast.walk(ast.parse(path.read_text(), str(path))), key=lambda n: getattr(n, "lineno", 0)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [] if node.level else [node.module or ""]
+            elif (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func).split(".")[-1] in {"import_module", "__import__"}
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                names = [node.args[0].value]
+            else:
+                continue
+            if any(name.split(".")[0] in PYTEST_ROOTS for name in names):
+                out.append(f"{path.relative_to(base)}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_the_pytest_check_finds_every_kind_of_import(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from __future__ import annotations\n\nimport json\nimport pytest as p\nfrom typing import TYPE_CHECKING\n\n"
+        "from .pytest import helper\n\nif TYPE_CHECKING:\n    from _pytest.capture import CaptureManager\n\n\n"
+        "def f():\n    import xdist.plugin\n    import importlib\n    return importlib.import_module('pytest')\n"
+    )
+    assert pytest_imports([sample], base=tmp_path) == [
+        "sample.py:4: import pytest as p",
+        "sample.py:10: from _pytest.capture import CaptureManager",
+        "sample.py:14: import xdist.plugin",
+        "sample.py:16: importlib.import_module('pytest')",
+    ]
+
+
+def pytest_free_packages() -> list[Path]:
+    """Every package of ``pytest_careful`` but the pytest side's."""
+    return sorted(init.parent for init in (ROOT / PACKAGE).glob("*/__init__.py") if init.parent.name != PYTEST_SIDE)
+
+
+def test_nothing_below_the_harness_imports_pytest() -> None:
+    """pytest is the harness's (``harness/``): the stages below it, and the console scripts, run without
+    it (import-linter sees no external package here). The live run's progress line is drawn through
+    ``harness/progress_display.py``."""
+    packages = pytest_free_packages()
+    assert {"live", "sources", "common"} <= {p.name for p in packages}, packages
+    found = pytest_imports([path for package in packages for path in sorted(package.rglob("*.py"))])
+    assert not found, "pytest imported below the harness:\n" + "\n".join(found)

@@ -25,7 +25,7 @@ from ..scoring import rules
 from ..scoring.conversation import ScoringConfig
 from ..scoring.rules import Rule, Settings, checking
 from ..sources.options import MODEL, RESULTS
-from ..sources.reference_logged import RunAhead, ShowProgress, Source, open_source
+from ..sources.reference_logged import RunAhead, Source, open_source
 from ..sources.run_config import RunConfig, SourceError
 from ..verify import audit_file
 from ..verify.audit_file import Audit, AuditFileError
@@ -34,6 +34,7 @@ from . import gate, junit, scorecard_files, selection, summary
 from .filed import score_filed
 from .item import CarefulCollector, CarefulItem, make_items
 from .outcome import ROW_KEY, call_sections, junit_properties
+from .progress_display import terminal_line
 from .state import SESSION_KEY, CarefulState
 from .worker_status import say_status_once
 
@@ -295,12 +296,7 @@ class CarefulPlugin:
         """Live runs: the conversations run ahead of their items, many at once (``live.inflight``)."""
         if not self.config.getoption("collectonly"):
             careful = [(i.condition, i.conversation_id) for i in session.items if isinstance(i, CarefulItem)]
-            plugins = self.config.pluginmanager
-            show = (
-                None
-                if self.is_worker
-                else ShowProgress(plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager"))
-            )
+            show = None if self.is_worker else terminal_line(self.config)
             self._ahead = self.state.source.run_ahead(careful, getattr(self.config, "workerinput", None), show)
         completed = False
         try:

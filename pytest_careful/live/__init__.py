@@ -7,6 +7,7 @@
 * :mod:`.source` runs the model for each item; :mod:`.filing`, where its results are filed
   and what is filed; :mod:`.stops`, the marks that stop a run in every process;
 * :mod:`.handles` turns ``--careful-model`` into a handler;
+* :mod:`.progress`: the run's progress line, what it says and when (the harness shows it);
 * :mod:`.backends`: the model backends behind one protocol (:mod:`.backends.registry`), each
   adapter in a package of its own: :mod:`.backends.vllm` (the server, each process's client,
   several servers used as one), :mod:`.backends.claude` (the client, the spend guard, the API

@@ -9,8 +9,9 @@ Each process with conversations in flight writes its counts every second
   apt draws its progress bar. It is written to ``/dev/tty``, so neither pytest's
   output capture nor its terminal writer's idea of the current line is disturbed.
 * Elsewhere (CI logs, output piped to a file) it is a plain line every
-  :data:`PLAIN_SECONDS`, written through pytest's terminal reporter: between items,
-  and by a thread of its own when no item reports (a silent server, a long wait).
+  :data:`PLAIN_SECONDS`, written where the harness shows it (``ShowProgress``: pytest's
+  terminal reporter, around its output capture, ``harness.progress_display``): between
+  items, and by a thread of its own when no item reports (a silent server, a long wait).
 
 While requests are in flight and none has been answered for :data:`QUIET_SECONDS`,
 the line says so; once the run stopped it says that, and no ETA. A non-streamed request
@@ -27,7 +28,6 @@ the estimate says ``ETA overdue by ...`` rather than push the estimate up each s
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import shutil
@@ -38,8 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import pytest
-from _pytest.capture import CaptureManager
+from ..sources.reference_logged import ShowProgress
 
 #: Between two plain progress lines (CI logs).
 PLAIN_SECONDS = 30.0
@@ -238,19 +237,17 @@ class Display:
     def __init__(
         self,
         folder: Path,
-        reporter: pytest.TerminalReporter | None,
+        show: ShowProgress | None,
         stopped: Callable[[], str | None] | None = None,
-        capture: CaptureManager | None = None,
         probe: ServerProbe | None = None,
     ) -> None:
         self.folder = folder
-        self.reporter = reporter
-        self.capture = capture  # pytest's capture manager: a line written while an item runs is not captured
+        self.show = show  # where the line is shown (None: nowhere)
         self.stopped = stopped or (lambda: None)  # why the run stopped, if it did
         self.meter = ProgressMeter()
         self.watch = GenerationWatch(probe) if probe is not None else None  # the servers' own word, if any
         self._watch_lock = threading.Lock()  # the display's thread and the main thread, between items
-        self._tty = _open_tty() if getattr(reporter, "isatty", False) else None
+        self._tty = _open_tty() if show is not None and show.isatty else None
         self._last_plain = time.monotonic()
         self._plain_lock = threading.Lock()
         self._stopped = threading.Event()
@@ -260,7 +257,7 @@ class Display:
         if self._tty is not None:
             self._write(f"\n\0337\033[1;{self._rows() - 1}r\0338\033[1A")  # a last row of its own
             self._thread = threading.Thread(target=self._redraw, name="careful-progress", daemon=True)
-        elif self.reporter is not None:  # a line every PLAIN_SECONDS even while no item reports
+        elif self.show is not None:  # a line every PLAIN_SECONDS even while no item reports
             self._thread = threading.Thread(target=self._plain, name="careful-progress", daemon=True)
         if self._thread is not None:
             self._thread.start()
@@ -299,7 +296,7 @@ class Display:
     def between_items(self) -> None:
         """Plain mode: a line when one is due (the controller's main thread, between items, or
         the display's own thread)."""
-        if self._tty is not None or self.reporter is None:
+        if self._tty is not None or self.show is None:
             return
         with self._plain_lock:
             now = time.monotonic()
@@ -309,23 +306,14 @@ class Display:
             self._write_plain(self._line())
 
     def _write_plain(self, line: str) -> None:
-        """A line of its own, even after a row of progress dots (which ``write_line`` may not end)."""
-        # Without xdist the main thread is inside an item, with output captured: suspend it for the line,
-        # as pytest's own live logging does for a record logged on any thread.
-        if self.reporter is None:  # nowhere to write it (the callers check first)
-            return
-        disabled = getattr(self.capture, "global_and_fixture_disabled", None)
-        with disabled() if disabled is not None else contextlib.nullcontext():
-            writer = getattr(self.reporter, "_tw", None)
-            if writer is not None and getattr(writer, "width_of_current_line", False):
-                writer.line()
-            self.reporter.write_line(line)
+        if self.show is not None:  # nowhere to write it otherwise (the callers check first)
+            self.show.write_line(line)
 
     def stop(self) -> None:
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * TTY_SECONDS)
-        if self._tty is None and self.reporter is not None:
+        if self._tty is None and self.show is not None:
             # A CI log ends on the final counts, however long since the last line.
             with self._plain_lock:
                 self._write_plain(self._line())

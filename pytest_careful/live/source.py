@@ -299,12 +299,11 @@ class LiveSource(Source):
     ) -> RunAhead | None:
         flight = inflight.take_off(self, conversations, self.repeats, inflight.worker_count(workerinput))
         display = None
-        if show is not None:
+        if workerinput is None:  # the controller (it alone has no workerinput): the line, if shown anywhere
             display = Display(
                 self.stops.session_dir() / "flight" / "progress",
-                show.reporter,
+                show,
                 stopped=self.stops.is_stopped,
-                capture=show.capture,
                 probe=self.server_work,
             )
             display.start()

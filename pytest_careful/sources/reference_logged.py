@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..common.bfcl import CATEGORIES
 from ..common.text import counted
@@ -37,10 +37,6 @@ from ..protocols.options import USER_SCRIPT
 from .format_check import decoder_warnings
 from .options import CATEGORY, DECODER, MODEL, PROTOCOL, RESULTS
 from .run_config import REFERENCE_MODEL, RunConfig, SourceError
-
-if TYPE_CHECKING:
-    import pytest
-    from _pytest.capture import CaptureManager
 
 
 class RunRecord(Protocol):
@@ -80,12 +76,18 @@ class RunAhead(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class ShowProgress:
-    """Where the controller shows a live run's progress: pytest's terminal reporter and capture manager."""
+class ShowProgress(Protocol):
+    """Where the controller shows a live run's progress line (``Source.run_ahead``): the harness's
+    terminal (``harness.progress_display.TerminalLine``); the source says what the line is and when."""
 
-    reporter: pytest.TerminalReporter | None
-    capture: CaptureManager | None
+    @property
+    def isatty(self) -> bool:
+        """On a terminal: the line gets the screen's last row, redrawn (else a plain line now and then)."""
+        ...
+
+    def write_line(self, line: str) -> None:
+        """A plain line of its own (CI logs, output piped to a file), never captured."""
+        ...
 
 
 @dataclass
@@ -190,8 +192,9 @@ class Source:
         self, conversations: list[tuple[str, str]], workerinput: Mapping[str, object] | None, show: ShowProgress | None
     ) -> RunAhead | None:
         """Before the items run: a live run starts its conversations, many at once, ahead of the
-        items that score them, and (``show``: the controller) its progress display; None: nothing
-        runs ahead (a logged run)."""
+        items that score them, and (no ``workerinput``: the controller) its progress display,
+        shown through ``show`` (None: a worker's, or nowhere to show it); None: nothing runs ahead
+        (a logged run)."""
         return None
 
     def opening_lines(self, start_lines: list[str]) -> list[str]:
